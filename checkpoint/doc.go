@@ -1,0 +1,28 @@
+// Package checkpoint turns out-of-order acknowledgements of individual
+// events into the one LSN that may be confirmed to PostgreSQL.
+//
+// Transactions enter a FIFO in commit order (Open), receive their events
+// (Add) and are closed with their end LSN (Seal). Each event is handled
+// exactly once (Done): acked by Kafka or committed to poison_outbox.
+// Confirmed returns the TransactionEndLSN of the longest prefix of sealed
+// transactions whose events are all handled: a low watermark, never "the
+// highest ack seen".
+//
+// Invariants (DESIGN §2), enforced here:
+//
+//   - Invariant 1: the confirmed LSN never passes an unhandled event. A
+//     transaction counts only when it is sealed and every event of it and of
+//     every earlier transaction is done.
+//   - Invariant 4: the confirmed LSN only moves forward; an attempt to seal
+//     or advance below it is an assertion error (ErrRegression).
+//   - Invariant 6: in-flight events are bounded by count and bytes; Full
+//     reports when the reader must pause and Wait blocks until space frees.
+//
+// The idle advance (Idle) confirms a keepalive's ServerWALEnd only when
+// nothing is in flight and no transaction is open, so a quiet outbox on a
+// busy database does not pin WAL (DESIGN §3).
+//
+// Concurrency: one reader goroutine calls Open, Add, Seal, Idle, Confirmed
+// and Full; Done may be called from any goroutine. All state is behind one
+// mutex; Done never blocks beyond it.
+package checkpoint

@@ -1,0 +1,232 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// ErrRegression is returned when an operation would move the watermark
+// backwards or seal transactions out of commit order.
+var ErrRegression = errors.New("checkpoint regression")
+
+// Limits bound the in-flight events (DESIGN §2 invariant 6).
+type Limits struct {
+	MaxEvents int   // events added and not yet done; ≤ 0 means unbounded
+	MaxBytes  int64 // their bytes; ≤ 0 means unbounded
+}
+
+// Txn is one transaction in the FIFO.
+type Txn struct {
+	pending int
+	sealed  bool
+	end     pglogrepl.LSN
+}
+
+// Ticket identifies one event for Done.
+type Ticket struct {
+	txn   *Txn
+	bytes int64
+}
+
+// Tracker is the transaction FIFO and its low watermark.
+type Tracker struct {
+	mu        sync.Mutex
+	fifo      []*Txn // sealed or open transactions, commit order; fifo[head:] live
+	head      int
+	open      *Txn
+	confirmed pglogrepl.LSN
+	lastSeal  pglogrepl.LSN
+	events    int
+	bytes     int64
+	limits    Limits
+	freed     chan struct{} // signalled (non-blocking) when Done frees space
+	pool      []*Txn
+}
+
+// New returns a tracker whose watermark starts at start, the slot's
+// confirmed_flush_lsn.
+func New(start pglogrepl.LSN, limits Limits) *Tracker {
+	return &Tracker{confirmed: start, lastSeal: start, limits: limits, freed: make(chan struct{}, 1)}
+}
+
+// Open starts a transaction. Only one may be open at a time.
+func (t *Tracker) Open() (*Txn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.open != nil {
+		return nil, fmt.Errorf("%w: begin while a transaction is open", ErrRegression)
+	}
+	var x *Txn
+	if n := len(t.pool); n > 0 {
+		x = t.pool[n-1]
+		t.pool = t.pool[:n-1]
+		*x = Txn{}
+	} else {
+		x = &Txn{}
+	}
+	t.open = x
+	t.fifo = append(t.fifo, x)
+	return x, nil
+}
+
+// Add registers one event of the open transaction x, of the given size in
+// bytes, and returns its ticket for Done.
+func (t *Tracker) Add(x *Txn, bytes int) Ticket {
+	t.mu.Lock()
+	x.pending++
+	t.events++
+	t.bytes += int64(bytes)
+	t.mu.Unlock()
+	return Ticket{txn: x, bytes: int64(bytes)}
+}
+
+// Seal closes the open transaction x with its TransactionEndLSN.
+func (t *Tracker) Seal(x *Txn, end pglogrepl.LSN) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.open != x {
+		return fmt.Errorf("%w: seal of a transaction that is not open", ErrRegression)
+	}
+	// Invariant 4: transactions arrive in commit order, so end LSNs grow.
+	if end <= t.lastSeal {
+		return fmt.Errorf("%w: transaction end %s at or before the previous end %s", ErrRegression, end, t.lastSeal)
+	}
+	x.sealed = true
+	x.end = end
+	t.lastSeal = end
+	t.open = nil
+	return nil
+}
+
+// Done marks the event of ticket k as handled (acked by Kafka or committed
+// to the poison table). It may be called from any goroutine, once per
+// ticket.
+func (t *Tracker) Done(k Ticket) {
+	t.mu.Lock()
+	k.txn.pending--
+	if k.txn.pending < 0 {
+		t.mu.Unlock()
+		panic("checkpoint: Done called twice for one event")
+	}
+	t.events--
+	t.bytes -= k.bytes
+	t.mu.Unlock()
+	select {
+	case t.freed <- struct{}{}:
+	default:
+	}
+}
+
+// Confirmed advances past every fully handled sealed transaction at the
+// head of the FIFO and returns the watermark.
+func (t *Tracker) Confirmed() pglogrepl.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance()
+	return t.confirmed
+}
+
+func (t *Tracker) advance() {
+	for t.head < len(t.fifo) {
+		x := t.fifo[t.head]
+		// Invariant 1: stop at the first transaction that is open or has an
+		// unhandled event.
+		if !x.sealed || x.pending > 0 {
+			break
+		}
+		t.confirmed = x.end
+		t.fifo[t.head] = nil
+		t.head++
+		t.pool = append(t.pool, x)
+	}
+	if t.head == len(t.fifo) {
+		t.fifo = t.fifo[:0]
+		t.head = 0
+	} else if t.head > 1024 && t.head*2 > len(t.fifo) {
+		n := copy(t.fifo, t.fifo[t.head:])
+		clear(t.fifo[n:])
+		t.fifo = t.fifo[:n]
+		t.head = 0
+	}
+}
+
+// Idle confirms walEnd, a keepalive's ServerWALEnd, when nothing is in
+// flight and no transaction is open or waiting. It reports whether the
+// watermark moved. A walEnd at or below the watermark is ignored.
+func (t *Tracker) Idle(walEnd pglogrepl.LSN) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance()
+	// Invariant 1: only when every received event is handled.
+	if t.open != nil || t.head < len(t.fifo) || t.events > 0 {
+		return false
+	}
+	if walEnd <= t.confirmed {
+		return false
+	}
+	t.confirmed = walEnd
+	if walEnd > t.lastSeal {
+		t.lastSeal = walEnd
+	}
+	return true
+}
+
+// InFlight returns the number and bytes of events added and not yet done.
+func (t *Tracker) InFlight() (events int, bytes int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.events, t.bytes
+}
+
+// Pending reports whether any transaction is open or not yet confirmed.
+func (t *Tracker) Pending() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance()
+	return t.open != nil || t.head < len(t.fifo)
+}
+
+// Full reports whether the in-flight limits are reached.
+func (t *Tracker) Full() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.full()
+}
+
+func (t *Tracker) full() bool {
+	return (t.limits.MaxEvents > 0 && t.events >= t.limits.MaxEvents) ||
+		(t.limits.MaxBytes > 0 && t.bytes >= t.limits.MaxBytes)
+}
+
+// Wait blocks until the tracker is not full or ctx ends; it returns
+// ctx.Err() in the latter case.
+func (t *Tracker) Wait(ctx context.Context) error {
+	for {
+		if !t.Full() {
+			return nil
+		}
+		select {
+		case <-t.freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitDrained blocks until no event is in flight or ctx ends.
+func (t *Tracker) WaitDrained(ctx context.Context) error {
+	for {
+		if e, _ := t.InFlight(); e == 0 {
+			return nil
+		}
+		select {
+		case <-t.freed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,414 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// Config is walpost's whole configuration. Every field carries its key, its
+// default and its unit; the README's configuration table is checked against
+// this struct by TestREADMEConfigTable.
+type Config struct {
+	Postgres PostgresConfig `mapstructure:"postgres"`
+	Kafka    KafkaConfig    `mapstructure:"kafka"`
+	Pipeline PipelineConfig `mapstructure:"pipeline"`
+	Poison   PoisonConfig   `mapstructure:"poison"`
+	HTTP     HTTPConfig     `mapstructure:"http"`
+	Log      LogConfig      `mapstructure:"log"`
+	Lint     LintConfig     `mapstructure:"lint"`
+}
+
+// PostgresConfig is the source side.
+type PostgresConfig struct {
+	// URL is the connection string (postgres://user:pass@host:port/db?sslmode=…).
+	// The role needs REPLICATION and SELECT on the outbox table. Required.
+	URL string `mapstructure:"url" doc:"PostgreSQL connection URL; the role needs REPLICATION. TLS via sslmode/sslrootcert in the URL." default:"(required)"`
+	// Slot is the logical replication slot walpost owns. Default "walpost".
+	Slot string `mapstructure:"slot" doc:"Logical replication slot (pgoutput); created when missing." default:"walpost"`
+	// Publication covers exactly the outbox table, inserts only. Default "walpost_outbox".
+	Publication string `mapstructure:"publication" doc:"Publication that covers exactly the outbox table with publish = 'insert'." default:"walpost_outbox"`
+	// Table is the outbox table, optionally schema-qualified. Default "outbox".
+	Table string `mapstructure:"table" doc:"Outbox table (schema-qualified or in the search_path)." default:"outbox"`
+	// PoisonTable receives records Kafka keeps refusing. Default "poison_outbox".
+	PoisonTable string `mapstructure:"poison_table" doc:"Quarantine table for records Kafka keeps refusing." default:"poison_outbox"`
+	// StatusInterval is the longest time between two standby status updates.
+	// Must stay below the server's wal_sender_timeout. Default 10s.
+	StatusInterval time.Duration `mapstructure:"status_interval" doc:"Longest interval between standby status updates (duration, ≤ 10s)." default:"10s"`
+}
+
+// KafkaConfig is the destination side.
+type KafkaConfig struct {
+	// Brokers are the seed brokers, host:port, comma-separated in the
+	// environment. Required.
+	Brokers []string `mapstructure:"brokers" doc:"Seed brokers, host:port, comma-separated in the environment." default:"(required)"`
+	// Topic receives rows whose topic column is NULL. Default "outbox".
+	Topic string `mapstructure:"topic" doc:"Topic for rows whose topic column is NULL." default:"outbox"`
+	// CreateTopicPartitions, when above 0, makes walpost run create the
+	// default topic with that many partitions if it is missing.
+	CreateTopicPartitions int `mapstructure:"create_topic_partitions" doc:"Create kafka.topic with this many partitions when missing; 0 never creates it." default:"0"`
+	// ClientID is the Kafka client id. Default "walpost".
+	ClientID string `mapstructure:"client_id" doc:"Kafka client.id." default:"walpost"`
+	// Linger is how long the producer waits to fill a batch. Default 5ms.
+	Linger time.Duration `mapstructure:"linger" doc:"Producer linger per partition batch (duration)." default:"5ms"`
+	// Compression is none, gzip, snappy, lz4 or zstd. Default "lz4".
+	Compression string `mapstructure:"compression" doc:"Batch compression: none, gzip, snappy, lz4 or zstd." default:"lz4"`
+	// MaxMessageBytes bounds one record batch; a record larger than this is
+	// refused before it is sent. 0 reads the topic's max.message.bytes.
+	MaxMessageBytes int `mapstructure:"max_message_bytes" doc:"Largest record batch in bytes; 0 uses the topic's max.message.bytes." default:"0"`
+	// FlushTimeout bounds the final flush on shutdown. Default 30s.
+	FlushTimeout time.Duration `mapstructure:"flush_timeout" doc:"How long shutdown waits for outstanding acks (duration)." default:"30s"`
+}
+
+// PipelineConfig bounds memory between the slot and the broker.
+type PipelineConfig struct {
+	// MaxInFlightEvents caps events read from the slot and not yet handled.
+	MaxInFlightEvents int `mapstructure:"max_inflight_events" doc:"Events read but not yet acked or quarantined before the reader pauses." default:"20000"`
+	// MaxInFlightBytes caps their payload bytes.
+	MaxInFlightBytes int64 `mapstructure:"max_inflight_bytes" doc:"Bytes of those events before the reader pauses (bytes)." default:"33554432"`
+}
+
+// PoisonConfig governs quarantine of records Kafka keeps refusing.
+type PoisonConfig struct {
+	// MaxAttempts is how many times a record-level failure is tried before
+	// the record goes to the poison table. Default 5.
+	MaxAttempts int `mapstructure:"max_attempts" doc:"Produce attempts for a record-level failure before quarantine (≥ 1)." default:"5"`
+	// Backoff is the first pause between attempts; it doubles each time.
+	Backoff time.Duration `mapstructure:"backoff" doc:"First pause between attempts, doubled each time (duration)." default:"200ms"`
+	// MaxRate is the number of quarantined records within RateWindow that
+	// stops walpost (a systematic failure must not drain the outbox).
+	MaxRate int `mapstructure:"max_rate" doc:"Quarantined records within poison.rate_window that stop walpost." default:"100"`
+	// RateWindow is the window of MaxRate.
+	RateWindow time.Duration `mapstructure:"rate_window" doc:"Window for poison.max_rate (duration)." default:"1m"`
+}
+
+// HTTPConfig serves metrics and health.
+type HTTPConfig struct {
+	// Listen is the address of /metrics, /healthz and /readyz; empty turns
+	// the server off.
+	Listen string `mapstructure:"listen" doc:"Address for /metrics, /healthz and /readyz; empty disables." default:":9187"`
+}
+
+// LogConfig shapes the logs.
+type LogConfig struct {
+	Level  string `mapstructure:"level" doc:"debug, info, warn or error." default:"info"`
+	Format string `mapstructure:"format" doc:"text or json." default:"text"`
+}
+
+// LintConfig configures `walpost lint`.
+type LintConfig struct {
+	Disable []string `mapstructure:"disable" doc:"Lint rules to skip (id or name)." default:"[]"`
+}
+
+// flagKeys maps command-line flags to config keys; flags win over the
+// environment, which wins over the file.
+var flagKeys = map[string]string{
+	"postgres-url":  "postgres.url",
+	"slot":          "postgres.slot",
+	"publication":   "postgres.publication",
+	"kafka-brokers": "kafka.brokers",
+	"kafka-topic":   "kafka.topic",
+	"http-listen":   "http.listen",
+	"log-level":     "log.level",
+	"log-format":    "log.format",
+}
+
+func addConfigFlags(fs *pflag.FlagSet) {
+	fs.String("config", "", "config file (YAML, TOML or JSON)")
+	fs.String("postgres-url", "", "PostgreSQL URL (postgres.url)")
+	fs.String("slot", "", "replication slot (postgres.slot)")
+	fs.String("publication", "", "publication (postgres.publication)")
+	fs.String("kafka-brokers", "", "comma-separated brokers (kafka.brokers)")
+	fs.String("kafka-topic", "", "default topic (kafka.topic)")
+	fs.String("http-listen", "", "metrics/health address (http.listen)")
+	fs.String("log-level", "", "log level (log.level)")
+	fs.String("log-format", "", "log format (log.format)")
+}
+
+// configKeys walks Config and returns every key with its default and doc,
+// in declaration order.
+type configKey struct {
+	Key, Env, Default, Doc string
+	Type                   reflect.Type
+}
+
+func configKeys() []configKey {
+	var out []configKey
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			key := f.Tag.Get("mapstructure")
+			if prefix != "" {
+				key = prefix + "." + key
+			}
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, key)
+				continue
+			}
+			out = append(out, configKey{
+				Key:     key,
+				Env:     "WALPOST_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")),
+				Default: f.Tag.Get("default"),
+				Doc:     f.Tag.Get("doc"),
+				Type:    f.Type,
+			})
+		}
+	}
+	walk(reflect.TypeOf(Config{}), "")
+	return out
+}
+
+// newViper builds the one viper instance of a command: defaults, then the
+// file, then WALPOST_* variables, then flags.
+func newViper(fs *pflag.FlagSet) (*viper.Viper, error) {
+	v := viper.New()
+	for _, k := range configKeys() {
+		switch {
+		case k.Default == "(required)":
+			v.SetDefault(k.Key, "")
+		case k.Type.Kind() == reflect.Slice:
+			v.SetDefault(k.Key, []string{})
+		default:
+			v.SetDefault(k.Key, k.Default)
+		}
+	}
+	v.SetEnvPrefix("WALPOST")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	if fs != nil {
+		for flag, key := range flagKeys {
+			if f := fs.Lookup(flag); f != nil {
+				if err := v.BindPFlag(key, f); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if f := fs.Lookup("config"); f != nil && f.Value.String() != "" {
+			v.SetConfigFile(f.Value.String())
+			if err := v.ReadInConfig(); err != nil {
+				return nil, fmt.Errorf("read config file %s: %w", f.Value.String(), err)
+			}
+		}
+	}
+	return v, nil
+}
+
+// needs says which connection settings a command requires.
+type needs int
+
+const (
+	needPostgres needs = 1 << iota
+	needKafka
+	needNothing needs = 0
+	needAll           = needPostgres | needKafka
+)
+
+// loadConfig reads, decodes and validates the configuration of cmd; it
+// requires no connection setting (commands that work offline).
+func loadConfig(cmd *cobra.Command) (*Config, error) { return loadConfigFor(cmd, needNothing) }
+
+// loadConfigFor reads, decodes and validates the configuration of cmd,
+// requiring the connection settings in need.
+func loadConfigFor(cmd *cobra.Command, need needs) (*Config, error) {
+	var fs *pflag.FlagSet
+	if cmd != nil {
+		fs = cmd.Flags()
+	}
+	v, err := newViper(fs)
+	if err != nil {
+		return nil, err
+	}
+	return decodeConfig(v, need)
+}
+
+func decodeConfig(v *viper.Viper, need needs) (*Config, error) {
+	var cfg Config
+	var md mapstructure.Metadata
+	err := v.Unmarshal(&cfg, func(dc *mapstructure.DecoderConfig) {
+		dc.ErrorUnused = true
+		dc.Metadata = &md
+	})
+	if err != nil {
+		return nil, fmt.Errorf("invalid config: %s", describeDecodeError(err))
+	}
+	// Env variables arrive as strings; a comma-separated broker list must
+	// become several entries.
+	var brokers []string
+	for _, b := range cfg.Kafka.Brokers {
+		for _, p := range strings.Split(b, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				brokers = append(brokers, p)
+			}
+		}
+	}
+	cfg.Kafka.Brokers = brokers
+	if err := cfg.validate(need); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+var unusedKeyRE = regexp.MustCompile(`has invalid keys: (.*)`)
+
+func describeDecodeError(err error) string {
+	msg := err.Error()
+	if m := unusedKeyRE.FindStringSubmatch(msg); m != nil {
+		known := make([]string, 0)
+		for _, k := range configKeys() {
+			known = append(known, k.Key)
+		}
+		sort.Strings(known)
+		return fmt.Sprintf("unknown key(s) %s in the config file; known keys: %s", m[1], strings.Join(known, ", "))
+	}
+	return msg
+}
+
+// ConfigError names the key, the offending value and what is allowed.
+type ConfigError struct {
+	Key, Value, Allowed string
+}
+
+func (e *ConfigError) Error() string {
+	env := "WALPOST_" + strings.ToUpper(strings.ReplaceAll(e.Key, ".", "_"))
+	return fmt.Sprintf("invalid config: %s (%s) = %q: %s", e.Key, env, e.Value, e.Allowed)
+}
+
+// Validate checks every value, requiring postgres.url and kafka.brokers,
+// and returns all problems at once.
+func (c *Config) Validate() error { return c.validate(needAll) }
+
+func (c *Config) validate(need needs) error {
+	var errs []error
+	bad := func(key, value, allowed string) {
+		errs = append(errs, &ConfigError{Key: key, Value: value, Allowed: allowed})
+	}
+	if c.Postgres.URL == "" {
+		if need&needPostgres != 0 {
+			bad("postgres.url", "", "required: a PostgreSQL URL such as postgres://user:pass@host:5432/db")
+		}
+	} else if _, err := pgconn.ParseConfig(c.Postgres.URL); err != nil {
+		bad("postgres.url", Redact(c.Postgres.URL), "not a valid PostgreSQL connection string: "+Redact(err.Error()))
+	}
+	ident := regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	if !ident.MatchString(c.Postgres.Slot) {
+		bad("postgres.slot", c.Postgres.Slot, "a slot name: lower-case letters, digits and _ (at most 63)")
+	}
+	qident := regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_$]{0,62}\.)?[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+	if !qident.MatchString(c.Postgres.Publication) {
+		bad("postgres.publication", c.Postgres.Publication, "an unquoted identifier")
+	}
+	if !qident.MatchString(c.Postgres.Table) {
+		bad("postgres.table", c.Postgres.Table, "a table name, optionally schema-qualified")
+	}
+	if !qident.MatchString(c.Postgres.PoisonTable) {
+		bad("postgres.poison_table", c.Postgres.PoisonTable, "a table name, optionally schema-qualified")
+	}
+	if c.Postgres.StatusInterval <= 0 || c.Postgres.StatusInterval > 10*time.Second {
+		bad("postgres.status_interval", c.Postgres.StatusInterval.String(), "a duration above 0 and at most 10s")
+	}
+	if len(c.Kafka.Brokers) == 0 && need&needKafka != 0 {
+		bad("kafka.brokers", "", "required: at least one host:port")
+	}
+	for _, b := range c.Kafka.Brokers {
+		host, port, err := net.SplitHostPort(b)
+		if err != nil || host == "" {
+			bad("kafka.brokers", b, "host:port, e.g. 127.0.0.1:9092")
+			continue
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			bad("kafka.brokers", b, "a port between 1 and 65535")
+		}
+	}
+	if !validTopic(c.Kafka.Topic) {
+		bad("kafka.topic", c.Kafka.Topic, "a Kafka topic name: 1-249 characters of [a-zA-Z0-9._-]")
+	}
+	if c.Kafka.CreateTopicPartitions < 0 {
+		bad("kafka.create_topic_partitions", strconv.Itoa(c.Kafka.CreateTopicPartitions), "0 (never create) or a partition count")
+	}
+	if c.Kafka.ClientID == "" {
+		bad("kafka.client_id", "", "a non-empty client id")
+	}
+	if c.Kafka.Linger < 0 || c.Kafka.Linger > time.Minute {
+		bad("kafka.linger", c.Kafka.Linger.String(), "a duration between 0 and 1m")
+	}
+	switch c.Kafka.Compression {
+	case "none", "gzip", "snappy", "lz4", "zstd":
+	default:
+		bad("kafka.compression", c.Kafka.Compression, "one of none, gzip, snappy, lz4, zstd")
+	}
+	if c.Kafka.MaxMessageBytes < 0 {
+		bad("kafka.max_message_bytes", strconv.Itoa(c.Kafka.MaxMessageBytes), "0 (use the topic's max.message.bytes) or a positive byte count")
+	}
+	if c.Kafka.FlushTimeout <= 0 {
+		bad("kafka.flush_timeout", c.Kafka.FlushTimeout.String(), "a positive duration")
+	}
+	if c.Pipeline.MaxInFlightEvents < 1 {
+		bad("pipeline.max_inflight_events", strconv.Itoa(c.Pipeline.MaxInFlightEvents), "at least 1")
+	}
+	if c.Pipeline.MaxInFlightBytes < 1024 {
+		bad("pipeline.max_inflight_bytes", strconv.FormatInt(c.Pipeline.MaxInFlightBytes, 10), "at least 1024 bytes")
+	}
+	if c.Poison.MaxAttempts < 1 {
+		bad("poison.max_attempts", strconv.Itoa(c.Poison.MaxAttempts), "at least 1")
+	}
+	if c.Poison.Backoff < 0 {
+		bad("poison.backoff", c.Poison.Backoff.String(), "a duration ≥ 0")
+	}
+	if c.Poison.MaxRate < 1 {
+		bad("poison.max_rate", strconv.Itoa(c.Poison.MaxRate), "at least 1")
+	}
+	if c.Poison.RateWindow <= 0 {
+		bad("poison.rate_window", c.Poison.RateWindow.String(), "a positive duration")
+	}
+	if c.HTTP.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+			bad("http.listen", c.HTTP.Listen, "host:port or :port, or empty to disable")
+		}
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", c.Log.Level, "one of debug, info, warn, error")
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", c.Log.Format, "text or json")
+	}
+	return errors.Join(errs...)
+}
+
+var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+func validTopic(t string) bool { return topicRE.MatchString(t) && t != "." && t != ".." }
+
+var dsnPasswordRE = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
+
+// Redact hides the password of a PostgreSQL URL or keyword/value DSN, also
+// when it is embedded in a longer message.
+func Redact(s string) string {
+	s = dsnPasswordRE.ReplaceAllString(s, "${1}xxxxx")
+	return urlUserinfoRE.ReplaceAllStringFunc(s, func(m string) string {
+		u, err := url.Parse(m)
+		if err != nil {
+			return m
+		}
+		return u.Redacted()
+	})
+}
+
+var urlUserinfoRE = regexp.MustCompile(`postgres(ql)?://[^\s"']+`)

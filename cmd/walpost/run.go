@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/replication"
+	"github.com/walpost/walpost/sink"
+)
+
+func newRunCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "run",
+		Short: "Forward outbox inserts from the replication slot to Kafka (foreground)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfigFor(cmd, needAll)
+			if err != nil {
+				return err
+			}
+			logger := newLogger(os.Stderr, cfg.Log)
+			f := &forwarder{cfg: cfg, log: logger}
+			if err := f.run(cmd.Context()); err != nil {
+				logger.Error("walpost stopped", "err", Redact(err.Error()))
+				return &exitError{code: 1, err: err}
+			}
+			return nil
+		},
+	}
+}
+
+// forwarder composes the replication stream, the checkpoint tracker and the
+// Kafka sink, and restarts sessions after recoverable failures.
+type forwarder struct {
+	cfg  *Config
+	log  *slog.Logger
+	sink *sink.Kafka
+}
+
+// errSink wraps a failure reported by the sink for an event.
+type errSink struct {
+	key string
+	err error
+}
+
+func (e *errSink) Error() string {
+	return fmt.Sprintf("kafka refused event %q: %v", e.key, e.err)
+}
+func (e *errSink) Unwrap() error { return e.err }
+
+func (f *forwarder) run(ctx context.Context) error {
+	cfg := f.cfg
+	maxBytes, err := f.topicLimits(ctx)
+	if err != nil {
+		return err
+	}
+	k, err := sink.New(sink.Config{
+		Brokers:            cfg.Kafka.Brokers,
+		DefaultTopic:       cfg.Kafka.Topic,
+		ClientID:           cfg.Kafka.ClientID,
+		Linger:             cfg.Kafka.Linger,
+		Compression:        cfg.Kafka.Compression,
+		MaxMessageBytes:    maxBytes,
+		MaxBufferedRecords: cfg.Pipeline.MaxInFlightEvents + 1024,
+		Logger:             f.log.With("component", "kafka"),
+	})
+	if err != nil {
+		return err
+	}
+	f.sink = k
+	defer k.Close()
+
+	backoff := time.Second
+	for {
+		started := time.Now()
+		err := f.session(ctx)
+		if ctx.Err() != nil {
+			// Shutdown: the stream drained and confirmed; flush the rest.
+			fctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.FlushTimeout)
+			_ = k.Flush(fctx)
+			cancel()
+			return nil
+		}
+		if err == nil {
+			continue
+		}
+		if replication.IsTerminal(err) {
+			return err
+		}
+		if time.Since(started) > time.Minute {
+			backoff = time.Second
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		switch {
+		case errors.Is(err, replication.ErrSlotActive):
+			f.log.Info("slot is held by another process; standing by", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
+			backoff = min(backoff*2, 5*time.Second)
+		default:
+			f.log.Warn("session failed; reconnecting", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
+			backoff = min(backoff*2, 30*time.Second)
+		}
+		// Records of the failed session stay in the client and keep their
+		// per-partition order; wait for their outcomes before resuming from
+		// the slot, so the next session starts with nothing in flight.
+		if err := k.Flush(ctx); err != nil {
+			return nil
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// topicLimits checks that the default topic exists and returns the record
+// size limit to use.
+func (f *forwarder) topicLimits(ctx context.Context) (int, error) {
+	if f.cfg.Kafka.MaxMessageBytes > 0 {
+		return f.cfg.Kafka.MaxMessageBytes, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Kafka.Brokers...))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
+	if errors.Is(err, sink.ErrTopicMissing) && f.cfg.Kafka.CreateTopicPartitions > 0 {
+		if err := sink.CreateTopic(cctx, cl, f.cfg.Kafka.Topic, int32(f.cfg.Kafka.CreateTopicPartitions)); err != nil {
+			return 0, fmt.Errorf("kafka.create_topic_partitions: %w", err)
+		}
+		f.log.Info("created topic", "topic", f.cfg.Kafka.Topic, "partitions", f.cfg.Kafka.CreateTopicPartitions)
+		// Metadata of a new topic takes a moment to reach every broker.
+		for {
+			info, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
+			if !errors.Is(err, sink.ErrTopicMissing) || cctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kafka.topic: %w (brokers %v)", err, f.cfg.Kafka.Brokers)
+	}
+	return info.MaxMessageBytes, nil
+}
+
+// session runs one replication connection until it fails or ctx ends.
+func (f *forwarder) session(ctx context.Context) error {
+	cfg := f.cfg
+	rcfg := replication.Config{
+		ConnString:     cfg.Postgres.URL,
+		Slot:           cfg.Postgres.Slot,
+		Publication:    cfg.Postgres.Publication,
+		Table:          cfg.Postgres.Table,
+		StatusInterval: cfg.Postgres.StatusInterval,
+		DrainTimeout:   cfg.Kafka.FlushTimeout,
+		Logger:         f.log,
+	}
+	side, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
+	}
+	defer side.Close(context.Background())
+	table, slot, err := replication.Prepare(ctx, side, rcfg)
+	if err != nil {
+		return err
+	}
+	if slot.Active {
+		return fmt.Errorf("%w: slot %q is streaming to PostgreSQL backend pid %d", replication.ErrSlotActive, cfg.Postgres.Slot, slot.ActivePID)
+	}
+	conn, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
+	}
+	defer conn.Close(context.Background())
+
+	tracker := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{
+		MaxEvents: cfg.Pipeline.MaxInFlightEvents,
+		MaxBytes:  cfg.Pipeline.MaxInFlightBytes,
+	})
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	emit := func(ev *outbox.Event, t checkpoint.Ticket) {
+		f.sink.Produce(ev, func(_ *kgo.Record, err error) {
+			if err == nil {
+				tracker.Done(t) // Invariant 1: only an ack releases the event.
+				return
+			}
+			// Not handled: the watermark stays before this event and the
+			// session restarts from the slot.
+			cancel(&errSink{key: ev.IdempotencyKey, err: err})
+		})
+	}
+	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,
+		"table", table.String(), "lsn", slot.ConfirmedFlush.String())
+	stream := replication.NewStream(rcfg, conn, table, tracker, emit, replication.Observer{})
+	err = stream.Run(sctx)
+	if cause := context.Cause(sctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return err
+}

@@ -1,0 +1,41 @@
+// Package outbox defines the event walpost moves: one inserted row of the
+// outbox table together with the transaction that committed it. The
+// replication package produces events, the sink and poison packages consume
+// them; only the wiring in cmd/walpost joins the two sides.
+package outbox
+
+import (
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Event is one outbox insert, decoded from the WAL.
+//
+// Byte slices are owned by the event (copied out of the replication
+// buffer) and must not be modified.
+type Event struct {
+	// Row columns, as PostgreSQL rendered them in text format.
+	ID             string // outbox.id
+	IdempotencyKey string // outbox.idempotency_key: the Kafka key
+	Payload        []byte // outbox.payload, jsonb text; nil when NULL
+	CreatedAt      string // outbox.created_at, PostgreSQL text format
+	Topic          string // outbox.topic; "" when NULL
+	PartitionKey   string // outbox.partition_key
+	HasPartition   bool   // partition_key is not NULL
+	EventType      string // outbox.event_type; "" when NULL
+	Headers        []byte // outbox.headers, jsonb text; nil when NULL
+
+	// Transaction context.
+	XID        uint32
+	CommitLSN  pglogrepl.LSN // start of the commit record (Begin.FinalLSN)
+	CommitTime time.Time     // transaction commit timestamp
+	Seq        int           // position of the insert within its transaction, from 0
+}
+
+// Size is the approximate number of bytes the event holds in memory, used to
+// bound in-flight data.
+func (e *Event) Size() int {
+	return 160 + len(e.ID) + len(e.IdempotencyKey) + len(e.Payload) + len(e.CreatedAt) +
+		len(e.Topic) + len(e.PartitionKey) + len(e.EventType) + len(e.Headers)
+}

@@ -1,0 +1,270 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Config configures the replication side.
+type Config struct {
+	// ConnString is an ordinary PostgreSQL connection string; the
+	// replication connection adds replication=database itself.
+	ConnString string
+	// Slot is the logical slot (pgoutput), created when missing.
+	Slot string
+	// Publication covers exactly the outbox table, inserts only.
+	Publication string
+	// Table is the outbox table, optionally schema-qualified.
+	Table string
+	// StatusInterval is the longest pause between standby status updates;
+	// keep it well below wal_sender_timeout. Default 10s.
+	StatusInterval time.Duration
+	// DrainTimeout bounds how long a stopping stream waits for in-flight
+	// events to be handled before its final status update. Default 30s.
+	DrainTimeout time.Duration
+	// Logger receives the stream's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.StatusInterval <= 0 {
+		c.StatusInterval = 10 * time.Second
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// SlotInfo is a row of pg_replication_slots.
+type SlotInfo struct {
+	Exists         bool
+	Plugin         string
+	SlotType       string
+	Database       string
+	Active         bool
+	ActivePID      int32
+	ConfirmedFlush pglogrepl.LSN
+	RestartLSN     pglogrepl.LSN
+	WALStatus      string
+	SafeWALSize    *int64
+}
+
+// ReadSlot reads the slot's row; Exists is false when there is none.
+func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
+	var s SlotInfo
+	var plugin, db, walStatus *string
+	var pid *int32
+	var confirmed, restart *string
+	err := conn.QueryRow(ctx, `
+		SELECT plugin, slot_type, database, active, active_pid,
+		       confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&plugin, &s.SlotType, &db, &s.Active, &pid, &confirmed, &restart, &walStatus, &s.SafeWALSize)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("read slot %q: %w", slot, err)
+	}
+	s.Exists = true
+	if plugin != nil {
+		s.Plugin = *plugin
+	}
+	if db != nil {
+		s.Database = *db
+	}
+	if pid != nil {
+		s.ActivePID = *pid
+	}
+	if walStatus != nil {
+		s.WALStatus = *walStatus
+	}
+	if confirmed != nil {
+		s.ConfirmedFlush, _ = pglogrepl.ParseLSN(*confirmed)
+	}
+	if restart != nil {
+		s.RestartLSN, _ = pglogrepl.ParseLSN(*restart)
+	}
+	return s, nil
+}
+
+// TableName is a resolved table.
+type TableName struct{ Schema, Name string }
+
+func (t TableName) String() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// ResolveTable finds table (as written in config) in the catalog.
+func ResolveTable(ctx context.Context, conn *pgx.Conn, table string) (TableName, error) {
+	var t TableName
+	err := conn.QueryRow(ctx, `
+		SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = to_regclass($1)`, table).Scan(&t.Schema, &t.Name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return t, fmt.Errorf("%w: table %q does not exist: run walpost migrate, or set postgres.table to the outbox table", ErrConfig, table)
+	}
+	if err != nil {
+		return t, fmt.Errorf("resolve table %q: %w", table, err)
+	}
+	return t, nil
+}
+
+// CheckPublication verifies the publication exists, covers exactly table
+// and publishes inserts. pgoutput reports a missing publication only when
+// the first change is decoded, so this runs up front (DESIGN §3).
+func CheckPublication(ctx context.Context, conn *pgx.Conn, publication string, table TableName) error {
+	var allTables, ins bool
+	err := conn.QueryRow(ctx, `SELECT puballtables, pubinsert FROM pg_publication WHERE pubname = $1`, publication).Scan(&allTables, &ins)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: publication %q does not exist: create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert') (walpost migrate creates walpost_outbox)",
+			ErrConfig, publication, publication, table)
+	}
+	if err != nil {
+		return fmt.Errorf("read publication %q: %w", publication, err)
+	}
+	if allTables {
+		return fmt.Errorf("%w: publication %q is FOR ALL TABLES: it must cover only the outbox; re-create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+			ErrConfig, publication, publication, table)
+	}
+	if !ins {
+		return fmt.Errorf("%w: publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", ErrConfig, publication, publication)
+	}
+	rows, err := conn.Query(ctx, `SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1`, publication)
+	if err != nil {
+		return fmt.Errorf("read publication tables: %w", err)
+	}
+	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TableName, error) {
+		var t TableName
+		err := r.Scan(&t.Schema, &t.Name)
+		return t, err
+	})
+	if err != nil {
+		return fmt.Errorf("read publication tables: %w", err)
+	}
+	found := false
+	for _, t := range tables {
+		if t == table {
+			found = true
+		} else {
+			return fmt.Errorf("%w: publication %q also covers %s: it must cover only the outbox: ALTER PUBLICATION %s DROP TABLE %s",
+				ErrConfig, publication, t, publication, t)
+		}
+	}
+	if !found {
+		return fmt.Errorf("%w: publication %q does not cover %s: ALTER PUBLICATION %s ADD TABLE %s", ErrConfig, publication, table, publication, table)
+	}
+	return nil
+}
+
+// CheckColumns verifies the outbox table has the required columns.
+func CheckColumns(ctx context.Context, conn *pgx.Conn, table TableName) error {
+	rows, err := conn.Query(ctx, `
+		SELECT a.attname FROM pg_attribute a
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, table.String())
+	if err != nil {
+		return fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	have := map[string]bool{}
+	for _, c := range cols {
+		have[c] = true
+	}
+	for _, c := range RequiredColumns {
+		if !have[c] {
+			return fmt.Errorf("%w: table %s has no column %q (required: %v): run walpost migrate or add the column", ErrSchema, table, c, RequiredColumns)
+		}
+	}
+	return nil
+}
+
+// Prepare checks the database, creates the slot when missing (after the
+// publication, DESIGN §3) and returns the slot's state. A lost slot is
+// ErrSlotLost: walpost never re-creates a slot silently.
+func Prepare(ctx context.Context, conn *pgx.Conn, cfg Config) (TableName, SlotInfo, error) {
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+		return TableName{}, SlotInfo{}, fmt.Errorf("read wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return TableName{}, SlotInfo{}, fmt.Errorf("%w: wal_level is %q: set wal_level = logical in postgresql.conf and restart PostgreSQL", ErrConfig, walLevel)
+	}
+	table, err := ResolveTable(ctx, conn, cfg.Table)
+	if err != nil {
+		return table, SlotInfo{}, err
+	}
+	if err := CheckColumns(ctx, conn, table); err != nil {
+		return table, SlotInfo{}, err
+	}
+	if err := CheckPublication(ctx, conn, cfg.Publication, table); err != nil {
+		return table, SlotInfo{}, err
+	}
+	slot, err := ReadSlot(ctx, conn, cfg.Slot)
+	if err != nil {
+		return table, slot, err
+	}
+	if !slot.Exists {
+		if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, cfg.Slot); err != nil {
+			var pgErr *pgconn.PgError
+			if !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // created concurrently by a standby
+				return table, slot, fmt.Errorf("create replication slot %q: %w", cfg.Slot, Explain(err, cfg.Slot, cfg.Publication))
+			}
+		} else if cfg.Logger != nil {
+			cfg.Logger.Info("created replication slot", "slot", cfg.Slot)
+		}
+		if slot, err = ReadSlot(ctx, conn, cfg.Slot); err != nil {
+			return table, slot, err
+		}
+	}
+	if err := CheckSlot(ctx, conn, cfg.Slot, slot); err != nil {
+		return table, slot, err
+	}
+	return table, slot, nil
+}
+
+// CheckSlot verifies an existing slot is usable by walpost.
+func CheckSlot(ctx context.Context, conn *pgx.Conn, name string, slot SlotInfo) error {
+	if slot.WALStatus == "lost" {
+		return fmt.Errorf("%w: slot %q was invalidated (wal_status = lost, max_slot_wal_keep_size exceeded): the WAL after its confirmed position %s is gone and events written since may never be delivered; drop it with SELECT pg_drop_replication_slot('%s'), start walpost to re-create it, and reconcile outbox rows written since %s",
+			ErrSlotLost, name, slot.ConfirmedFlush, name, slot.ConfirmedFlush)
+	}
+	if slot.SlotType != "logical" {
+		return fmt.Errorf("%w: slot %q is a %s slot; walpost needs a logical slot: choose another postgres.slot", ErrConfig, name, slot.SlotType)
+	}
+	if slot.Plugin != "pgoutput" {
+		return fmt.Errorf("%w: slot %q uses plugin %q; walpost needs pgoutput: choose another postgres.slot", ErrConfig, name, slot.Plugin)
+	}
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		return fmt.Errorf("read current database: %w", err)
+	}
+	if slot.Database != db {
+		return fmt.Errorf("%w: slot %q belongs to database %q, not %q: choose another postgres.slot or connect to %q", ErrConfig, name, slot.Database, db, slot.Database)
+	}
+	return nil
+}
+
+// ConnectReplication opens a logical replication connection.
+func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("parse postgres.url: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	// Render timestamps the same way whatever the server's defaults.
+	cfg.RuntimeParams["DateStyle"] = "ISO"
+	cfg.RuntimeParams["TimeZone"] = "UTC"
+	cfg.RuntimeParams["application_name"] = "walpost"
+	return pgconn.ConnectConfig(ctx, cfg)
+}

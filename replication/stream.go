@@ -1,0 +1,347 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/outbox"
+)
+
+// EmitFunc hands one event on (to the sink). It must not block for long;
+// the tracker's limits bound how many events are outstanding. The ticket
+// is passed to Tracker.Done once the event is handled.
+type EmitFunc func(ev *outbox.Event, t checkpoint.Ticket)
+
+// Observer receives progress for metrics and health; any field may be nil.
+type Observer struct {
+	// Status is called after each standby status update.
+	Status func(received, confirmed pglogrepl.LSN)
+	// Backpressured is called when the reader pauses (true) or resumes.
+	Backpressured func(bool)
+	// Streaming is called once replication has started.
+	Streaming func()
+}
+
+// Stream reads one replication session. Create it with NewStream; Run it
+// once.
+type Stream struct {
+	cfg     Config
+	conn    *pgconn.PgConn
+	table   TableName
+	tracker *checkpoint.Tracker
+	emit    EmitFunc
+	obs     Observer
+
+	rels     map[uint32]*relation
+	txn      *checkpoint.Txn
+	begin    pglogrepl.BeginMessage
+	seq      int
+	received pglogrepl.LSN
+	sent     pglogrepl.LSN // last flush position sent
+	lastSent time.Time
+	warned   map[pglogrepl.MessageType]bool
+}
+
+// statusTick is how soon a moved watermark is reported to the server.
+const statusTick = 200 * time.Millisecond
+
+// NewStream prepares a session on an open replication connection conn. The
+// tracker starts at the slot's confirmed position.
+func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkpoint.Tracker, emit EmitFunc, obs Observer) *Stream {
+	cfg.defaults()
+	return &Stream{
+		cfg: cfg, conn: conn, table: table, tracker: tracker, emit: emit, obs: obs,
+		rels: map[uint32]*relation{}, warned: map[pglogrepl.MessageType]bool{},
+	}
+}
+
+// Run streams until ctx ends or the session fails. When ctx ends it stops
+// reading, waits up to DrainTimeout for in-flight events, sends a final
+// status update with the watermark and returns nil. It does not close the
+// connection.
+func (s *Stream) Run(ctx context.Context) error {
+	// Invariant 4: start at LSN 0, so the server resumes at the slot's
+	// confirmed_flush_lsn; never at IDENTIFY_SYSTEM's position.
+	err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			fmt.Sprintf("publication_names '%s'", s.cfg.Publication),
+			"messages 'true'",
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, Explain(err, s.cfg.Slot, s.cfg.Publication))
+	}
+	s.sent = s.tracker.Confirmed()
+	s.received = s.sent
+	s.lastSent = time.Now()
+	if s.obs.Streaming != nil {
+		s.obs.Streaming()
+	}
+	nextStatus := time.Now().Add(s.cfg.StatusInterval)
+	paused := false
+	for {
+		if ctx.Err() != nil {
+			return s.shutdown()
+		}
+		now := time.Now()
+		if !now.Before(nextStatus) || (s.tracker.Confirmed() > s.sent && now.Sub(s.lastSent) >= statusTick) {
+			if err := s.sendStatus(ctx, false); err != nil {
+				if ctx.Err() != nil {
+					return s.shutdown()
+				}
+				return err
+			}
+			nextStatus = time.Now().Add(s.cfg.StatusInterval)
+		}
+		// Invariant 6: when full, stop reading WAL but keep sending status.
+		if s.tracker.Full() {
+			if !paused {
+				paused = true
+				if s.obs.Backpressured != nil {
+					s.obs.Backpressured(true)
+				}
+			}
+			wctx, cancel := context.WithDeadline(ctx, s.nextWake(nextStatus))
+			_ = s.tracker.Wait(wctx)
+			cancel()
+			continue
+		}
+		if paused {
+			paused = false
+			if s.obs.Backpressured != nil {
+				s.obs.Backpressured(false)
+			}
+		}
+		rctx, cancel := context.WithDeadline(ctx, s.nextWake(nextStatus))
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return s.shutdown()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				return &DecodeError{LSN: s.received, Err: errEmpty}
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return &DecodeError{LSN: s.received, Err: err}
+				}
+				if pkm.ServerWALEnd > s.received {
+					s.received = pkm.ServerWALEnd
+				}
+				// A quiet outbox on a busy database: confirm the server's
+				// WAL end when nothing is in flight (DESIGN §3).
+				moved := s.tracker.Idle(pkm.ServerWALEnd)
+				if pkm.ReplyRequested || (moved && time.Since(s.lastSent) >= statusTick) {
+					nextStatus = time.Now()
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return &DecodeError{LSN: s.received, Err: err}
+				}
+				if err := s.handle(xld); err != nil {
+					return err
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication on slot %q: %w", s.cfg.Slot, Explain(pgconn.ErrorResponseToPgError(m), s.cfg.Slot, s.cfg.Publication))
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("replication on slot %q: server ended the stream", s.cfg.Slot)
+		default:
+			// NoticeResponse and ParameterStatus are handled by pgconn.
+		}
+	}
+}
+
+func (s *Stream) nextWake(nextStatus time.Time) time.Time {
+	if s.tracker.Pending() {
+		if t := time.Now().Add(statusTick); t.Before(nextStatus) {
+			return t
+		}
+	}
+	return nextStatus
+}
+
+func (s *Stream) handle(xld pglogrepl.XLogData) error {
+	if end := xld.WALStart + pglogrepl.LSN(len(xld.WALData)); end > s.received {
+		s.received = end
+	}
+	msg, err := Decode(xld.WALData, xld.WALStart)
+	if err != nil {
+		return err
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		if s.txn != nil {
+			return &DecodeError{LSN: xld.WALStart, Err: errors.New("begin inside a transaction")}
+		}
+		txn, err := s.tracker.Open()
+		if err != nil {
+			return err
+		}
+		s.txn, s.begin, s.seq = txn, *m, 0
+	case *pglogrepl.RelationMessage:
+		r := newRelation(m)
+		if r.namespace != s.table.Schema || r.name != s.table.Name {
+			return fmt.Errorf("%w: publication %q sends table %s.%s; it must cover only %s", ErrConfig, s.cfg.Publication, r.namespace, r.name, s.table)
+		}
+		// A new Relation after DDL: an added column is fine, a removed
+		// required column is fatal (nothing past the last good event is
+		// confirmed, since the stream stops here).
+		if err := r.check(); err != nil {
+			return err
+		}
+		s.rels[m.RelationID] = r
+	case *pglogrepl.InsertMessage:
+		if s.txn == nil {
+			return &DecodeError{LSN: xld.WALStart, Err: errors.New("insert outside a transaction")}
+		}
+		r := s.rels[m.RelationID]
+		if r == nil {
+			return &DecodeError{LSN: xld.WALStart, Err: fmt.Errorf("insert for unknown relation %d", m.RelationID)}
+		}
+		ev := s.event(r, m.Tuple)
+		// Invariant 2: every event gets a ticket; only Done releases it.
+		t := s.tracker.Add(s.txn, ev.Size())
+		s.emit(ev, t)
+	case *pglogrepl.CommitMessage:
+		if s.txn == nil {
+			return &DecodeError{LSN: xld.WALStart, Err: errors.New("commit outside a transaction")}
+		}
+		if err := s.tracker.Seal(s.txn, m.TransactionEndLSN); err != nil {
+			return err
+		}
+		s.txn = nil
+	case *pglogrepl.LogicalDecodingMessage, *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
+		// Heartbeats and metadata: nothing to forward.
+	case *pglogrepl.UpdateMessage, *pglogrepl.DeleteMessage, *pglogrepl.TruncateMessage:
+		if !s.warned[msg.Type()] {
+			s.warned[msg.Type()] = true
+			s.cfg.Logger.Warn("publication sends more than inserts; walpost forwards inserts only",
+				"publication", s.cfg.Publication, "message", msg.Type().String(), "lsn", xld.WALStart.String())
+		}
+	default:
+		s.cfg.Logger.Warn("ignoring pgoutput message", "message", msg.Type().String(), "lsn", xld.WALStart.String())
+	}
+	return nil
+}
+
+func (s *Stream) event(r *relation, tup *pglogrepl.TupleData) *outbox.Event {
+	cols := tup.Columns
+	get := func(i int) ([]byte, bool) {
+		p := r.pos[i]
+		if p < 0 || p >= len(cols) || cols[p].DataType != pglogrepl.TupleDataTypeText {
+			return nil, false
+		}
+		return cols[p].Data, true
+	}
+	str := func(i int) string {
+		b, _ := get(i)
+		return string(b)
+	}
+	ev := &outbox.Event{
+		ID:             str(colID),
+		IdempotencyKey: str(colKey),
+		CreatedAt:      str(colCreatedAt),
+		Topic:          str(colTopic),
+		EventType:      str(colEventType),
+		XID:            s.begin.Xid,
+		CommitLSN:      s.begin.FinalLSN,
+		CommitTime:     s.begin.CommitTime,
+		Seq:            s.seq,
+	}
+	// pglogrepl copies column data out of the receive buffer, so the event
+	// may keep these slices.
+	ev.Payload, _ = get(colPayload)
+	ev.Headers, _ = get(colHeaders)
+	if pk, ok := get(colPartitionKey); ok {
+		ev.PartitionKey, ev.HasPartition = string(pk), true
+	}
+	s.seq++
+	return ev
+}
+
+func (s *Stream) sendStatus(ctx context.Context, reply bool) error {
+	confirmed := s.tracker.Confirmed()
+	write := s.received
+	if write < confirmed {
+		write = confirmed
+	}
+	// Invariant 1: Flush and Apply are the watermark, set explicitly so
+	// pglogrepl never copies Write into them.
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: write,
+		WALFlushPosition: confirmed,
+		WALApplyPosition: confirmed,
+		ClientTime:       time.Now(),
+		ReplyRequested:   reply,
+	})
+	if err != nil {
+		return fmt.Errorf("send status update: %w", err)
+	}
+	if confirmed > s.sent {
+		s.cfg.Logger.Debug("confirmed", "slot", s.cfg.Slot, "lsn", confirmed.String())
+	}
+	s.sent = confirmed
+	s.lastSent = time.Now()
+	if s.obs.Status != nil {
+		s.obs.Status(s.received, confirmed)
+	}
+	return nil
+}
+
+// shutdown drains in-flight events (bounded by DrainTimeout) while keeping
+// the session alive, then reports the final watermark.
+func (s *Stream) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	for {
+		events, _ := s.tracker.InFlight()
+		if events == 0 {
+			break
+		}
+		wctx, wcancel := context.WithTimeout(ctx, time.Second)
+		err := s.tracker.WaitDrained(wctx)
+		wcancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			s.cfg.Logger.Warn("stopping with events not yet acknowledged; they will be sent again on restart",
+				"slot", s.cfg.Slot, "in_flight", events)
+			break
+		}
+		if err := s.sendStatus(ctx, false); err != nil {
+			return err
+		}
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	if err := s.sendStatus(sctx, false); err != nil {
+		return err
+	}
+	s.cfg.Logger.Info("replication stopped", "slot", s.cfg.Slot, "lsn", s.sent.String())
+	return nil
+}
+
+// Confirmed is the last flush position sent to the server.
+func (s *Stream) Confirmed() pglogrepl.LSN { return s.sent }

@@ -1,0 +1,666 @@
+#!/usr/bin/env bash
+# Local walpost stack: PostgreSQL (wal_level=logical) + Kafka (KRaft, single
+# combined broker/controller resolved from Maven Central). No Docker needed.
+# See DESIGN.md sections 5 and 6.
+#
+# Usage: scripts/stack.sh <command> [args]
+#   up                     start PostgreSQL and Kafka (idempotent), write .stack/env
+#   down                   stop everything this script started (idempotent), keep data
+#   clean                  down, then remove .stack/
+#   status                 print whether each server is up (exit 1 if one is down)
+#   kafka-start|kafka-stop start/stop Kafka alone (reuses formatted storage)
+#   pg-start|pg-restart    start/restart the main PostgreSQL alone
+#   pg-stop [MODE]         stop the main PostgreSQL (MODE: fast (default), immediate, smart)
+#   scratch-pg-up NAME PORT WAL_LEVEL
+#                          throwaway cluster in .stack/scratch/NAME; prints its URL
+#                          as the last line on stdout
+#   scratch-pg-down NAME   stop it and delete its directory
+#
+# Environment: WALPOST_STACK_PG_PORT (54329), WALPOST_STACK_KAFKA_PORT (19092),
+# WALPOST_STACK_KAFKA_CONTROLLER_PORT (19093), WALPOST_STACK_PG_TIMEOUT (60 s),
+# WALPOST_STACK_KAFKA_TIMEOUT (120 s), WALPOST_STACK_PG_BIN (override bin dir).
+#
+# State lives in $ROOT/.stack (ROOT = parent of this script's directory).
+# Progress goes to stderr; stdout is reserved for results (scratch URL, status).
+# When run as root, PostgreSQL runs as the `postgres` OS user (it refuses root);
+# Kafka runs as the invoking user.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
+ROOT=$(cd -- "$SCRIPT_DIR/.." && pwd -P)
+STATE=$ROOT/.stack
+
+PG_PORT=${WALPOST_STACK_PG_PORT:-54329}
+KAFKA_PORT=${WALPOST_STACK_KAFKA_PORT:-19092}
+KAFKA_CPORT=${WALPOST_STACK_KAFKA_CONTROLLER_PORT:-19093}
+PG_TIMEOUT=${WALPOST_STACK_PG_TIMEOUT:-60}
+KAFKA_TIMEOUT=${WALPOST_STACK_KAFKA_TIMEOUT:-120}
+
+PG_DIR=$STATE/pg            # main cluster: $PG_DIR/data, socket in $PG_DIR/sock
+PG_LOG=$STATE/postgres.log
+
+K_SRC=$ROOT/stack/kafka     # pom.xml, log4j2*.properties, KafkaReady.java
+K_DIR=$STATE/kafka
+K_LIBS=$K_DIR/libs
+K_TOOLS=$K_DIR/tools        # compiled readiness probe
+K_DATA=$K_DIR/data
+K_PROPS=$K_DIR/server.properties
+K_PID=$STATE/kafka.pid
+K_LOG=$STATE/kafka.log
+
+ENV_FILE=$STATE/env
+
+log() { printf 'stack: %s\n' "$*" >&2; }
+die() { printf 'stack: ERROR: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }
+# Seconds left until deadline $1 (epoch seconds, may be fractional); 0 when past.
+remaining() { awk -v d="$1" -v n="$(now)" 'BEGIN { r = int(d - n); print (r > 0 ? r : 0) }'; }
+past() { awk -v d="$1" -v n="$(now)" 'BEGIN { exit !(n >= d) }'; }
+deadline_in() { awk -v s="$1" -v n="$(now)" 'BEGIN { printf "%.3f", n + s }'; }
+
+is_root() { [[ $(id -u) -eq 0 ]]; }
+
+is_port() { [[ $1 =~ ^[0-9]+$ ]] && (($1 > 0 && $1 < 65536)); }
+for p in "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CPORT"; do is_port "$p" || die "invalid port: $p"; done
+
+# True when something accepts TCP connections on 127.0.0.1:$1.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Everything that may leave a long-lived process behind must not inherit the
+# lock descriptor (9), or the lock would be held until that process exits.
+# as_pg runs a command as the PostgreSQL OS user, from / (the caller's cwd may
+# not be readable by that user).
+as_pg() {
+	(
+		cd /
+		if is_root; then exec runuser -u postgres -- "$@"; else exec "$@"; fi
+	) 9>&-
+}
+
+lock() {
+	mkdir -p "$STATE"
+	exec 9>"$STATE/.lock"
+	flock -w 900 9 || die "could not lock $STATE/.lock (another stack.sh still running?)"
+}
+
+# quiet CMD...: run CMD with its output captured; show the output only on failure.
+quiet() {
+	local out rc=0
+	out=$(mktemp)
+	"$@" </dev/null >"$out" 2>&1 || rc=$?
+	if ((rc != 0)); then
+		sed 's/^/    /' "$out" >&2
+	fi
+	rm -f "$out"
+	return "$rc"
+}
+
+tail_log() {
+	local f=$1
+	if [[ -f $f ]]; then
+		log "last lines of $f:"
+		tail -n "${2:-40}" "$f" | sed 's/^/    /' >&2
+	fi
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+
+PG_BIN=
+find_pg_bin() {
+	# Prefer an explicit override, then the version that created the main data
+	# directory, then the newest installed.
+	local d v
+	if [[ -n ${WALPOST_STACK_PG_BIN:-} && -x ${WALPOST_STACK_PG_BIN}/pg_ctl ]]; then
+		PG_BIN=$WALPOST_STACK_PG_BIN
+		return 0
+	fi
+	if [[ -s $PG_DIR/data/PG_VERSION ]]; then
+		v=$(<"$PG_DIR/data/PG_VERSION")
+		if [[ -x /usr/lib/postgresql/$v/bin/pg_ctl ]]; then
+			PG_BIN=/usr/lib/postgresql/$v/bin
+			return 0
+		fi
+	fi
+	d=$(find /usr/lib/postgresql -mindepth 3 -maxdepth 3 -path '*/bin/pg_ctl' 2>/dev/null |
+		sort -V | tail -n 1 || true)
+	[[ -n $d ]] || return 1
+	PG_BIN=$(dirname "$d")
+}
+
+ensure_pg_bin() {
+	[[ -n $PG_BIN ]] && return 0
+	if ! find_pg_bin; then
+		is_root || die "no PostgreSQL found under /usr/lib/postgresql/*/bin; install it (apt-get install postgresql) or run as root"
+		log "no PostgreSQL under /usr/lib/postgresql/*/bin; installing with apt-get (the Debian default cluster on 5432 is left alone, we never use it)"
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql) </dev/null >&2 9>&- ||
+			die "apt-get install postgresql failed"
+		find_pg_bin || die "PostgreSQL still not found after apt-get install"
+	fi
+	if is_root && ! id postgres >/dev/null 2>&1; then
+		log "creating the postgres OS user"
+		useradd --system --no-create-home --home-dir /var/lib/postgresql --shell /bin/bash postgres
+	fi
+	log "PostgreSQL binaries: $PG_BIN"
+}
+
+# The PostgreSQL OS user must be able to traverse every ancestor of $1.
+ensure_traversable() {
+	is_root || return 0
+	local d=$1 dirs=()
+	while [[ $d != / && -n $d ]]; do
+		dirs=("$d" "${dirs[@]}")
+		d=$(dirname "$d")
+	done
+	for d in "${dirs[@]}"; do
+		if ! runuser -u postgres -- test -x "$d" 2>/dev/null; then
+			log "chmod o+x $d (the postgres user must traverse it)"
+			chmod o+x "$d"
+		fi
+	done
+}
+
+# pg_prepare CLUSTER_DIR LOGFILE: directories owned by the PostgreSQL OS user.
+pg_prepare() {
+	local c=$1 logf=$2
+	mkdir -p "$c/sock"
+	if is_root; then chown postgres: "$c" "$c/sock"; fi
+	chmod 700 "$c" "$c/sock"
+	ensure_traversable "$(dirname "$c")"
+	touch "$logf"
+	if is_root; then chown postgres: "$logf"; fi
+}
+
+# pg_init CLUSTER_DIR: initdb once (superuser `postgres`), our pg_hba.conf, and
+# an include of walpost-stack.conf (rewritten on every start).
+pg_init() {
+	local c=$1 data=$1/data
+	[[ -s $data/PG_VERSION ]] && return 0
+	log "initdb $data"
+	rm -rf "$data"
+	quiet as_pg "$PG_BIN/initdb" -D "$data" -U postgres -E UTF8 --no-locale \
+		--auth-local=trust --auth-host=scram-sha-256 ||
+		die "initdb failed for $data"
+	cat >"$data/pg_hba.conf" <<'EOF'
+# Written by scripts/stack.sh. The server listens on 127.0.0.1 only; the unix
+# socket directory is private to the server's OS user (mode 0700).
+# TYPE  DATABASE     USER      ADDRESS        METHOD
+local   all          postgres                 trust
+host    all          all       127.0.0.1/32   scram-sha-256
+host    replication  all       127.0.0.1/32   scram-sha-256
+EOF
+	printf "\n# walpost local stack settings (scripts/stack.sh)\ninclude_if_exists = 'walpost-stack.conf'\n" \
+		>>"$data/postgresql.conf"
+	if is_root; then chown postgres: "$data/pg_hba.conf" "$data/postgresql.conf"; fi
+}
+
+# pg_write_conf CLUSTER_DIR PORT WAL_LEVEL
+pg_write_conf() {
+	local c=$1 port=$2 wal=$3 senders=64
+	[[ $wal == minimal ]] && senders=0 # minimal requires max_wal_senders = 0
+	cat >"$c/data/walpost-stack.conf.tmp" <<EOF
+# Written by scripts/stack.sh on every start; edits are overwritten.
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$c/sock'
+wal_level = $wal
+max_replication_slots = 64
+max_wal_senders = $senders
+max_connections = 300
+fsync = off
+full_page_writes = off
+password_encryption = 'scram-sha-256'
+logging_collector = off
+log_line_prefix = '%m [%p] %q%u@%d '
+EOF
+	mv "$c/data/walpost-stack.conf.tmp" "$c/data/walpost-stack.conf"
+	if is_root; then chown postgres: "$c/data/walpost-stack.conf"; fi
+}
+
+pg_running() { [[ -s $1/data/PG_VERSION ]] && as_pg "$PG_BIN/pg_ctl" -D "$1/data" status >/dev/null 2>&1; }
+pg_ready() { "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$1" -d postgres -t 2 >/dev/null 2>&1; }
+
+# pg_wait CLUSTER_DIR PORT LOGFILE: poll pg_isready until ready or deadline.
+pg_wait() {
+	local c=$1 port=$2 logf=$3 t0 deadline
+	t0=$(now)
+	deadline=$(deadline_in "$PG_TIMEOUT")
+	until pg_ready "$port"; do
+		if past "$deadline"; then
+			tail_log "$logf"
+			die "PostgreSQL ($c) not ready on 127.0.0.1:$port after ${PG_TIMEOUT}s"
+		fi
+		# postmaster.pid appears within milliseconds of launch; if the server
+		# is gone after a grace period, startup failed: do not wait it out.
+		if ! pg_running "$c" && past "$(awk -v a="$t0" 'BEGIN { printf "%.3f", a + 3 }')"; then
+			tail_log "$logf"
+			die "PostgreSQL ($c) exited during startup"
+		fi
+		sleep 0.2
+	done
+}
+
+# pg_bootstrap CLUSTER_DIR PORT: role walpost (superuser, replication) + db walpost.
+pg_bootstrap() {
+	local c=$1 port=$2
+	as_pg "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$c/sock" -p "$port" -U postgres -d postgres >/dev/null <<'EOF' ||
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'walpost') THEN
+		CREATE ROLE walpost LOGIN SUPERUSER REPLICATION PASSWORD 'walpost';
+	ELSE
+		ALTER ROLE walpost LOGIN SUPERUSER REPLICATION PASSWORD 'walpost';
+	END IF;
+END
+$$;
+SELECT 'CREATE DATABASE walpost OWNER walpost'
+WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'walpost') \gexec
+EOF
+		die "could not create role/database walpost on port $port"
+}
+
+# pg_start CLUSTER_DIR PORT WAL_LEVEL LOGFILE
+pg_start() {
+	local c=$1 port=$2 wal=$3 logf=$4 t0
+	ensure_pg_bin
+	pg_prepare "$c" "$logf"
+	pg_init "$c"
+	if pg_running "$c"; then
+		pg_wait "$c" "$port" "$logf"
+		pg_bootstrap "$c" "$port"
+		log "PostgreSQL already running ($c, 127.0.0.1:$port)"
+		return 0
+	fi
+	if port_open "$port"; then
+		die "127.0.0.1:$port is already in use by another process (not our PostgreSQL in $c); set WALPOST_STACK_PG_PORT"
+	fi
+	pg_write_conf "$c" "$port" "$wal"
+	t0=$(now)
+	log "starting PostgreSQL ($c, 127.0.0.1:$port, wal_level=$wal, log $logf)"
+	as_pg "$PG_BIN/pg_ctl" -D "$c/data" -l "$logf" -W start </dev/null >/dev/null ||
+		{ tail_log "$logf"; die "pg_ctl start failed for $c"; }
+	pg_wait "$c" "$port" "$logf"
+	pg_bootstrap "$c" "$port"
+	log "PostgreSQL ready on 127.0.0.1:$port ($(elapsed "$t0"))"
+}
+
+# pg_stop CLUSTER_DIR MODE
+pg_stop() {
+	local c=$1 mode=${2:-fast}
+	case $mode in fast | immediate | smart) ;; *) die "invalid stop mode '$mode' (fast, immediate, smart)" ;; esac
+	if [[ ! -s $c/data/PG_VERSION ]]; then
+		log "PostgreSQL ($c): no data directory, nothing to stop"
+		return 0
+	fi
+	ensure_pg_bin
+	if ! pg_running "$c"; then
+		log "PostgreSQL ($c) not running"
+		return 0
+	fi
+	log "stopping PostgreSQL ($c, -m $mode)"
+	as_pg "$PG_BIN/pg_ctl" -D "$c/data" stop -m "$mode" -w -t 60 </dev/null >/dev/null ||
+		die "pg_ctl stop failed for $c"
+}
+
+pg_url() { printf 'postgres://walpost:walpost@127.0.0.1:%s/walpost?sslmode=disable\n' "$1"; }
+
+# --------------------------------------------------------------------- Kafka
+
+ensure_kafka_libs() {
+	local stamp=$K_LIBS/.walpost-stack-complete want j
+	want=$(sha256sum "$K_SRC/pom.xml" | cut -d' ' -f1)
+	if [[ -f $stamp && $(<"$stamp") == "$want" ]]; then
+		return 0
+	fi
+	command -v mvn >/dev/null || die "mvn not found (needed to resolve Kafka from Maven Central)"
+	command -v java >/dev/null || die "java not found"
+	log "resolving Kafka jars with Maven into $K_LIBS (cached in ~/.m2 afterwards)"
+	rm -rf "$K_LIBS.tmp"
+	mkdir -p "$K_DIR"
+	quiet mvn -B -q -f "$K_SRC/pom.xml" dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$K_LIBS.tmp" ||
+		die "mvn dependency:copy-dependencies failed"
+	for j in 'kafka_2.13-*.jar' 'kafka-clients-*.jar' 'log4j-core-*.jar' 'log4j-slf4j*-impl-*.jar'; do
+		compgen -G "$K_LIBS.tmp/$j" >/dev/null || die "resolved Kafka libs lack $j (check stack/kafka/pom.xml)"
+	done
+	rm -rf "$K_LIBS"
+	mv "$K_LIBS.tmp" "$K_LIBS"
+	printf '%s\n' "$want" >"$stamp"
+}
+
+# Compile the readiness probe once (javac), falling back to the source launcher.
+K_PROBE=()
+ensure_kafka_probe() {
+	local src=$K_SRC/KafkaReady.java cls=$K_TOOLS/KafkaReady.class
+	local jvm=(java -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties")
+	if command -v javac >/dev/null; then
+		if [[ ! -f $cls || $src -nt $cls || $K_LIBS/.walpost-stack-complete -nt $cls ]]; then
+			mkdir -p "$K_TOOLS"
+			javac -nowarn -cp "$K_LIBS/*" -d "$K_TOOLS" "$src" >&2 || die "javac KafkaReady.java failed"
+		fi
+		K_PROBE=("${jvm[@]}" -cp "$K_LIBS/*:$K_TOOLS" KafkaReady)
+	else
+		K_PROBE=("${jvm[@]}" -cp "$K_LIBS/*" "$src")
+	fi
+}
+
+kafka_write_props() {
+	mkdir -p "$K_DATA"
+	cat >"$K_PROPS.tmp" <<EOF
+# Written by scripts/stack.sh on every start; edits are overwritten.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CPORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CPORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$K_DATA
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+auto.create.topics.enable=false
+group.initial.rebalance.delay.ms=0
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=10
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+EOF
+	mv "$K_PROPS.tmp" "$K_PROPS"
+}
+
+kafka_format() {
+	local id
+	[[ -f $K_DATA/meta.properties ]] && return 0
+	if [[ -s $K_DIR/cluster.id ]]; then
+		id=$(<"$K_DIR/cluster.id")
+	else
+		id=$(java -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
+			kafka.tools.StorageTool random-uuid </dev/null) || die "StorageTool random-uuid failed"
+		id=$(printf '%s\n' "$id" | tail -n 1)
+		printf '%s\n' "$id" >"$K_DIR/cluster.id"
+	fi
+	log "formatting Kafka storage $K_DATA (cluster id $id)"
+	quiet java -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
+		kafka.tools.StorageTool format -t "$id" -c "$K_PROPS" ||
+		die "StorageTool format failed"
+}
+
+# True when the pid file names a live broker started by this stack
+# (checks the command line, so a recycled pid is never taken for ours).
+kafka_pid() {
+	local pid cmd
+	[[ -s $K_PID ]] || return 1
+	pid=$(<"$K_PID")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+	[[ $cmd == *kafka.Kafka* && $cmd == *"$K_PROPS"* ]] || return 1
+	printf '%s\n' "$pid"
+}
+
+# Start the broker process without waiting for readiness; sets KAFKA_T0.
+KAFKA_T0=
+KAFKA_LAUNCHED=0
+kafka_launch() {
+	local pid
+	KAFKA_LAUNCHED=0
+	if pid=$(kafka_pid); then
+		if port_open "$KAFKA_PORT"; then
+			log "Kafka already running (pid $pid, 127.0.0.1:$KAFKA_PORT)"
+			return 0
+		fi
+		log "Kafka process $pid is up but port $KAFKA_PORT not open yet; waiting"
+		KAFKA_T0=$(now)
+		KAFKA_LAUNCHED=1
+		return 0
+	fi
+	rm -f "$K_PID"
+	for p in "$KAFKA_PORT" "$KAFKA_CPORT"; do
+		port_open "$p" && die "127.0.0.1:$p is already in use by another process (not our Kafka); set WALPOST_STACK_KAFKA_PORT / WALPOST_STACK_KAFKA_CONTROLLER_PORT"
+	done
+	ensure_kafka_libs
+	kafka_write_props
+	kafka_format
+	KAFKA_T0=$(now)
+	log "starting Kafka (127.0.0.1:$KAFKA_PORT, controller :$KAFKA_CPORT, log $K_LOG)"
+	printf '\n===== %s stack.sh: starting Kafka =====\n' "$(date -Is)" >>"$K_LOG"
+	# nohup+setsid: own session, immune to the caller's hangup/Ctrl-C. The
+	# background child is not a process-group leader, so setsid execs without
+	# forking and $! is the java pid.
+	nohup setsid java -Xmx512m -Xms256m -XX:+UseG1GC -Djava.awt.headless=true \
+		-Dlog4j2.configurationFile="$K_SRC/log4j2.properties" \
+		-cp "$K_LIBS/*" kafka.Kafka "$K_PROPS" </dev/null >>"$K_LOG" 2>&1 9>&- &
+	printf '%s\n' "$!" >"$K_PID"
+	KAFKA_LAUNCHED=1
+}
+
+# Wait until the launched broker serves requests (TCP, then an Admin
+# DescribeCluster that lists the broker as unfenced).
+kafka_wait() {
+	local deadline pid left
+	[[ $KAFKA_LAUNCHED == 1 ]] || return 0
+	deadline=$(deadline_in "$KAFKA_TIMEOUT")
+	pid=$(<"$K_PID")
+	until port_open "$KAFKA_PORT"; do
+		# kafka_pid checks the command line; allow the few ms the exec chain
+		# nohup -> setsid -> java takes before deciding the broker died.
+		if ! kafka_pid >/dev/null && { sleep 0.5; ! kafka_pid >/dev/null; }; then
+			tail_log "$K_LOG" 60
+			rm -f "$K_PID"
+			die "Kafka exited during startup"
+		fi
+		if past "$deadline"; then
+			tail_log "$K_LOG" 60
+			die "Kafka port 127.0.0.1:$KAFKA_PORT not open after ${KAFKA_TIMEOUT}s (pid $pid still running; see $K_LOG)"
+		fi
+		sleep 0.2
+	done
+	ensure_kafka_probe
+	left=$(remaining "$deadline")
+	((left >= 5)) || left=5
+	if ! "${K_PROBE[@]}" "127.0.0.1:$KAFKA_PORT" "$left" </dev/null >&2; then
+		tail_log "$K_LOG" 60
+		die "Kafka did not become ready within ${KAFKA_TIMEOUT}s"
+	fi
+	kafka_pid >/dev/null || { tail_log "$K_LOG" 60; die "Kafka exited right after becoming ready"; }
+	log "Kafka ready on 127.0.0.1:$KAFKA_PORT (pid $pid, $(elapsed "$KAFKA_T0"))"
+}
+
+kafka_stop() {
+	local pid deadline
+	if ! pid=$(kafka_pid); then
+		if [[ -e $K_PID ]]; then
+			log "Kafka not running (stale pid file removed)"
+			rm -f "$K_PID"
+		else
+			log "Kafka not running"
+		fi
+		return 0
+	fi
+	log "stopping Kafka (pid $pid)"
+	kill -TERM "$pid" 2>/dev/null || true
+	deadline=$(deadline_in 30)
+	# kafka_pid fails once the process is gone (or only a zombie is left).
+	while kafka_pid >/dev/null; do
+		if past "$deadline"; then
+			log "Kafka (pid $pid) still running after 30s; sending KILL"
+			kill -KILL "$pid" 2>/dev/null || true
+			deadline=$(deadline_in 10)
+			while kafka_pid >/dev/null; do
+				past "$deadline" && die "Kafka (pid $pid) survived KILL"
+				sleep 0.2
+			done
+			break
+		fi
+		sleep 0.2
+	done
+	rm -f "$K_PID"
+	log "Kafka stopped"
+}
+
+# ------------------------------------------------------------------ commands
+
+write_env() {
+	cat >"$ENV_FILE.tmp" <<EOF
+# Written by scripts/stack.sh up. Source it: . .stack/env
+export WALPOST_POSTGRES_URL=$(pg_url "$PG_PORT")
+export WALPOST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+# For tests that stop/start PostgreSQL alone (prefer scripts/stack.sh pg-stop/pg-start:
+# as root pg_ctl must run as the postgres OS user).
+export WALPOST_STACK_PGDATA=$PG_DIR/data
+export WALPOST_STACK_PG_BIN=$PG_BIN
+EOF
+	mv "$ENV_FILE.tmp" "$ENV_FILE"
+}
+
+main_pg_start() { pg_start "$PG_DIR" "$PG_PORT" logical "$PG_LOG"; }
+
+cmd_up() {
+	local t0
+	t0=$(now)
+	lock
+	ensure_pg_bin
+	# Launch Kafka first so the JVM boots while PostgreSQL starts.
+	kafka_launch
+	main_pg_start
+	kafka_wait
+	write_env
+	log "stack up ($(elapsed "$t0")); environment in $ENV_FILE"
+}
+
+scratch_stop_all() {
+	local d
+	for d in "$STATE"/scratch/*/; do
+		[[ -d $d ]] || continue
+		pg_stop "${d%/}" fast
+	done
+}
+
+cmd_down() {
+	lock
+	kafka_stop
+	pg_stop "$PG_DIR" fast
+	scratch_stop_all
+	log "stack down"
+}
+
+cmd_clean() {
+	cmd_down
+	log "removing $STATE"
+	rm -rf "$STATE"
+}
+
+cmd_status() {
+	local rc=0 pid d port
+	if pid=$(kafka_pid) && port_open "$KAFKA_PORT"; then
+		echo "kafka: up (pid $pid, 127.0.0.1:$KAFKA_PORT)"
+	elif pid=$(kafka_pid); then
+		echo "kafka: starting (pid $pid, port $KAFKA_PORT not open)"
+		rc=1
+	else
+		echo "kafka: down"
+		rc=1
+	fi
+	if find_pg_bin && pg_running "$PG_DIR" && pg_ready "$PG_PORT"; then
+		echo "postgres: up (127.0.0.1:$PG_PORT, $PG_DIR/data)"
+	else
+		echo "postgres: down"
+		rc=1
+	fi
+	for d in "$STATE"/scratch/*/; do
+		[[ -d $d ]] || continue
+		d=${d%/}
+		port=$(cut -d' ' -f1 "$d/params" 2>/dev/null || echo '?')
+		if pg_running "$d"; then
+			echo "scratch $(basename "$d"): up (127.0.0.1:$port)"
+		else
+			echo "scratch $(basename "$d"): down"
+		fi
+	done
+	return "$rc"
+}
+
+scratch_dir() {
+	[[ ${1:-} =~ ^[A-Za-z0-9_.-]+$ && $1 != . && $1 != .. ]] || die "invalid scratch name '${1:-}'"
+	printf '%s\n' "$STATE/scratch/$1"
+}
+
+cmd_scratch_up() {
+	(($# == 3)) || die "usage: scratch-pg-up NAME PORT WAL_LEVEL"
+	local name=$1 port=$2 wal=$3 d
+	d=$(scratch_dir "$name")
+	is_port "$port" || die "invalid port: $port"
+	case $wal in minimal | replica | logical) ;; *) die "invalid wal_level '$wal' (minimal, replica, logical)" ;; esac
+	lock
+	ensure_pg_bin
+	mkdir -p "$STATE/scratch"
+	if pg_running "$d" && [[ $(cat "$d/params" 2>/dev/null) != "$port $wal" ]]; then
+		log "scratch $name runs with other settings; restarting"
+		pg_stop "$d" fast
+	fi
+	pg_start "$d" "$port" "$wal" "$d/postgres.log"
+	printf '%s %s\n' "$port" "$wal" >"$d/params"
+	pg_url "$port"
+}
+
+cmd_scratch_down() {
+	(($# == 1)) || die "usage: scratch-pg-down NAME"
+	local d
+	d=$(scratch_dir "$1")
+	lock
+	if [[ -d $d ]]; then
+		pg_stop "$d" fast
+		rm -rf "$d"
+		log "scratch $1 removed"
+	else
+		log "scratch $1 does not exist"
+	fi
+}
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
+
+main() {
+	local cmd=${1:-}
+	(($#)) && shift
+	case $cmd in
+	up) cmd_up ;;
+	down) cmd_down ;;
+	clean) cmd_clean ;;
+	status) cmd_status ;;
+	kafka-start)
+		lock
+		kafka_launch
+		kafka_wait
+		;;
+	kafka-stop)
+		lock
+		kafka_stop
+		;;
+	pg-start)
+		lock
+		main_pg_start
+		;;
+	pg-stop)
+		lock
+		pg_stop "$PG_DIR" "${1:-fast}"
+		;;
+	pg-restart)
+		lock
+		pg_stop "$PG_DIR" fast
+		main_pg_start
+		;;
+	scratch-pg-up) cmd_scratch_up "$@" ;;
+	scratch-pg-down) cmd_scratch_down "$@" ;;
+	-h | --help | help) usage ;;
+	*)
+		usage
+		die "unknown command '${cmd}'"
+		;;
+	esac
+}
+
+main "$@"

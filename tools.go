@@ -1,0 +1,8 @@
+//go:build tools
+
+// Package tools pins the versions of the development tools the Makefile runs.
+package tools
+
+import (
+	_ "honnef.co/go/tools/cmd/staticcheck"
+)
