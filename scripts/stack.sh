@@ -312,8 +312,12 @@ ensure_kafka_libs() {
 	if [[ -f $stamp && $(<"$stamp") == "$want" ]]; then
 		return 0
 	fi
-	command -v mvn >/dev/null || die "mvn not found (needed to resolve Kafka from Maven Central)"
-	command -v java >/dev/null || die "java not found"
+	if ! command -v mvn >/dev/null || ! command -v javac >/dev/null; then
+		is_root || die "mvn and a JDK (javac) are needed to resolve and run Kafka; install maven and openjdk-17-jdk-headless"
+		log "installing a JDK and Maven with apt-get"
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y openjdk-17-jdk-headless maven) </dev/null >&2 9>&- ||
+			die "apt-get install openjdk-17-jdk-headless maven failed"
+	fi
 	log "resolving Kafka jars with Maven into $K_LIBS (cached in ~/.m2 afterwards)"
 	rm -rf "$K_LIBS.tmp"
 	mkdir -p "$K_DIR"

@@ -1,0 +1,452 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The stack comes from `scripts/stack.sh up` (.stack/env). Without it the
+// tests skip, unless WALPOST_REQUIRE_STACK=1 (make test), where they fail.
+var (
+	pgURL     string
+	brokers   []string
+	binary    string
+	repoRoot  string
+	buildOnce sync.Once
+	buildErr  error
+)
+
+func TestMain(m *testing.M) {
+	_, file, _, _ := runtime.Caller(0)
+	repoRoot = filepath.Dir(filepath.Dir(file))
+	pgURL = os.Getenv("WALPOST_POSTGRES_URL")
+	if b := os.Getenv("WALPOST_KAFKA_BROKERS"); b != "" {
+		brokers = strings.Split(b, ",")
+	}
+	code := m.Run()
+	if binary != "" {
+		os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
+// needStack skips (or fails under WALPOST_REQUIRE_STACK=1) without the
+// stack, and builds the walpost binary once.
+func needStack(t testing.TB) {
+	t.Helper()
+	if pgURL == "" || len(brokers) == 0 {
+		if os.Getenv("WALPOST_REQUIRE_STACK") == "1" {
+			t.Fatal("WALPOST_POSTGRES_URL / WALPOST_KAFKA_BROKERS unset: run scripts/stack.sh up and source .stack/env")
+		}
+		t.Skip("WALPOST_POSTGRES_URL / WALPOST_KAFKA_BROKERS unset: run scripts/stack.sh up and source .stack/env")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "walpost-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "walpost")
+		cmd := exec.Command("go", "build", "-o", binary, "./cmd/walpost")
+		cmd.Dir = repoRoot
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+func randName(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return prefix + "_" + hex.EncodeToString(b)
+}
+
+// fixture is one test's own outbox table, poison table, publication, slot
+// and topic; cleanup drops them all.
+type fixture struct {
+	t           testing.TB
+	Table       string
+	PoisonTable string
+	Publication string
+	Slot        string
+	Topic       string
+	Partitions  int
+	Pool        *pgxpool.Pool
+	Kafka       *kgo.Client
+	Admin       *kadm.Client
+}
+
+type fixtureOpts struct {
+	partitions  int
+	topicConfig map[string]*string
+}
+
+func newFixture(t testing.TB, o fixtureOpts) *fixture {
+	t.Helper()
+	needStack(t)
+	if o.partitions == 0 {
+		o.partitions = 3
+	}
+	ctx := context.Background()
+	id := randName("t")
+	f := &fixture{
+		t: t, Table: "outbox_" + id, PoisonTable: "poison_" + id, Publication: "pub_" + id,
+		Slot: "slot_" + id, Topic: "topic_" + id, Partitions: o.partitions,
+	}
+	if err := runWalpost(t, nil, "migrate"); err != nil {
+		t.Fatalf("walpost migrate: %v", err)
+	}
+	pool, err := pgxpool.New(ctx, pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Pool = pool
+	mustExec(t, pool, fmt.Sprintf(`CREATE TABLE %s (LIKE outbox INCLUDING ALL)`, f.Table))
+	mustExec(t, pool, fmt.Sprintf(`CREATE TABLE %s (LIKE poison_outbox INCLUDING ALL)`, f.PoisonTable))
+	mustExec(t, pool, fmt.Sprintf(`CREATE TRIGGER no_delete BEFORE DELETE ON %s FOR EACH STATEMENT EXECUTE FUNCTION poison_outbox_refuse_delete()`, f.PoisonTable))
+	mustExec(t, pool, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, f.Publication, f.Table))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Kafka, f.Admin = cl, kadm.NewClient(cl)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp, err := f.Admin.CreateTopic(cctx, int32(o.partitions), 1, o.topicConfig, f.Topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	t.Cleanup(f.cleanup)
+	return f
+}
+
+func (f *fixture) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The slot may still be held by a walsender that is shutting down.
+	for i := 0; i < 50; i++ {
+		_, err := f.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, f.Slot)
+		if err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_, _ = f.Pool.Exec(ctx, fmt.Sprintf(`DROP PUBLICATION IF EXISTS %s`, f.Publication))
+	_, _ = f.Pool.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s`, f.Table))
+	_, _ = f.Pool.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DISABLE TRIGGER no_delete`, f.PoisonTable))
+	_, _ = f.Pool.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s`, f.PoisonTable))
+	_, _ = f.Admin.DeleteTopics(ctx, f.Topic)
+	f.Kafka.Close()
+	f.Pool.Close()
+}
+
+func mustExec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// env returns the WALPOST_* variables that point walpost at the fixture.
+func (f *fixture) env(extra ...string) []string {
+	return append([]string{
+		"WALPOST_POSTGRES_URL=" + pgURL,
+		"WALPOST_KAFKA_BROKERS=" + strings.Join(brokers, ","),
+		"WALPOST_POSTGRES_TABLE=" + f.Table,
+		"WALPOST_POSTGRES_POISON_TABLE=" + f.PoisonTable,
+		"WALPOST_POSTGRES_PUBLICATION=" + f.Publication,
+		"WALPOST_POSTGRES_SLOT=" + f.Slot,
+		"WALPOST_KAFKA_TOPIC=" + f.Topic,
+		"WALPOST_HTTP_LISTEN=",
+		"WALPOST_LOG_LEVEL=debug",
+	}, extra...)
+}
+
+// runWalpost runs a walpost command to completion with the stack's
+// environment plus env.
+func runWalpost(t testing.TB, env []string, args ...string) error {
+	t.Helper()
+	out, err := walpostOutput(t, env, args...)
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}
+
+func walpostOutput(t testing.TB, env []string, args ...string) (string, error) {
+	t.Helper()
+	needStack(t)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(baseEnv(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func baseEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WALPOST_") || strings.HasPrefix(kv, "WALPOST_POSTGRES_URL=") || strings.HasPrefix(kv, "WALPOST_KAFKA_BROKERS=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// proc is a running `walpost run`.
+type proc struct {
+	t    testing.TB
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+func (f *fixture) start(extraEnv ...string) *proc {
+	f.t.Helper()
+	logFile, err := os.CreateTemp(f.t.TempDir(), "walpost-*.log")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "run")
+	cmd.Env = append(baseEnv(), f.env(extraEnv...)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	p := &proc{t: f.t, cmd: cmd, log: logFile.Name(), done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	f.t.Cleanup(func() {
+		p.kill()
+		if f.t.Failed() {
+			f.t.Logf("walpost log %s:\n%s", p.log, tail(p.log, 60))
+		}
+	})
+	return p
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// signal sends sig and waits up to timeout for the exit.
+func (p *proc) signal(sig syscall.Signal, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+		return time.Since(start), p.err
+	case <-time.After(timeout):
+		return time.Since(start), errors.New("walpost did not exit in time")
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitLog waits until the log contains s.
+func (p *proc) waitLog(s string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(p.log)
+		if strings.Contains(string(b), s) {
+			return true
+		}
+		if p.exited() {
+			b, _ := os.ReadFile(p.log)
+			return strings.Contains(string(b), s)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
+}
+
+// slotState reads the slot's confirmed_flush_lsn and whether it is active.
+func (f *fixture) slotState() (pglogrepl.LSN, bool, bool) {
+	var lsn *string
+	var active bool
+	err := f.Pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text, active FROM pg_replication_slots WHERE slot_name = $1`, f.Slot).Scan(&lsn, &active)
+	if err != nil || lsn == nil {
+		return 0, false, false
+	}
+	l, _ := pglogrepl.ParseLSN(*lsn)
+	return l, active, true
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// writeTxn inserts keys in one transaction and returns the expected events.
+func (f *fixture) writeTxn(ctx context.Context, txnID string, keys []string, payload string) ([]Expected, error) {
+	tx, err := f.Pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx)
+	rows := make([][]any, len(keys))
+	for i, k := range keys {
+		rows[i] = []any{k, payload}
+	}
+	if len(keys) > 50 {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{f.Table}, []string{"idempotency_key", "payload"}, pgx.CopyFromRows(rows)); err != nil {
+			return nil, err
+		}
+	} else {
+		b := &pgx.Batch{}
+		for _, k := range keys {
+			b.Queue(fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ($1, $2)`, f.Table), k, payload)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	exp := make([]Expected, len(keys))
+	for i, k := range keys {
+		exp[i] = Expected{Key: k, Txn: txnID, Index: i}
+	}
+	return exp, nil
+}
+
+// record is a consumed Kafka record with the fields tests look at.
+type record struct {
+	Observed
+	Value   []byte
+	Headers map[string]string
+	Time    time.Time
+}
+
+// consumeAll reads the topic from the start until want distinct keys of
+// the expected set have arrived and the topic is quiet, or timeout passes.
+func (f *fixture) consumeAll(t testing.TB, want int, timeout time.Duration) []record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []record
+	distinct := map[string]bool{}
+	deadline := time.Now().Add(timeout)
+	quietSince := time.Now()
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fetches := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fetches.EachRecord(func(r *kgo.Record) {
+			n++
+			rec := record{Observed: Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset},
+				Value: r.Value, Headers: map[string]string{}, Time: r.Timestamp}
+			for _, h := range r.Headers {
+				rec.Headers[h.Key] = string(h.Value)
+			}
+			rec.CommitLSN, _ = pglogrepl.ParseLSN(rec.Headers["commit_lsn"])
+			distinct[rec.Key] = true
+			out = append(out, rec)
+		})
+		if n > 0 {
+			quietSince = time.Now()
+		}
+		if len(distinct) >= want && time.Since(quietSince) > 2*time.Second {
+			break
+		}
+	}
+	return out
+}
+
+func observed(recs []record) []Observed {
+	out := make([]Observed, len(recs))
+	for i, r := range recs {
+		out[i] = r.Observed
+	}
+	return out
+}
+
+// currentWAL returns pg_current_wal_lsn().
+func (f *fixture) currentWAL() pglogrepl.LSN {
+	var s string
+	if err := f.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&s); err != nil {
+		f.t.Fatal(err)
+	}
+	l, _ := pglogrepl.ParseLSN(s)
+	return l
+}
+
+// rssKB returns the resident set size of pid in KiB.
+func rssKB(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "VmRSS:") {
+			fields := strings.Fields(sc.Text())
+			n, _ := strconv.Atoi(fields[1])
+			return n
+		}
+	}
+	return 0
+}
