@@ -88,15 +88,30 @@ func (s *Stream) Run(ctx context.Context) error {
 	}
 	nextStatus := time.Now().Add(s.cfg.StatusInterval)
 	paused := false
+	// runCtx governs receiving. When ctx ends in the middle of a
+	// transaction, the stream reads on (bounded by DrainTimeout) until its
+	// Commit, so a clean stop confirms it and a restart sends no duplicate.
+	runCtx := ctx
 	for {
 		if ctx.Err() != nil {
-			return s.shutdown()
+			if s.txn == nil {
+				return s.shutdown()
+			}
+			if runCtx == ctx {
+				var cancel context.CancelFunc
+				runCtx, cancel = context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+				defer cancel()
+				s.cfg.Logger.Info("stopping after the current transaction", "slot", s.cfg.Slot, "xid", s.begin.Xid)
+			}
+			if runCtx.Err() != nil {
+				return s.shutdown()
+			}
 		}
 		now := time.Now()
 		if !now.Before(nextStatus) || (s.tracker.Confirmed() > s.sent && now.Sub(s.lastSent) >= statusTick) {
-			if err := s.sendStatus(ctx, false); err != nil {
-				if ctx.Err() != nil {
-					return s.shutdown()
+			if err := s.sendStatus(runCtx, false); err != nil {
+				if runCtx.Err() != nil || ctx.Err() != nil {
+					continue
 				}
 				return err
 			}
@@ -110,7 +125,7 @@ func (s *Stream) Run(ctx context.Context) error {
 					s.obs.Backpressured(true)
 				}
 			}
-			wctx, cancel := context.WithDeadline(ctx, s.nextWake(nextStatus))
+			wctx, cancel := context.WithDeadline(runCtx, s.nextWake(nextStatus))
 			_ = s.tracker.Wait(wctx)
 			cancel()
 			continue
@@ -121,14 +136,14 @@ func (s *Stream) Run(ctx context.Context) error {
 				s.obs.Backpressured(false)
 			}
 		}
-		rctx, cancel := context.WithDeadline(ctx, s.nextWake(nextStatus))
+		rctx, cancel := context.WithDeadline(runCtx, s.nextWake(nextStatus))
 		msg, err := s.conn.ReceiveMessage(rctx)
 		cancel()
 		if err != nil {
-			if ctx.Err() != nil {
-				return s.shutdown()
-			}
-			if pgconn.Timeout(err) {
+			if pgconn.Timeout(err) || runCtx.Err() != nil || ctx.Err() != nil {
+				if s.conn.IsClosed() {
+					return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
+				}
 				continue
 			}
 			return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
@@ -339,6 +354,15 @@ func (s *Stream) shutdown() error {
 	if err := s.sendStatus(sctx, false); err != nil {
 		return err
 	}
+	// End COPY properly: the server reads the status update before the
+	// CopyDone and answers only after it. Closing instead, with WAL unread
+	// in our socket, resets the connection and the server may drop the
+	// final status update unread.
+	_ = s.conn.Conn().SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := pglogrepl.SendStandbyCopyDone(sctx, s.conn); err != nil {
+		s.cfg.Logger.Warn("ending replication: server did not finish the copy cleanly", "slot", s.cfg.Slot, "err", err.Error())
+	}
+	_ = s.conn.Conn().SetDeadline(time.Time{})
 	s.cfg.Logger.Info("replication stopped", "slot", s.cfg.Slot, "lsn", s.sent.String())
 	return nil
 }
