@@ -43,6 +43,7 @@ type Tracker struct {
 	events    int
 	bytes     int64
 	limits    Limits
+	paused    bool
 	freed     chan struct{} // signalled (non-blocking) when Done frees space
 	pool      []*Txn
 }
@@ -198,7 +199,7 @@ func (t *Tracker) Full() bool {
 }
 
 func (t *Tracker) full() bool {
-	return (t.limits.MaxEvents > 0 && t.events >= t.limits.MaxEvents) ||
+	return t.paused || (t.limits.MaxEvents > 0 && t.events >= t.limits.MaxEvents) ||
 		(t.limits.MaxBytes > 0 && t.bytes >= t.limits.MaxBytes)
 }
 
@@ -227,6 +228,21 @@ func (t *Tracker) WaitDrained(ctx context.Context) error {
 		case <-t.freed:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// SetPaused makes Full report true while paused, so the reader stops
+// reading WAL (and keeps sending status updates) while failed records are
+// isolated.
+func (t *Tracker) SetPaused(p bool) {
+	t.mu.Lock()
+	t.paused = p
+	t.mu.Unlock()
+	if !p {
+		select {
+		case t.freed <- struct{}{}:
+		default:
 		}
 	}
 }

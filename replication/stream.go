@@ -94,8 +94,8 @@ func (s *Stream) Run(ctx context.Context) error {
 	runCtx := ctx
 	for {
 		if ctx.Err() != nil {
-			if s.txn == nil {
-				return s.shutdown()
+			if s.txn == nil || aborted(ctx) {
+				return s.shutdown(ctx)
 			}
 			if runCtx == ctx {
 				var cancel context.CancelFunc
@@ -104,7 +104,7 @@ func (s *Stream) Run(ctx context.Context) error {
 				s.cfg.Logger.Info("stopping after the current transaction", "slot", s.cfg.Slot, "xid", s.begin.Xid)
 			}
 			if runCtx.Err() != nil {
-				return s.shutdown()
+				return s.shutdown(ctx)
 			}
 		}
 		now := time.Now()
@@ -326,10 +326,16 @@ func (s *Stream) sendStatus(ctx context.Context, reply bool) error {
 
 // shutdown drains in-flight events (bounded by DrainTimeout) while keeping
 // the session alive, then reports the final watermark.
-func (s *Stream) shutdown() error {
+func (s *Stream) shutdown(parent context.Context) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
-	for {
+	// A session aborted by a failure (a cause other than plain
+	// cancellation) does not wait for in-flight events: they may never
+	// be handled in this session. The watermark is sent as it stands.
+	if aborted(parent) {
+		cancel()
+	}
+	for ctx.Err() == nil {
 		events, _ := s.tracker.InFlight()
 		if events == 0 {
 			break
@@ -369,3 +375,9 @@ func (s *Stream) shutdown() error {
 
 // Confirmed is the last flush position sent to the server.
 func (s *Stream) Confirmed() pglogrepl.LSN { return s.sent }
+
+// aborted reports whether ctx ended with a failure rather than a stop.
+func aborted(ctx context.Context) bool {
+	cause := context.Cause(ctx)
+	return cause != nil && !errors.Is(cause, context.Canceled)
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -50,7 +51,9 @@ type Config struct {
 type Kafka struct {
 	cfg    Config
 	client *kgo.Client
+	admin  *kgo.Client // topic descriptions for the size limits
 	log    *slog.Logger
+	limits sync.Map // topic → int, its max.message.bytes
 }
 
 // New creates the client. It does not contact the brokers.
@@ -96,18 +99,70 @@ func New(cfg Config) (*Kafka, error) {
 		// No AllowAutoTopicCreation: a missing topic is a destination
 		// error to fix, never created implicitly.
 	}
-	if cfg.MaxMessageBytes > 0 {
-		opts = append(opts, kgo.ProducerBatchMaxBytes(int32(cfg.MaxMessageBytes)))
-	}
+	k := &Kafka{cfg: cfg, log: cfg.Logger}
+	// A batch never exceeds its topic's max.message.bytes, so the broker
+	// never refuses a batch of small records for its size.
+	opts = append(opts, kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+		if topic == "" {
+			return int32(k.fallbackLimit())
+		}
+		return int32(k.limitFor(topic))
+	}))
 	if cfg.MaxBufferedRecords > 0 {
 		opts = append(opts, kgo.MaxBufferedRecords(cfg.MaxBufferedRecords))
 	}
 	opts = append(opts, cfg.Opts...)
-	client, err := kgo.NewClient(opts...)
+	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID(cfg.ClientID + "-admin")}, cfg.Opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &Kafka{cfg: cfg, client: client, log: cfg.Logger}, nil
+	client, err := kgo.NewClient(opts...)
+	if err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	k.client, k.admin = client, admin
+	return k, nil
+}
+
+// defaultMaxMessageBytes is Kafka's default max.message.bytes.
+const defaultMaxMessageBytes = 1048588
+
+func (k *Kafka) fallbackLimit() int {
+	if k.cfg.MaxMessageBytes > 0 {
+		return k.cfg.MaxMessageBytes
+	}
+	return defaultMaxMessageBytes
+}
+
+// limitFor returns the record size limit of topic: Config.MaxMessageBytes
+// when set, else the topic's max.message.bytes (read once and cached).
+func (k *Kafka) limitFor(topic string) int {
+	if k.cfg.MaxMessageBytes > 0 {
+		return k.cfg.MaxMessageBytes
+	}
+	if v, ok := k.limits.Load(topic); ok {
+		return v.(int)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := DescribeTopic(ctx, k.admin, topic)
+	if err != nil || info.MaxMessageBytes <= 0 {
+		return defaultMaxMessageBytes
+	}
+	k.limits.Store(topic, info.MaxMessageBytes)
+	return info.MaxMessageBytes
+}
+
+// RecordSize estimates the bytes a record takes in a record batch (v2)
+// of its own: batch header, record framing, key, value and headers,
+// uncompressed, as the Java client's max.request.size check counts it.
+func RecordSize(r *kgo.Record) int {
+	n := 61 + 21 + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += 10 + len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 func codec(name string) (kgo.CompressionCodec, error) {
@@ -147,7 +202,33 @@ func (k *Kafka) Produce(ev *outbox.Event, done func(*kgo.Record, error)) {
 		done(nil, err)
 		return
 	}
+	if err := k.CheckSize(r); err != nil {
+		done(r, err)
+		return
+	}
 	k.ProduceRecord(r, ev.PartitionKey, ev.HasPartition, done)
+}
+
+// CheckSize is the size pre-check: a record larger than its topic's limit
+// fails with ErrRecordTooLarge before it is sent.
+func (k *Kafka) CheckSize(r *kgo.Record) error {
+	if size, limit := RecordSize(r), k.limitFor(r.Topic); size > limit {
+		return fmt.Errorf("%w (record of about %d bytes, topic %q allows %d)", ErrRecordTooLarge, size, r.Topic, limit)
+	}
+	return nil
+}
+
+// ProduceSync produces ev and waits for its outcome or ctx. A record
+// whose outcome is still pending when ctx ends stays in the client.
+func (k *Kafka) ProduceSync(ctx context.Context, ev *outbox.Event) error {
+	ch := make(chan error, 1)
+	k.Produce(ev, func(_ *kgo.Record, err error) { ch <- err })
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // ProduceRecord sends a built record; partitionKey, when set, chooses the
@@ -167,7 +248,10 @@ func (k *Kafka) Flush(ctx context.Context) error { return k.client.Flush(ctx) }
 
 // Close closes the client; records without an outcome fail with
 // kgo.ErrClientClosed.
-func (k *Kafka) Close() { k.client.Close() }
+func (k *Kafka) Close() {
+	k.client.Close()
+	k.admin.Close()
+}
 
 // partitioner partitions by the row's partition_key when present and by
 // the record key otherwise, both with Kafka's murmur2 (the Java client's

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/checkpoint"
-	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
 )
@@ -43,26 +44,15 @@ func newRunCommand() *cobra.Command {
 // forwarder composes the replication stream, the checkpoint tracker and the
 // Kafka sink, and restarts sessions after recoverable failures.
 type forwarder struct {
-	cfg  *Config
-	log  *slog.Logger
-	sink *sink.Kafka
+	cfg   *Config
+	log   *slog.Logger
+	sink  *sink.Kafka
+	store *poison.Store
 }
-
-// errSink wraps a failure reported by the sink for an event.
-type errSink struct {
-	key string
-	err error
-}
-
-func (e *errSink) Error() string {
-	return fmt.Sprintf("kafka refused event %q: %v", e.key, e.err)
-}
-func (e *errSink) Unwrap() error { return e.err }
 
 func (f *forwarder) run(ctx context.Context) error {
 	cfg := f.cfg
-	maxBytes, err := f.topicLimits(ctx)
-	if err != nil {
+	if err := f.checkTopic(ctx); err != nil {
 		return err
 	}
 	k, err := sink.New(sink.Config{
@@ -71,7 +61,7 @@ func (f *forwarder) run(ctx context.Context) error {
 		ClientID:           cfg.Kafka.ClientID,
 		Linger:             cfg.Kafka.Linger,
 		Compression:        cfg.Kafka.Compression,
-		MaxMessageBytes:    maxBytes,
+		MaxMessageBytes:    cfg.Kafka.MaxMessageBytes,
 		MaxBufferedRecords: cfg.Pipeline.MaxInFlightEvents + 1024,
 		Logger:             f.log.With("component", "kafka"),
 	})
@@ -80,6 +70,14 @@ func (f *forwarder) run(ctx context.Context) error {
 	}
 	f.sink = k
 	defer k.Close()
+	// The poison table is written over its own pool, never over the
+	// replication connection.
+	pool, err := pgxpool.New(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return fmt.Errorf("postgres.url: %w", err)
+	}
+	defer pool.Close()
+	f.store = poison.NewStore(pool, cfg.Postgres.PoisonTable)
 
 	backoff := time.Second
 	for {
@@ -95,7 +93,7 @@ func (f *forwarder) run(ctx context.Context) error {
 		if err == nil {
 			continue
 		}
-		if replication.IsTerminal(err) {
+		if replication.IsTerminal(err) || errors.Is(err, poison.ErrBreaker) {
 			return err
 		}
 		if time.Since(started) > time.Minute {
@@ -103,6 +101,9 @@ func (f *forwarder) run(ctx context.Context) error {
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		switch {
+		case errors.As(err, new(*poison.DestinationError)):
+			f.log.Error("forwarding stopped: fix the destination; walpost retries and resumes from the slot", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
+			backoff = min(backoff*2, 30*time.Second)
 		case errors.Is(err, replication.ErrSlotActive):
 			f.log.Info("slot is held by another process; standing by", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
 			backoff = min(backoff*2, 5*time.Second)
@@ -124,28 +125,25 @@ func (f *forwarder) run(ctx context.Context) error {
 	}
 }
 
-// topicLimits checks that the default topic exists and returns the record
-// size limit to use.
-func (f *forwarder) topicLimits(ctx context.Context) (int, error) {
-	if f.cfg.Kafka.MaxMessageBytes > 0 {
-		return f.cfg.Kafka.MaxMessageBytes, nil
-	}
+// checkTopic checks that the default topic exists, creating it when
+// kafka.create_topic_partitions asks for it.
+func (f *forwarder) checkTopic(ctx context.Context) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Kafka.Brokers...))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer cl.Close()
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	info, err := sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
+	_, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
 	if errors.Is(err, sink.ErrTopicMissing) && f.cfg.Kafka.CreateTopicPartitions > 0 {
 		if err := sink.CreateTopic(cctx, cl, f.cfg.Kafka.Topic, int32(f.cfg.Kafka.CreateTopicPartitions)); err != nil {
-			return 0, fmt.Errorf("kafka.create_topic_partitions: %w", err)
+			return fmt.Errorf("kafka.create_topic_partitions: %w", err)
 		}
 		f.log.Info("created topic", "topic", f.cfg.Kafka.Topic, "partitions", f.cfg.Kafka.CreateTopicPartitions)
 		// Metadata of a new topic takes a moment to reach every broker.
 		for {
-			info, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
+			_, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
 			if !errors.Is(err, sink.ErrTopicMissing) || cctx.Err() != nil {
 				break
 			}
@@ -153,9 +151,9 @@ func (f *forwarder) topicLimits(ctx context.Context) (int, error) {
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("kafka.topic: %w (brokers %v)", err, f.cfg.Kafka.Brokers)
+		return fmt.Errorf("kafka.topic: %w (brokers %v)", err, f.cfg.Kafka.Brokers)
 	}
-	return info.MaxMessageBytes, nil
+	return nil
 }
 
 // session runs one replication connection until it fails or ctx ends.
@@ -194,21 +192,28 @@ func (f *forwarder) session(ctx context.Context) error {
 	})
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	emit := func(ev *outbox.Event, t checkpoint.Ticket) {
-		f.sink.Produce(ev, func(_ *kgo.Record, err error) {
-			if err == nil {
-				tracker.Done(t) // Invariant 1: only an ack releases the event.
-				return
-			}
-			// Not handled: the watermark stays before this event and the
-			// session restarts from the slot.
-			cancel(&errSink{key: ev.IdempotencyKey, err: err})
-		})
-	}
+	iso := poison.NewIsolator(poison.Config{
+		MaxAttempts:  cfg.Poison.MaxAttempts,
+		Backoff:      cfg.Poison.Backoff,
+		MaxRate:      cfg.Poison.MaxRate,
+		RateWindow:   cfg.Poison.RateWindow,
+		DefaultTopic: cfg.Kafka.Topic,
+		Logger:       f.log,
+	}, f.sink, f.store, tracker)
+	isoDone := make(chan error, 1)
+	go func() {
+		err := iso.Run(sctx)
+		if err != nil {
+			cancel(err)
+		}
+		isoDone <- err
+	}()
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,
 		"table", table.String(), "lsn", slot.ConfirmedFlush.String())
-	stream := replication.NewStream(rcfg, conn, table, tracker, emit, replication.Observer{})
+	stream := replication.NewStream(rcfg, conn, table, tracker, iso.Emit, replication.Observer{})
 	err = stream.Run(sctx)
+	cancel(nil)
+	<-isoDone
 	if cause := context.Cause(sctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}

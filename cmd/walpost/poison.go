@@ -1,0 +1,201 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/walpost/walpost/poison"
+	"github.com/walpost/walpost/sink"
+)
+
+func init() { extraCommands = append(extraCommands, newPoisonCommand) }
+
+func newPoisonCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "poison",
+		Short: "Inspect and replay events quarantined in the poison table",
+	}
+	cmd.AddCommand(newPoisonListCommand(), newPoisonReplayCommand())
+	return cmd
+}
+
+func openPoisonStore(cmd *cobra.Command, cfg *Config) (*poison.Store, func(), error) {
+	pool, err := pgxpool.New(cmd.Context(), cfg.Postgres.URL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("postgres.url: %s", Redact(err.Error()))
+	}
+	return poison.NewStore(pool, cfg.Postgres.PoisonTable), pool.Close, nil
+}
+
+func newPoisonListCommand() *cobra.Command {
+	var asJSON bool
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List quarantined events in created_at order",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfigFor(cmd, needPostgres)
+			if err != nil {
+				return err
+			}
+			store, closeFn, err := openPoisonStore(cmd, cfg)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			rows, err := store.List(cmd.Context(), poison.Filter{All: true, Limit: limit})
+			if err != nil {
+				return fmt.Errorf("%s", Redact(err.Error()))
+			}
+			return writePoisonList(cmd.OutOrStdout(), rows, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most N rows (0: all)")
+	return cmd
+}
+
+// poisonListRow is the JSON shape of `walpost poison list --json`.
+type poisonListRow struct {
+	Key          string     `json:"idempotency_key"`
+	Topic        string     `json:"topic"`
+	EventType    *string    `json:"event_type"`
+	PartitionKey *string    `json:"partition_key"`
+	Attempts     int        `json:"attempts"`
+	ErrorClass   string     `json:"error_class"`
+	Error        string     `json:"error"`
+	CommitLSN    string     `json:"commit_lsn"`
+	CreatedAt    time.Time  `json:"created_at"`
+	PoisonedAt   time.Time  `json:"poisoned_at"`
+	ReplayedAt   *time.Time `json:"replayed_at"`
+	ReplayCount  int        `json:"replay_count"`
+}
+
+func writePoisonList(w io.Writer, rows []poison.Row, asJSON bool) error {
+	if asJSON {
+		out := make([]poisonListRow, len(rows))
+		for i, r := range rows {
+			out[i] = poisonListRow{Key: r.IdempotencyKey, Topic: r.Topic, EventType: r.EventType, PartitionKey: r.PartitionKey,
+				Attempts: r.Attempts, ErrorClass: r.ErrorClass, Error: r.LastError, CommitLSN: r.CommitLSN,
+				CreatedAt: r.CreatedAt.UTC(), PoisonedAt: r.PoisonedAt.UTC(), ReplayedAt: utcPtr(r.ReplayedAt), ReplayCount: r.ReplayCount}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "no quarantined events")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tTOPIC\tATTEMPTS\tCLASS\tPOISONED_AT\tREPLAYED_AT\tERROR")
+	for _, r := range rows {
+		replayed := "-"
+		if r.ReplayedAt != nil {
+			replayed = fmt.Sprintf("%s (x%d)", r.ReplayedAt.UTC().Format(time.RFC3339), r.ReplayCount)
+		}
+		msg := strings.ReplaceAll(r.LastError, "\n", " ")
+		if len(msg) > 80 {
+			msg = msg[:77] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.IdempotencyKey, r.Topic, r.Attempts, r.ErrorClass,
+			r.PoisonedAt.UTC().Format(time.RFC3339), replayed, msg)
+	}
+	return tw.Flush()
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func newPoisonReplayCommand() *cobra.Command {
+	var keys []string
+	var all, dryRun, force bool
+	cmd := &cobra.Command{
+		Use:   "replay (--key K... | --all)",
+		Short: "Re-produce quarantined events with their original key, in created_at order",
+		Long: "replay re-produces rows of the poison table through the idempotent producer, with the\n" +
+			"original key, value and headers plus a replayed_from_poison header. Each replayed row gets\n" +
+			"replayed_at and replay_count; rows are never deleted. Rows already replayed are skipped\n" +
+			"unless --force. A row that fails again keeps its row with the new error, and the command\n" +
+			"exits 1.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if all == (len(keys) > 0) {
+				return errors.New("give either --all or one or more --key")
+			}
+			cfg, err := loadConfigFor(cmd, needAll)
+			if err != nil {
+				return err
+			}
+			store, closeFn, err := openPoisonStore(cmd, cfg)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			ctx := cmd.Context()
+			rows, err := store.List(ctx, poison.Filter{Keys: keys, All: force})
+			if err != nil {
+				return fmt.Errorf("%s", Redact(err.Error()))
+			}
+			out := cmd.OutOrStdout()
+			if len(keys) > 0 {
+				found := map[string]bool{}
+				for _, r := range rows {
+					found[r.IdempotencyKey] = true
+				}
+				for _, k := range keys {
+					if !found[k] {
+						fmt.Fprintf(out, "skipped %s: not in %s, or already replayed (use --force)\n", k, cfg.Postgres.PoisonTable)
+					}
+				}
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(out, "nothing to replay")
+				return nil
+			}
+			logger := newLogger(cmd.ErrOrStderr(), cfg.Log)
+			k, err := sink.New(sink.Config{
+				Brokers: cfg.Kafka.Brokers, DefaultTopic: cfg.Kafka.Topic, ClientID: cfg.Kafka.ClientID + "-replay",
+				Linger: 0, Compression: cfg.Kafka.Compression, MaxMessageBytes: cfg.Kafka.MaxMessageBytes,
+				Logger: logger.With("component", "kafka"),
+			})
+			if err != nil {
+				return err
+			}
+			defer k.Close()
+			r := &poison.Replayer{Store: store, Sink: k, Logger: logger, Out: func(s string) { fmt.Fprintln(out, s) }}
+			res, err := r.Replay(ctx, rows, dryRun)
+			if err != nil {
+				return err
+			}
+			if dryRun {
+				fmt.Fprintf(out, "dry run: %d row(s) would be replayed\n", len(rows))
+				return nil
+			}
+			fmt.Fprintf(out, "replayed %d, failed %d\n", res.Replayed, res.Failed)
+			if res.Failed > 0 {
+				return &exitError{code: 1, err: fmt.Errorf("%d row(s) failed again; they keep their rows with the new error (walpost poison list)", res.Failed)}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&keys, "key", nil, "idempotency key to replay (repeatable)")
+	cmd.Flags().BoolVar(&all, "all", false, "replay every row not yet replayed")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be replayed, produce nothing")
+	cmd.Flags().BoolVar(&force, "force", false, "also replay rows already replayed")
+	return cmd
+}

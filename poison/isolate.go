@@ -1,0 +1,285 @@
+package poison
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/sink"
+)
+
+// ErrBreaker: too many events were quarantined within the window; a
+// systematic failure must not drain the outbox into quarantine. Fatal.
+var ErrBreaker = errors.New("poison breaker tripped")
+
+// DestinationError: Kafka refuses the destination (authorization, unknown
+// topic). Forwarding stops until it is fixed; nothing is poisoned.
+type DestinationError struct {
+	Key, Topic, Class string
+	Err               error
+}
+
+func (e *DestinationError) Error() string {
+	return fmt.Sprintf("kafka refuses topic %q (%s) for event %q; nothing is quarantined and the slot does not move past it: %v",
+		e.Topic, e.Class, e.Key, sink.Explain(e.Err, e.Topic))
+}
+
+func (e *DestinationError) Unwrap() error { return e.Err }
+
+// Producer is what the Isolator needs of the sink.
+type Producer interface {
+	Produce(ev *outbox.Event, done func(*kgo.Record, error))
+	ProduceSync(ctx context.Context, ev *outbox.Event) error
+	Flush(ctx context.Context) error
+}
+
+// Quarantine stores an event that keeps failing; Put returns once it is
+// durable.
+type Quarantine interface {
+	Put(ctx context.Context, e Entry) error
+}
+
+// Tracker is what the Isolator needs of the checkpoint tracker.
+type Tracker interface {
+	Done(checkpoint.Ticket)
+	SetPaused(bool)
+}
+
+// Config tunes the Isolator.
+type Config struct {
+	MaxAttempts  int           // attempts before quarantine; default 5
+	Backoff      time.Duration // first pause between attempts, doubled each time; default 200ms
+	MaxRate      int           // quarantined events within RateWindow that trip the breaker; default 100
+	RateWindow   time.Duration // default 1m
+	DefaultTopic string        // topic of rows without one, for the poison row
+	Logger       *slog.Logger
+	// OnPoisoned is called after an event is quarantined (metrics).
+	OnPoisoned func(topic, class string)
+}
+
+// Isolator routes events to the sink and settles failed ones.
+type Isolator struct {
+	cfg     Config
+	prod    Producer
+	store   Quarantine
+	tracker Tracker
+
+	gate   sync.Mutex // held while producing, so held events keep their order
+	paused atomic.Bool
+	held   []item
+	seq    uint64
+
+	fmu    sync.Mutex
+	failed []item
+	kick   chan struct{}
+
+	poisoned []time.Time // quarantine times within the window
+}
+
+type item struct {
+	ev     *outbox.Event
+	ticket checkpoint.Ticket
+	seq    uint64
+	err    error
+}
+
+// NewIsolator wires an Isolator; Run must run for failures to be settled.
+func NewIsolator(cfg Config, prod Producer, store Quarantine, tracker Tracker) *Isolator {
+	if cfg.MaxAttempts < 1 {
+		cfg.MaxAttempts = 5
+	}
+	if cfg.Backoff <= 0 {
+		cfg.Backoff = 200 * time.Millisecond
+	}
+	if cfg.MaxRate < 1 {
+		cfg.MaxRate = 100
+	}
+	if cfg.RateWindow <= 0 {
+		cfg.RateWindow = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Isolator{cfg: cfg, prod: prod, store: store, tracker: tracker, kick: make(chan struct{}, 1)}
+}
+
+// Emit hands an event on: produced at once, or held in order while failed
+// records are being settled. Called from the replication goroutine.
+func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
+	i.gate.Lock()
+	defer i.gate.Unlock()
+	it := item{ev: ev, ticket: t, seq: i.seq}
+	i.seq++
+	if i.paused.Load() {
+		i.held = append(i.held, it)
+		return
+	}
+	i.produce(it)
+}
+
+func (i *Isolator) produce(it item) {
+	i.prod.Produce(it.ev, func(_ *kgo.Record, err error) {
+		if err == nil {
+			// Invariant 1: the ack releases the event.
+			i.tracker.Done(it.ticket)
+			return
+		}
+		// Promises must not block: record the failure and wake Run.
+		i.paused.Store(true)
+		i.tracker.SetPaused(true)
+		it.err = err
+		i.fmu.Lock()
+		i.failed = append(i.failed, it)
+		i.fmu.Unlock()
+		select {
+		case i.kick <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// Run settles failures until ctx ends or a failure must end the session
+// (a *DestinationError, ErrBreaker, or an unknown/transient failure).
+func (i *Isolator) Run(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-i.kick:
+		}
+		if err := i.settle(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+func (i *Isolator) settle(ctx context.Context) error {
+	i.tracker.SetPaused(true)
+	// Every produced record gets its outcome first: franz-go fails all
+	// buffered records of a partition along with the guilty one.
+	if err := i.prod.Flush(ctx); err != nil {
+		return err
+	}
+	i.fmu.Lock()
+	failed := i.failed
+	i.failed = nil
+	i.fmu.Unlock()
+	// One at a time, in the order they were emitted.
+	slices.SortFunc(failed, func(a, b item) int { return cmp.Compare(a.seq, b.seq) })
+	for _, it := range failed {
+		if err := i.settleOne(ctx, it); err != nil {
+			return err
+		}
+	}
+	// Release held events in order, then let new ones through.
+	i.gate.Lock()
+	i.paused.Store(false)
+	held := i.held
+	i.held = nil
+	for _, h := range held {
+		i.produce(h)
+	}
+	i.gate.Unlock()
+	i.tracker.SetPaused(false)
+	return nil
+}
+
+func (i *Isolator) settleOne(ctx context.Context, it item) error {
+	err := it.err
+	attempts := 1
+	topic := it.ev.Topic
+	if topic == "" {
+		topic = i.cfg.DefaultTopic
+	}
+	for {
+		kind, class := sink.Classify(err)
+		switch kind {
+		case sink.Record:
+			if attempts >= i.cfg.MaxAttempts {
+				return i.quarantine(ctx, it, topic, attempts, err, class)
+			}
+			i.cfg.Logger.Warn("kafka refused a record; retrying it alone",
+				"idempotency_key", it.ev.IdempotencyKey, "topic", topic, "error_class", class, "attempt", attempts, "err", err.Error())
+			if !sleep(ctx, i.cfg.Backoff<<(attempts-1)) {
+				return ctx.Err()
+			}
+		case sink.Destination:
+			return &DestinationError{Key: it.ev.IdempotencyKey, Topic: topic, Class: class, Err: err}
+		default:
+			return fmt.Errorf("kafka failed event %q on topic %q (%s, %s); the session restarts from the slot: %w",
+				it.ev.IdempotencyKey, topic, kind, class, err)
+		}
+		attempts++
+		err = i.prod.ProduceSync(ctx, it.ev)
+		if err == nil {
+			i.tracker.Done(it.ticket)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// quarantine writes the poison row, retrying until it commits: the slot
+// never moves past the event meanwhile (Invariant 1), and the event is
+// never dropped (Invariant 2).
+func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attempts int, cause error, class string) error {
+	e := Entry{Event: it.ev, Topic: topic, Attempts: attempts, LastError: cause.Error(), ErrorClass: class}
+	backoff := i.cfg.Backoff
+	for {
+		err := i.store.Put(ctx, e)
+		if err == nil {
+			break
+		}
+		i.cfg.Logger.Error("cannot write the poison row; the slot stays before this event and walpost retries",
+			"idempotency_key", it.ev.IdempotencyKey, "topic", topic, "err", err.Error(), "retry_in", backoff.String())
+		if !sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+	i.tracker.Done(it.ticket)
+	i.cfg.Logger.Warn("event quarantined in the poison table",
+		"idempotency_key", it.ev.IdempotencyKey, "topic", topic, "error_class", class, "attempts", attempts,
+		"lsn", it.ev.CommitLSN.String(), "err", cause.Error())
+	if i.cfg.OnPoisoned != nil {
+		i.cfg.OnPoisoned(topic, class)
+	}
+	now := time.Now()
+	i.poisoned = append(i.poisoned, now)
+	cut := 0
+	for cut < len(i.poisoned) && now.Sub(i.poisoned[cut]) > i.cfg.RateWindow {
+		cut++
+	}
+	i.poisoned = i.poisoned[cut:]
+	if len(i.poisoned) > i.cfg.MaxRate {
+		return fmt.Errorf("%w: %d events quarantined within %s (poison.max_rate %d): a systematic failure (%s on topic %q) must not drain the outbox; fix the cause, then restart walpost (raise poison.max_rate if this volume is expected)",
+			ErrBreaker, len(i.poisoned), i.cfg.RateWindow, i.cfg.MaxRate, class, topic)
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,118 @@
+package poison
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/sink"
+)
+
+// HeaderReplayed marks a record re-produced from the poison table.
+const HeaderReplayed = "replayed_from_poison"
+
+// Record builds the Kafka record of a poison row: the original key, value
+// and headers, plus replayed_from_poison.
+func Record(r Row) (*kgo.Record, *outbox.Event, error) {
+	ev := &outbox.Event{
+		ID:             r.OutboxID,
+		IdempotencyKey: r.IdempotencyKey,
+		Payload:        []byte(r.Payload),
+		CreatedAt:      r.CreatedAt.UTC().Format(time.RFC3339Nano),
+		Topic:          r.Topic,
+		CommitTime:     time.Now(),
+	}
+	if r.PartitionKey != nil {
+		ev.PartitionKey, ev.HasPartition = *r.PartitionKey, true
+	}
+	if r.EventType != nil {
+		ev.EventType = *r.EventType
+	}
+	if r.Headers != nil {
+		ev.Headers = []byte(*r.Headers)
+	}
+	ev.CommitLSN, _ = pglogrepl.ParseLSN(r.CommitLSN)
+	rec, err := sink.BuildRecord(ev, r.Topic)
+	if err != nil {
+		return nil, ev, err
+	}
+	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderReplayed, Value: []byte("true")})
+	return rec, ev, nil
+}
+
+// ReplayResult counts what a replay did.
+type ReplayResult struct {
+	Replayed, Failed int
+	Keys             []string // replayed keys, in order
+	Errors           map[string]string
+}
+
+// Replayer re-produces poison rows through the idempotent producer.
+type Replayer struct {
+	Store  *Store
+	Sink   *sink.Kafka
+	Logger *slog.Logger
+	// Out receives one line per row (may be nil).
+	Out func(line string)
+}
+
+// Replay re-produces rows in created_at order, one at a time. A replayed
+// row gets replayed_at and replay_count; a row that fails again keeps its
+// place and gets the new error. Rows are never deleted.
+func (p *Replayer) Replay(ctx context.Context, rows []Row, dryRun bool) (ReplayResult, error) {
+	res := ReplayResult{Errors: map[string]string{}}
+	out := p.Out
+	if out == nil {
+		out = func(string) {}
+	}
+	for _, row := range rows {
+		if dryRun {
+			out(fmt.Sprintf("would replay %s to %s (poisoned %s: %s)", row.IdempotencyKey, row.Topic, row.PoisonedAt.UTC().Format(time.RFC3339), row.ErrorClass))
+			continue
+		}
+		err := p.replayOne(ctx, row)
+		if err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			_, class := sink.Classify(err)
+			res.Failed++
+			res.Errors[row.IdempotencyKey] = err.Error()
+			out(fmt.Sprintf("FAILED %s to %s: %v", row.IdempotencyKey, row.Topic, err))
+			if merr := p.Store.MarkFailed(ctx, row.IdempotencyKey, err.Error(), class); merr != nil {
+				return res, merr
+			}
+			continue
+		}
+		if err := p.Store.MarkReplayed(ctx, row.IdempotencyKey); err != nil {
+			return res, fmt.Errorf("%s was produced but could not be marked replayed: %w", row.IdempotencyKey, err)
+		}
+		res.Replayed++
+		res.Keys = append(res.Keys, row.IdempotencyKey)
+		out(fmt.Sprintf("replayed %s to %s", row.IdempotencyKey, row.Topic))
+	}
+	return res, nil
+}
+
+func (p *Replayer) replayOne(ctx context.Context, row Row) error {
+	rec, ev, err := Record(row)
+	if err != nil {
+		return err
+	}
+	if err := p.Sink.CheckSize(rec); err != nil {
+		return err
+	}
+	ch := make(chan error, 1)
+	p.Sink.ProduceRecord(rec, ev.PartitionKey, ev.HasPartition, func(_ *kgo.Record, err error) { ch <- err })
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
