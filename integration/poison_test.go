@@ -201,3 +201,65 @@ func TestPoisonTableUnavailable(t *testing.T) {
 		t.Fatalf("poison row count %d, %v", n, err)
 	}
 }
+
+// TestUnknownTopicHaltsAndResumes: an event routed to a topic that does not
+// exist stops forwarding with an error that says what to fix; nothing is
+// poisoned and the slot does not pass it; once the topic exists,
+// forwarding resumes with nothing lost.
+func TestUnknownTopicHaltsAndResumes(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	missing := randName("missing")
+	t.Cleanup(func() { _, _ = f.Admin.DeleteTopics(context.Background(), missing) })
+	p := f.start()
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatal("walpost did not stream")
+	}
+	ctx := context.Background()
+	first, err := f.writeTxn(ctx, "a", []string{"m-1"}, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, topic) VALUES ('m-routed', '{}', $1)`, f.Table), missing)
+	stuckEnd := f.currentWAL()
+	last, err := f.writeTxn(ctx, "c", []string{"m-2"}, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.waitLog("does not exist: create it", 90*time.Second) {
+		t.Fatal("no error naming the missing topic")
+	}
+	held, _, _ := f.slotState()
+	if held >= stuckEnd {
+		t.Fatalf("slot confirmed %s past the undeliverable event (ends by %s)", held, stuckEnd)
+	}
+	var n int
+	if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s`, f.PoisonTable)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("poison rows %d (%v), want 0", n, err)
+	}
+	resp, err := f.Admin.CreateTopic(ctx, 1, 1, nil, missing)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := f.consumeAll(t, 2, 90*time.Second)
+	rep := Validate(append(first, last...), observed(recs))
+	if !rep.OK() {
+		t.Fatalf("after creating the topic: %s", rep)
+	}
+	waitFor(t, 90*time.Second, "slot past the routed event", func() bool {
+		lsn, _, _ := f.slotState()
+		return lsn >= stuckEnd
+	})
+	if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s`, f.PoisonTable)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("poison rows %d (%v) after the topic was created, want 0", n, err)
+	}
+	ends, err := f.Admin.ListEndOffsets(ctx, missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := ends.Lookup(missing, 0); !ok || o.Offset < 1 {
+		t.Fatalf("routed event not in topic %s: %+v", missing, o)
+	}
+}
