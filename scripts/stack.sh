@@ -33,6 +33,11 @@ STATE=$ROOT/.stack
 PG_PORT=${WALPOST_STACK_PG_PORT:-54329}
 KAFKA_PORT=${WALPOST_STACK_KAFKA_PORT:-19092}
 KAFKA_CPORT=${WALPOST_STACK_KAFKA_CONTROLLER_PORT:-19093}
+# A second client listener whose advertised address is a port nobody
+# listens on: a test puts its TCP proxy there, so every connection of a
+# client bootstrapped through it crosses the proxy (network-fault tests).
+KAFKA_PROXIED_PORT=${WALPOST_STACK_KAFKA_PROXIED_PORT:-19094}
+KAFKA_PROXY_PORT=${WALPOST_STACK_KAFKA_PROXY_PORT:-19095}
 PG_TIMEOUT=${WALPOST_STACK_PG_TIMEOUT:-60}
 KAFKA_TIMEOUT=${WALPOST_STACK_KAFKA_TIMEOUT:-120}
 
@@ -355,11 +360,11 @@ kafka_write_props() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CPORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CPORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CPORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,PROXIED://127.0.0.1:$KAFKA_PROXY_PORT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,PROXIED:PLAINTEXT
 log.dirs=$K_DATA
 num.partitions=1
 default.replication.factor=1
@@ -423,7 +428,7 @@ kafka_launch() {
 		return 0
 	fi
 	rm -f "$K_PID"
-	for p in "$KAFKA_PORT" "$KAFKA_CPORT"; do
+	for p in "$KAFKA_PORT" "$KAFKA_CPORT" "$KAFKA_PROXIED_PORT"; do
 		port_open "$p" && die "127.0.0.1:$p is already in use by another process (not our Kafka); set WALPOST_STACK_KAFKA_PORT / WALPOST_STACK_KAFKA_CONTROLLER_PORT"
 	done
 	ensure_kafka_libs
@@ -517,6 +522,10 @@ export WALPOST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 # as root pg_ctl must run as the postgres OS user).
 export WALPOST_STACK_PGDATA=$PG_DIR/data
 export WALPOST_STACK_PG_BIN=$PG_BIN
+# Network-fault tests: Kafka's PROXIED listener is at ..._LISTENER and
+# advertises ..._ADVERTISED, where a test runs a TCP proxy to it.
+export WALPOST_STACK_KAFKA_PROXIED_LISTENER=127.0.0.1:$KAFKA_PROXIED_PORT
+export WALPOST_STACK_KAFKA_PROXIED_ADVERTISED=127.0.0.1:$KAFKA_PROXY_PORT
 EOF
 	mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
