@@ -204,7 +204,7 @@ func checkPublicationOps(ctx context.Context, conn *pgx.Conn, pub string, table 
 }
 
 func checkKafka(ctx context.Context, cfg *Config, c *checker) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.DialTimeout(5*time.Second))
+	cl, err := newKafkaClient(cfg, kgo.DialTimeout(5*time.Second))
 	if err != nil {
 		c.fail("kafka", err)
 		c.skip("topic", "no Kafka client")

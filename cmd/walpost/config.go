@@ -71,6 +71,25 @@ type KafkaConfig struct {
 	MaxMessageBytes int `mapstructure:"max_message_bytes" doc:"Largest record batch in bytes; 0 uses the topic's max.message.bytes." default:"0"`
 	// FlushTimeout bounds the final flush on shutdown. Default 30s.
 	FlushTimeout time.Duration `mapstructure:"flush_timeout" doc:"How long shutdown waits for outstanding acks (duration)." default:"30s"`
+	TLS          KafkaTLS      `mapstructure:"tls"`
+	SASL         KafkaSASL     `mapstructure:"sasl"`
+}
+
+// KafkaTLS configures TLS to the brokers.
+type KafkaTLS struct {
+	Enabled            bool   `mapstructure:"enabled" doc:"Connect to the brokers over TLS." default:"false"`
+	CAFile             string `mapstructure:"ca_file" doc:"PEM file of the CA that signed the brokers' certificates; empty uses the system roots." default:""`
+	CertFile           string `mapstructure:"cert_file" doc:"PEM client certificate for mutual TLS." default:""`
+	KeyFile            string `mapstructure:"key_file" doc:"PEM key of the client certificate." default:""`
+	ServerName         string `mapstructure:"server_name" doc:"Expected server name, when it differs from the broker host." default:""`
+	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify" doc:"Skip certificate verification (testing only)." default:"false"`
+}
+
+// KafkaSASL configures SASL authentication to the brokers.
+type KafkaSASL struct {
+	Mechanism string `mapstructure:"mechanism" doc:"Empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512." default:""`
+	Username  string `mapstructure:"username" doc:"SASL user." default:""`
+	Password  string `mapstructure:"password" doc:"SASL password (never logged)." default:""`
 }
 
 // PipelineConfig bounds memory between the slot and the broker.
@@ -355,6 +374,18 @@ func (c *Config) validate(need needs) error {
 	}
 	if c.Kafka.FlushTimeout <= 0 {
 		bad("kafka.flush_timeout", c.Kafka.FlushTimeout.String(), "a positive duration")
+	}
+	switch strings.ToUpper(c.Kafka.SASL.Mechanism) {
+	case "":
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.Kafka.SASL.Username == "" {
+			bad("kafka.sasl.username", "", "required with kafka.sasl.mechanism")
+		}
+	default:
+		bad("kafka.sasl.mechanism", c.Kafka.SASL.Mechanism, "empty, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	}
+	if (c.Kafka.TLS.CertFile == "") != (c.Kafka.TLS.KeyFile == "") {
+		bad("kafka.tls.cert_file", c.Kafka.TLS.CertFile, "cert_file and key_file go together")
 	}
 	if c.Pipeline.MaxInFlightEvents < 1 {
 		bad("pipeline.max_inflight_events", strconv.Itoa(c.Pipeline.MaxInFlightEvents), "at least 1")

@@ -65,6 +65,9 @@ func writeEffective(w io.Writer, cfg *Config) {
 				}
 				val = strings.Join(parts, ",")
 			}
+			if strings.Contains(key, "password") && val != "" {
+				val = "xxxxx"
+			}
 			fmt.Fprintf(w, "%s = %s\n", key, Redact(val))
 		}
 	}

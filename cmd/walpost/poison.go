@@ -168,7 +168,12 @@ func newPoisonReplayCommand() *cobra.Command {
 				return nil
 			}
 			logger := newLogger(cmd.ErrOrStderr(), cfg.Log)
+			kopts, err := kafkaOpts(cfg)
+			if err != nil {
+				return err
+			}
 			k, err := sink.New(sink.Config{
+				Opts:    kopts,
 				Brokers: cfg.Kafka.Brokers, DefaultTopic: cfg.Kafka.Topic, ClientID: cfg.Kafka.ClientID + "-replay",
 				Linger: 0, Compression: cfg.Kafka.Compression, MaxMessageBytes: cfg.Kafka.MaxMessageBytes,
 				Logger: logger.With("component", "kafka"),

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/poison"
@@ -55,7 +54,12 @@ func (f *forwarder) run(ctx context.Context) error {
 	if err := f.checkTopic(ctx); err != nil {
 		return err
 	}
+	kopts, err := kafkaOpts(cfg)
+	if err != nil {
+		return err
+	}
 	k, err := sink.New(sink.Config{
+		Opts:               kopts,
 		Brokers:            cfg.Kafka.Brokers,
 		DefaultTopic:       cfg.Kafka.Topic,
 		ClientID:           cfg.Kafka.ClientID,
@@ -128,7 +132,7 @@ func (f *forwarder) run(ctx context.Context) error {
 // checkTopic checks that the default topic exists, creating it when
 // kafka.create_topic_partitions asks for it.
 func (f *forwarder) checkTopic(ctx context.Context) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(f.cfg.Kafka.Brokers...))
+	cl, err := newKafkaClient(f.cfg)
 	if err != nil {
 		return err
 	}
