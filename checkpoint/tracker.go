@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -24,6 +25,7 @@ type Txn struct {
 	pending int
 	sealed  bool
 	end     pglogrepl.LSN
+	commit  time.Time
 }
 
 // Ticket identifies one event for Done.
@@ -55,7 +57,10 @@ func New(start pglogrepl.LSN, limits Limits) *Tracker {
 }
 
 // Open starts a transaction. Only one may be open at a time.
-func (t *Tracker) Open() (*Txn, error) {
+func (t *Tracker) Open() (*Txn, error) { return t.OpenAt(time.Time{}) }
+
+// OpenAt starts a transaction committed at commit (for OldestPending).
+func (t *Tracker) OpenAt(commit time.Time) (*Txn, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.open != nil {
@@ -69,6 +74,7 @@ func (t *Tracker) Open() (*Txn, error) {
 	} else {
 		x = &Txn{}
 	}
+	x.commit = commit
 	t.open = x
 	t.fifo = append(t.fifo, x)
 	return x, nil
@@ -245,4 +251,16 @@ func (t *Tracker) SetPaused(p bool) {
 		default:
 		}
 	}
+}
+
+// OldestPending returns the commit time of the oldest transaction not yet
+// confirmed, and false when none is pending.
+func (t *Tracker) OldestPending() (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance()
+	if t.head < len(t.fifo) {
+		return t.fifo[t.head].commit, true
+	}
+	return time.Time{}, false
 }

@@ -23,6 +23,8 @@ type EmitFunc func(ev *outbox.Event, t checkpoint.Ticket)
 type Observer struct {
 	// Status is called after each standby status update.
 	Status func(received, confirmed pglogrepl.LSN)
+	// Received is called for each event handed on.
+	Received func(ev *outbox.Event)
 	// Backpressured is called when the reader pauses (true) or resumes.
 	Backpressured func(bool)
 	// Streaming is called once replication has started.
@@ -209,7 +211,7 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		if s.txn != nil {
 			return &DecodeError{LSN: xld.WALStart, Err: errors.New("begin inside a transaction")}
 		}
-		txn, err := s.tracker.Open()
+		txn, err := s.tracker.OpenAt(m.CommitTime)
 		if err != nil {
 			return err
 		}
@@ -237,6 +239,9 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		ev := s.event(r, m.Tuple)
 		// Invariant 2: every event gets a ticket; only Done releases it.
 		t := s.tracker.Add(s.txn, ev.Size())
+		if s.obs.Received != nil {
+			s.obs.Received(ev)
+		}
 		s.emit(ev, t)
 	case *pglogrepl.CommitMessage:
 		if s.txn == nil {
@@ -246,8 +251,15 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 			return err
 		}
 		s.txn = nil
-	case *pglogrepl.LogicalDecodingMessage, *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
-		// Heartbeats and metadata: nothing to forward.
+	case *pglogrepl.LogicalDecodingMessage:
+		// A heartbeat (pg_logical_emit_message, non-transactional): nothing
+		// to forward, but with nothing in flight the watermark may move to
+		// it, so a database without writes does not pin WAL.
+		if !m.Transactional && s.txn == nil {
+			s.tracker.Idle(xld.WALStart)
+		}
+	case *pglogrepl.TypeMessage, *pglogrepl.OriginMessage:
+		// Metadata: nothing to forward.
 	case *pglogrepl.UpdateMessage, *pglogrepl.DeleteMessage, *pglogrepl.TruncateMessage:
 		if !s.warned[msg.Type()] {
 			s.warned[msg.Type()] = true

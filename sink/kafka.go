@@ -43,8 +43,10 @@ type Config struct {
 	// data loss on a partition (OUT_OF_ORDER_SEQUENCE_NUMBER or
 	// UNKNOWN_PRODUCER_ID after acks). It must not block.
 	OnDataLoss func(topic string, partition int32)
-	// Opts are extra client options (TLS, SASL, tests).
+	// Opts are extra client options (TLS, SASL, tests) for every client.
 	Opts []kgo.Opt
+	// ProducerOpts apply to the producing client only (e.g. metric hooks).
+	ProducerOpts []kgo.Opt
 }
 
 // Kafka is the producing side.
@@ -112,6 +114,7 @@ func New(cfg Config) (*Kafka, error) {
 		opts = append(opts, kgo.MaxBufferedRecords(cfg.MaxBufferedRecords))
 	}
 	opts = append(opts, cfg.Opts...)
+	opts = append(opts, cfg.ProducerOpts...)
 	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID(cfg.ClientID + "-admin")}, cfg.Opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)

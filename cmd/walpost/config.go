@@ -45,6 +45,9 @@ type PostgresConfig struct {
 	Table string `mapstructure:"table" doc:"Outbox table (schema-qualified or in the search_path)." default:"outbox"`
 	// PoisonTable receives records Kafka keeps refusing. Default "poison_outbox".
 	PoisonTable string `mapstructure:"poison_table" doc:"Quarantine table for records Kafka keeps refusing." default:"poison_outbox"`
+	// HeartbeatInterval, when above 0, emits pg_logical_emit_message on the
+	// side connection so the slot advances on a database without writes.
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval" doc:"Emit a logical heartbeat message this often so the slot advances on an idle database (duration); 0 disables." default:"0s"`
 	// StatusInterval is the longest time between two standby status updates.
 	// Must stay below the server's wal_sender_timeout. Default 10s.
 	StatusInterval time.Duration `mapstructure:"status_interval" doc:"Longest interval between standby status updates (duration, ≤ 10s)." default:"10s"`
@@ -119,6 +122,11 @@ type HTTPConfig struct {
 	// Listen is the address of /metrics, /healthz and /readyz; empty turns
 	// the server off.
 	Listen string `mapstructure:"listen" doc:"Address for /metrics, /healthz and /readyz; empty disables." default:":9187"`
+	// ReadyStallTimeout: /readyz fails when events are pending and the
+	// confirmed LSN has not moved for this long.
+	ReadyStallTimeout time.Duration `mapstructure:"ready_stall_timeout" doc:"/readyz fails when events are pending and the confirmed LSN has not moved for this long (duration)." default:"60s"`
+	// ReadyMaxRetainedBytes: /readyz fails when the slot retains more WAL.
+	ReadyMaxRetainedBytes int64 `mapstructure:"ready_max_retained_bytes" doc:"/readyz fails when the slot retains more WAL than this (bytes); 0 disables the check." default:"0"`
 }
 
 // LogConfig shapes the logs.
@@ -205,6 +213,9 @@ func newViper(fs *pflag.FlagSet) (*viper.Viper, error) {
 			v.SetDefault(k.Key, k.Default)
 		}
 	}
+	// An empty variable is a value (WALPOST_HTTP_LISTEN= turns the server
+	// off), not an absent one.
+	v.AllowEmptyEnv(true)
 	v.SetEnvPrefix("WALPOST")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
 	v.AutomaticEnv()
@@ -260,6 +271,7 @@ func decodeConfig(v *viper.Viper, need needs) (*Config, error) {
 	err := v.Unmarshal(&cfg, func(dc *mapstructure.DecoderConfig) {
 		dc.ErrorUnused = true
 		dc.Metadata = &md
+		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationNeedsUnit, dc.DecodeHook)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("invalid config: %s", describeDecodeError(err))
@@ -281,19 +293,44 @@ func decodeConfig(v *viper.Viper, need needs) (*Config, error) {
 	return &cfg, nil
 }
 
-var unusedKeyRE = regexp.MustCompile(`has invalid keys: (.*)`)
+var unusedKeyRE = regexp.MustCompile(`(?:'([^']*)' )?has invalid keys: ([^\n]*)`)
+
+// durationNeedsUnit refuses a bare number for a duration ("10" would be
+// 10ns); durations are written with a unit, e.g. "10s".
+func durationNeedsUnit(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeOf(time.Duration(0)) {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return nil, fmt.Errorf("duration %v needs a unit, e.g. \"10s\" or \"200ms\"", data)
+	}
+	return data, nil
+}
 
 func describeDecodeError(err error) string {
 	msg := err.Error()
-	if m := unusedKeyRE.FindStringSubmatch(msg); m != nil {
-		known := make([]string, 0)
-		for _, k := range configKeys() {
-			known = append(known, k.Key)
-		}
-		sort.Strings(known)
-		return fmt.Sprintf("unknown key(s) %s in the config file; known keys: %s", m[1], strings.Join(known, ", "))
+	ms := unusedKeyRE.FindAllStringSubmatch(msg, -1)
+	if ms == nil {
+		return msg
 	}
-	return msg
+	var unknown []string
+	for _, m := range ms {
+		for _, k := range strings.Split(m[2], ",") {
+			k = strings.TrimSpace(k)
+			if m[1] != "" {
+				k = m[1] + "." + k
+			}
+			unknown = append(unknown, k)
+		}
+	}
+	known := make([]string, 0)
+	for _, k := range configKeys() {
+		known = append(known, k.Key)
+	}
+	sort.Strings(known)
+	return fmt.Sprintf("unknown key(s) %s in the config file; known keys: %s", strings.Join(unknown, ", "), strings.Join(known, ", "))
 }
 
 // ConfigError names the key, the offending value and what is allowed.
@@ -354,6 +391,15 @@ func (c *Config) validate(need needs) error {
 	}
 	if !validTopic(c.Kafka.Topic) {
 		bad("kafka.topic", c.Kafka.Topic, "a Kafka topic name: 1-249 characters of [a-zA-Z0-9._-]")
+	}
+	if c.Postgres.HeartbeatInterval < 0 {
+		bad("postgres.heartbeat_interval", c.Postgres.HeartbeatInterval.String(), "0 (off) or a positive duration")
+	}
+	if c.HTTP.ReadyStallTimeout <= 0 {
+		bad("http.ready_stall_timeout", c.HTTP.ReadyStallTimeout.String(), "a positive duration")
+	}
+	if c.HTTP.ReadyMaxRetainedBytes < 0 {
+		bad("http.ready_max_retained_bytes", strconv.FormatInt(c.HTTP.ReadyMaxRetainedBytes, 10), "0 (off) or a byte count")
 	}
 	if c.Kafka.CreateTopicPartitions < 0 {
 		bad("kafka.create_topic_partitions", strconv.Itoa(c.Kafka.CreateTopicPartitions), "0 (never create) or a partition count")
@@ -430,16 +476,18 @@ func validTopic(t string) bool { return topicRE.MatchString(t) && t != "." && t 
 var dsnPasswordRE = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
 
 // Redact hides the password of a PostgreSQL URL or keyword/value DSN, also
-// when it is embedded in a longer message.
+// when it is embedded in a longer message or the URL does not parse.
 func Redact(s string) string {
 	s = dsnPasswordRE.ReplaceAllString(s, "${1}xxxxx")
 	return urlUserinfoRE.ReplaceAllStringFunc(s, func(m string) string {
 		u, err := url.Parse(m)
 		if err != nil {
-			return m
+			return urlPasswordRE.ReplaceAllString(m, "${1}xxxxx@")
 		}
 		return u.Redacted()
 	})
 }
+
+var urlPasswordRE = regexp.MustCompile(`(postgres(?:ql)?://[^:/@\s"']*:)[^@\s"']*@`)
 
 var urlUserinfoRE = regexp.MustCompile(`postgres(ql)?://[^\s"']+`)

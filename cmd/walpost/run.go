@@ -4,14 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/poison"
@@ -30,8 +38,23 @@ func newRunCommand() *cobra.Command {
 				return err
 			}
 			logger := newLogger(os.Stderr, cfg.Log)
-			f := &forwarder{cfg: cfg, log: logger}
-			if err := f.run(cmd.Context()); err != nil {
+			reg := newRegistry()
+			f := &forwarder{cfg: cfg, log: logger, reg: reg, m: newMetrics(reg)}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			httpDone := make(chan error, 1)
+			if cfg.HTTP.Listen != "" {
+				go func() { httpDone <- serveHTTP(ctx, cfg, reg, f.m, logger) }()
+			} else {
+				httpDone <- nil
+			}
+			err = f.run(ctx)
+			f.m.setState(stateStopped)
+			cancel()
+			if herr := <-httpDone; herr != nil && err == nil {
+				err = herr
+			}
+			if err != nil {
 				logger.Error("walpost stopped", "err", Redact(err.Error()))
 				return &exitError{code: 1, err: err}
 			}
@@ -45,8 +68,11 @@ func newRunCommand() *cobra.Command {
 type forwarder struct {
 	cfg   *Config
 	log   *slog.Logger
+	reg   *prometheus.Registry
+	m     *metrics
 	sink  *sink.Kafka
 	store *poison.Store
+	pool  *pgxpool.Pool
 }
 
 func (f *forwarder) run(ctx context.Context) error {
@@ -60,6 +86,7 @@ func (f *forwarder) run(ctx context.Context) error {
 	}
 	k, err := sink.New(sink.Config{
 		Opts:               kopts,
+		ProducerOpts:       []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(f.reg)))},
 		Brokers:            cfg.Kafka.Brokers,
 		DefaultTopic:       cfg.Kafka.Topic,
 		ClientID:           cfg.Kafka.ClientID,
@@ -82,6 +109,16 @@ func (f *forwarder) run(ctx context.Context) error {
 	}
 	defer pool.Close()
 	f.store = poison.NewStore(pool, cfg.Postgres.PoisonTable)
+	f.pool = pool
+	bg, stopBG := context.WithCancel(context.Background())
+	var bgWG sync.WaitGroup
+	defer func() { stopBG(); bgWG.Wait() }()
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); f.m.monitorSlot(bg, pool, cfg.Postgres.Slot, 5*time.Second, f.log) }()
+	if every := cfg.Postgres.HeartbeatInterval; every > 0 {
+		bgWG.Add(1)
+		go func() { defer bgWG.Done(); f.heartbeat(bg, every) }()
+	}
 
 	backoff := time.Second
 	for {
@@ -100,18 +137,22 @@ func (f *forwarder) run(ctx context.Context) error {
 		if replication.IsTerminal(err) || errors.Is(err, poison.ErrBreaker) {
 			return err
 		}
+		f.m.reconnects.WithLabelValues(reconnectCause(err)).Inc()
 		if time.Since(started) > time.Minute {
 			backoff = time.Second
 		}
 		wait := backoff/2 + rand.N(backoff/2+1)
 		switch {
 		case errors.As(err, new(*poison.DestinationError)):
+			f.m.setState(stateReconnecting)
 			f.log.Error("forwarding stopped: fix the destination; walpost retries and resumes from the slot", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
 			backoff = min(backoff*2, 30*time.Second)
 		case errors.Is(err, replication.ErrSlotActive):
+			f.m.setState(stateWaitingForSlot)
 			f.log.Info("slot is held by another process; standing by", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
 			backoff = min(backoff*2, 5*time.Second)
 		default:
+			f.m.setState(stateReconnecting)
 			f.log.Warn("session failed; reconnecting", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
 			backoff = min(backoff*2, 30*time.Second)
 		}
@@ -203,7 +244,9 @@ func (f *forwarder) session(ctx context.Context) error {
 		RateWindow:   cfg.Poison.RateWindow,
 		DefaultTopic: cfg.Kafka.Topic,
 		Logger:       f.log,
-	}, f.sink, f.store, tracker)
+		OnPoisoned:   f.m.onPoisoned,
+	}, instrumented{Producer: f.sink, m: f.m, defaultTopic: cfg.Kafka.Topic}, f.store, tracker)
+	f.m.tracker.Store(tracker)
 	isoDone := make(chan error, 1)
 	go func() {
 		err := iso.Run(sctx)
@@ -214,7 +257,18 @@ func (f *forwarder) session(ctx context.Context) error {
 	}()
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,
 		"table", table.String(), "lsn", slot.ConfirmedFlush.String())
-	stream := replication.NewStream(rcfg, conn, table, tracker, iso.Emit, replication.Observer{})
+	stream := replication.NewStream(rcfg, conn, table, tracker, iso.Emit, replication.Observer{
+		Status:    f.m.status,
+		Received:  f.m.onReceived,
+		Streaming: func() { f.m.setState(stateStreaming) },
+		Backpressured: func(on bool) {
+			if on {
+				f.m.setState(stateBackpressured)
+			} else {
+				f.m.setState(stateStreaming)
+			}
+		},
+	})
 	err = stream.Run(sctx)
 	cancel(nil)
 	<-isoDone
@@ -222,4 +276,41 @@ func (f *forwarder) session(ctx context.Context) error {
 		return cause
 	}
 	return err
+}
+
+// heartbeat emits a non-transactional logical message so the slot
+// advances even on a database without writes (postgres.heartbeat_interval).
+func (f *forwarder) heartbeat(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := f.pool.Exec(ctx, `SELECT pg_logical_emit_message(false, 'walpost-heartbeat', '')`); err != nil && ctx.Err() == nil {
+			f.log.Warn("heartbeat failed", "err", Redact(err.Error()))
+		}
+	}
+}
+
+// reconnectCause labels walpost_reconnects_total.
+func reconnectCause(err error) string {
+	switch {
+	case errors.Is(err, replication.ErrSlotActive):
+		return "slot_active"
+	case errors.As(err, new(*poison.DestinationError)):
+		return "kafka_destination"
+	case errors.As(err, new(*pgconn.PgError)):
+		return "postgres_error"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "network"
+	}
+	if strings.Contains(err.Error(), "kafka") {
+		return "kafka"
+	}
+	return "other"
 }
