@@ -26,11 +26,16 @@ type Txn struct {
 	sealed  bool
 	end     pglogrepl.LSN
 	commit  time.Time
+	gen     uint64   // bumped when the Txn is reused from the pool
+	added   int      // events added, the next event's index
+	done    []uint64 // bitset of events done, by index
 }
 
 // Ticket identifies one event for Done.
 type Ticket struct {
 	txn   *Txn
+	gen   uint64
+	idx   int
 	bytes int64
 }
 
@@ -70,7 +75,8 @@ func (t *Tracker) OpenAt(commit time.Time) (*Txn, error) {
 	if n := len(t.pool); n > 0 {
 		x = t.pool[n-1]
 		t.pool = t.pool[:n-1]
-		*x = Txn{}
+		done := x.done[:0]
+		*x = Txn{gen: x.gen + 1, done: done}
 	} else {
 		x = &Txn{}
 	}
@@ -85,10 +91,15 @@ func (t *Tracker) OpenAt(commit time.Time) (*Txn, error) {
 func (t *Tracker) Add(x *Txn, bytes int) Ticket {
 	t.mu.Lock()
 	x.pending++
+	idx := x.added
+	x.added++
+	if w := idx / 64; w >= len(x.done) {
+		x.done = append(x.done, 0)
+	}
 	t.events++
 	t.bytes += int64(bytes)
 	t.mu.Unlock()
-	return Ticket{txn: x, bytes: int64(bytes)}
+	return Ticket{txn: x, gen: x.gen, idx: idx, bytes: int64(bytes)}
 }
 
 // Seal closes the open transaction x with its TransactionEndLSN.
@@ -114,11 +125,16 @@ func (t *Tracker) Seal(x *Txn, end pglogrepl.LSN) error {
 // ticket.
 func (t *Tracker) Done(k Ticket) {
 	t.mu.Lock()
-	k.txn.pending--
-	if k.txn.pending < 0 {
+	x := k.txn
+	w, bit := k.idx/64, uint64(1)<<(k.idx%64)
+	// Invariant 1: a second Done for one event, or a stale ticket of a
+	// recycled transaction, would release an unhandled event.
+	if x.gen != k.gen || w >= len(x.done) || x.done[w]&bit != 0 {
 		t.mu.Unlock()
 		panic("checkpoint: Done called twice for one event")
 	}
+	x.done[w] |= bit
+	x.pending--
 	t.events--
 	t.bytes -= k.bytes
 	t.mu.Unlock()

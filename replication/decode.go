@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -22,7 +23,14 @@ func Decode(data []byte, lsn pglogrepl.LSN) (msg pglogrepl.Message, err error) {
 			err = &DecodeError{LSN: lsn, Err: fmt.Errorf("malformed %q message: %v", rune(data[0]), r)}
 		}
 	}()
-	msg, err = pglogrepl.Parse(data)
+	// Bound what the parser may allocate: pglogrepl trusts length fields
+	// before checking them against the message.
+	if err := checkLengths(data); err != nil {
+		return nil, &DecodeError{LSN: lsn, Err: err}
+	}
+	// A full slice expression, so no decoder reads past the message into
+	// the rest of the receive buffer.
+	msg, err = pglogrepl.Parse(data[:len(data):len(data)])
 	if err != nil {
 		return nil, &DecodeError{LSN: lsn, Err: err}
 	}
@@ -82,4 +90,81 @@ func (r *relation) check() error {
 		}
 	}
 	return nil
+}
+
+var errLength = errors.New("length field exceeds the message")
+
+// checkLengths verifies the length and count fields of the messages whose
+// decoders allocate by them (Insert, Update, Delete tuples; Truncate).
+func checkLengths(data []byte) error {
+	body := data[1:]
+	switch data[0] {
+	case 'I':
+		if len(body) < 5 {
+			return errLength
+		}
+		_, err := tupleEnd(body[5:])
+		return err
+	case 'U':
+		if len(body) < 5 {
+			return errLength
+		}
+		rest := body[4:]
+		if rest[0] == 'K' || rest[0] == 'O' {
+			n, err := tupleEnd(rest[1:])
+			if err != nil {
+				return err
+			}
+			rest = rest[1+n:]
+			if len(rest) < 1 {
+				return errLength
+			}
+		}
+		_, err := tupleEnd(rest[1:])
+		return err
+	case 'D':
+		if len(body) < 5 {
+			return errLength
+		}
+		_, err := tupleEnd(body[5:])
+		return err
+	case 'T':
+		if len(body) < 5 {
+			return errLength
+		}
+		n := int(binary.BigEndian.Uint32(body))
+		if n < 0 || n > (len(body)-5)/4 {
+			return errLength
+		}
+	}
+	return nil
+}
+
+// tupleEnd returns the length of the TupleData at the start of b.
+func tupleEnd(b []byte) (int, error) {
+	if len(b) < 2 {
+		return 0, errLength
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	off := 2
+	for i := 0; i < n; i++ {
+		if off >= len(b) {
+			return 0, errLength
+		}
+		kind := b[off]
+		off++
+		switch kind {
+		case 't', 'b':
+			if off+4 > len(b) {
+				return 0, errLength
+			}
+			l := int(binary.BigEndian.Uint32(b[off:]))
+			off += 4
+			if l < 0 || l > len(b)-off {
+				return 0, errLength
+			}
+			off += l
+		}
+	}
+	return off, nil
 }

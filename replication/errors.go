@@ -79,7 +79,7 @@ func Explain(err error, slot, publication string) error {
 		if pgErr.Message != "" && containsAny(pgErr.Message, "wal_level") {
 			return fmt.Errorf("%w: set wal_level = logical in postgresql.conf and restart PostgreSQL", err)
 		}
-		if containsAny(pgErr.Message, "invalidated", "lost") {
+		if containsAny(pgErr.Message+" "+pgErr.Detail, "invalidated", "lost", "exceeded the maximum reserved size") {
 			return fmt.Errorf("%w: %w: slot %q lost its WAL (max_slot_wal_keep_size); events after its confirmed position may be gone: drop it with SELECT pg_drop_replication_slot('%s'), re-create it, and reconcile the outbox rows written since then", ErrSlotLost, err, slot, slot)
 		}
 	case "55006":

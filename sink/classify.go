@@ -64,7 +64,7 @@ func Classify(err error) (Kind, string) {
 	if errors.As(err, &ke) {
 		switch ke {
 		case kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage,
-			kerr.InvalidTimestamp, kerr.PolicyViolation, kerr.InvalidRequiredAcks:
+			kerr.InvalidTimestamp, kerr.PolicyViolation:
 			return Record, ke.Message
 		case kerr.TopicAuthorizationFailed, kerr.ClusterAuthorizationFailed, kerr.UnknownTopicOrPartition,
 			kerr.UnknownTopicID, kerr.TransactionalIDAuthorizationFailed, kerr.SaslAuthenticationFailed,

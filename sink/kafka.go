@@ -26,7 +26,8 @@ type Config struct {
 	DefaultTopic string
 	// ClientID is the Kafka client.id. Default "walpost".
 	ClientID string
-	// Linger is the per-partition batch linger (Java linger.ms). Default 5ms.
+	// Linger is the per-partition batch linger (Java linger.ms); 0 sends
+	// as soon as possible.
 	Linger time.Duration
 	// Compression: none, gzip, snappy, lz4 or zstd. Default lz4.
 	Compression string

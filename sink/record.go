@@ -76,6 +76,11 @@ func BuildRecord(ev *outbox.Event, defaultTopic string) (*kgo.Record, error) {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
+			if reserved(k, ev.EventType != "") {
+				// The contract's own headers are not overridden by the row:
+				// consumers deduplicate by idempotency_key.
+				continue
+			}
 			hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(extra[k].(string))})
 		}
 	}
@@ -103,4 +108,15 @@ func RFC3339(pg string) string {
 		}
 	}
 	return pg
+}
+
+// reserved reports whether a row header name is one of the contract's.
+func reserved(name string, hasEventType bool) bool {
+	switch name {
+	case HeaderIdempotencyKey, HeaderOutboxID, HeaderCommitLSN, HeaderCreatedAt:
+		return true
+	case HeaderEventType:
+		return hasEventType
+	}
+	return false
 }

@@ -1,0 +1,2 @@
+-- want-error: 2:8
+SELECT ÿþ FROM outbox;

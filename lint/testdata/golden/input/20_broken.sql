@@ -1,0 +1,1 @@
+SELECT * FROM outbox WHERE sent_at IS NULL ORDER BY created_at LIMIT;

@@ -1,0 +1,3 @@
+SELECT id, payload FROM outbox
+WHERE sent_at IS NULL AND attempts < $1
+ORDER BY created_at LIMIT 10 FOR UPDATE SKIP LOCKED;

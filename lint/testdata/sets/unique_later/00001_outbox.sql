@@ -1,0 +1,6 @@
+-- +goose Up
+CREATE TABLE outbox (
+    id              bigserial PRIMARY KEY,
+    idempotency_key text,
+    payload         jsonb NOT NULL
+);

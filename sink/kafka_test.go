@@ -1,0 +1,387 @@
+package sink_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/sink"
+)
+
+// Every test of the package must leave no goroutine behind: the Kafka
+// client, kfake and the consumers are all closed.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const testTopic = "orders"
+
+func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(3, testTopic)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func newKafka(t *testing.T, c *kfake.Cluster, cfg sink.Config) *sink.Kafka {
+	t.Helper()
+	cfg.Brokers = c.ListenAddrs()
+	if cfg.DefaultTopic == "" {
+		cfg.DefaultTopic = testTopic
+	}
+	k, err := sink.New(cfg)
+	if err != nil {
+		t.Fatalf("sink.New: %v", err)
+	}
+	t.Cleanup(k.Close)
+	return k
+}
+
+// outcome is what the callbacks of one event saw.
+type outcome struct {
+	calls     int
+	err       error
+	partition int32
+	offset    int64
+}
+
+// TestKafkaProduce produces 1,000 events, some with a partition key and some
+// without, and checks every outcome, the order within each partition as a
+// consumer sees it, and Kafka-compatible partitioning.
+func TestKafkaProduce(t *testing.T) {
+	const n = 1000
+	c := newCluster(t)
+	k := newKafka(t, c, sink.Config{})
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	pks := make([]string, 25)
+	for i := range pks {
+		pks[i] = fmt.Sprintf("customer-%d", rng.IntN(1_000_000))
+	}
+	events := make([]*outbox.Event, n)
+	for i := range events {
+		ev := &outbox.Event{
+			ID:             fmt.Sprintf("00000000-0000-0000-0000-%012d", i),
+			IdempotencyKey: fmt.Sprintf("evt-%04d-%d", i, rng.Uint32()),
+			Payload:        []byte(fmt.Sprintf(`{"n": %d}`, i)),
+			CreatedAt:      "2026-11-29 22:50:51.123456+00",
+			CommitLSN:      0x16B3748,
+			CommitTime:     time.Date(2026, 11, 29, 22, 50, 51, 0, time.UTC),
+			Seq:            i,
+		}
+		switch r := rng.IntN(10); {
+		case r < 7:
+			ev.PartitionKey, ev.HasPartition = pks[rng.IntN(len(pks))], true
+		case r < 8:
+			ev.PartitionKey, ev.HasPartition = "", true // partition_key = '' (not NULL)
+		}
+		events[i] = ev
+	}
+
+	var mu sync.Mutex
+	outcomes := make([]outcome, n)
+	for i, ev := range events {
+		k.Produce(ev, func(r *kgo.Record, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			o := &outcomes[i]
+			o.calls++
+			o.err = err
+			if r != nil {
+				o.partition, o.offset = r.Partition, r.Offset
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := k.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+
+	// (a) Each callback exactly once, with nil.
+	mu.Lock()
+	for i, o := range outcomes {
+		if o.calls != 1 || o.err != nil {
+			t.Errorf("event %d: callback called %d times, last error %v", i, o.calls, o.err)
+		}
+	}
+	mu.Unlock()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// (c), (d) Partitioning: Kafka's murmur2 on the partition key when
+	// there is one, on the idempotency key otherwise.
+	kafkaPart := kgo.StickyKeyPartitioner(nil).ForTopic(testTopic)
+	byPK := map[string]int32{}
+	used := map[int32]int{}
+	for i, ev := range events {
+		got := outcomes[i].partition
+		used[got]++
+		hashed := ev.IdempotencyKey
+		if ev.HasPartition {
+			hashed = ev.PartitionKey
+			if p, ok := byPK[hashed]; ok && p != got {
+				t.Errorf("event %d: partition key %q on partition %d, earlier on %d", i, hashed, got, p)
+			}
+			byPK[hashed] = got
+		}
+		if want := int32(kafkaPart.Partition(&kgo.Record{Key: []byte(hashed)}, 3)); got != want {
+			t.Errorf("event %d (partition key %v %q, key %q): partition %d, Java client's murmur2 gives %d",
+				i, ev.HasPartition, ev.PartitionKey, ev.IdempotencyKey, got, want)
+		}
+	}
+	if len(used) != 3 {
+		t.Errorf("records landed on partitions %v, want all 3 used", used)
+	}
+
+	// (b) Per-partition order equals Produce order, read back by a consumer.
+	want := map[int32][]string{}
+	for i, ev := range events {
+		p := outcomes[i].partition
+		want[p] = append(want[p], ev.IdempotencyKey)
+	}
+	got := consumeAll(t, c, testTopic, n)
+	for p := range int32(3) {
+		if len(got[p]) != len(want[p]) {
+			t.Errorf("partition %d: consumed %d records, produced %d", p, len(got[p]), len(want[p]))
+			continue
+		}
+		for j, r := range got[p] {
+			if string(r.Key) != want[p][j] {
+				t.Errorf("partition %d, offset %d: key %q, want %q (Produce order)", p, r.Offset, r.Key, want[p][j])
+				break
+			}
+			if r.Offset != int64(j) {
+				t.Errorf("partition %d: record %d at offset %d", p, j, r.Offset)
+			}
+		}
+	}
+	// The consumed records carry the envelope.
+	for _, rs := range got {
+		for _, r := range rs {
+			if len(r.Headers) < 4 || r.Headers[0].Key != sink.HeaderIdempotencyKey || string(r.Headers[0].Value) != string(r.Key) {
+				t.Fatalf("record %q: headers %v", r.Key, r.Headers)
+			}
+		}
+	}
+}
+
+// consumeAll reads n records of topic from the start and returns them per
+// partition in offset order.
+func consumeAll(t *testing.T, c *kfake.Cluster, topic string, n int) map[int32][]*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(c.ListenAddrs()...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	out := map[int32][]*kgo.Record{}
+	for total := 0; total < n; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d records before the deadline", total, n)
+		}
+		if errs := fs.Errors(); len(errs) > 0 {
+			t.Fatalf("fetch: %v", errs)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			out[r.Partition] = append(out[r.Partition], r)
+			total++
+		})
+	}
+	return out
+}
+
+// A row whose record cannot be built is reported at once, exactly once.
+func TestKafkaProduceUnbuildable(t *testing.T) {
+	c := newCluster(t)
+	k := newKafka(t, c, sink.Config{})
+	calls := 0
+	var got error
+	k.Produce(&outbox.Event{ID: "x", Payload: []byte("{}")}, func(r *kgo.Record, err error) {
+		calls++
+		got = err
+		if r != nil {
+			t.Errorf("record %v with a build error", r)
+		}
+	})
+	if calls != 1 || !errors.Is(got, sink.ErrEmptyKey) {
+		t.Errorf("callback called %d times with %v, want once with ErrEmptyKey", calls, got)
+	}
+	k.Produce(&outbox.Event{ID: "y", IdempotencyKey: "k", Payload: []byte("{}"), Headers: []byte(`{"a": 1}`)}, func(_ *kgo.Record, err error) {
+		calls++
+		got = err
+	})
+	if calls != 2 || !errors.Is(got, sink.ErrInvalidHeaders) {
+		t.Errorf("callback called %d times with %v, want once more with ErrInvalidHeaders", calls, got)
+	}
+}
+
+func TestDescribeTopic(t *testing.T) {
+	c := newCluster(t)
+	k := newKafka(t, c, sink.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+
+	t.Run("seeded topic: broker default max.message.bytes", func(t *testing.T) {
+		info, err := sink.DescribeTopic(ctx, k.Client(), testTopic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// kfake answers DescribeConfigs with Kafka's default, 1048588.
+		if info.Name != testTopic || info.Partitions != 3 || info.MaxMessageBytes != 1048588 {
+			t.Errorf("DescribeTopic = %+v, want 3 partitions and max.message.bytes 1048588", info)
+		}
+	})
+
+	t.Run("topic with its own max.message.bytes", func(t *testing.T) {
+		v := "200000"
+		resp, err := kadm.NewClient(k.Client()).CreateTopic(ctx, 5, 1, map[string]*string{"max.message.bytes": &v}, "big")
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			t.Fatalf("create topic: %v", err)
+		}
+		info, err := sink.DescribeTopic(ctx, k.Client(), "big")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Partitions != 5 || info.MaxMessageBytes != 200000 {
+			t.Errorf("DescribeTopic = %+v, want 5 partitions and max.message.bytes 200000", info)
+		}
+	})
+
+	t.Run("unknown topic", func(t *testing.T) {
+		info, err := sink.DescribeTopic(ctx, k.Client(), "no-such-topic")
+		if !errors.Is(err, sink.ErrTopicMissing) {
+			t.Fatalf("DescribeTopic(no-such-topic) = %+v, %v; want ErrTopicMissing", info, err)
+		}
+	})
+
+	t.Run("CreateTopic is idempotent", func(t *testing.T) {
+		for range 2 {
+			if err := sink.CreateTopic(ctx, k.Client(), "made", 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		info, err := sink.DescribeTopic(ctx, k.Client(), "made")
+		if err != nil || info.Partitions != 2 {
+			t.Errorf("DescribeTopic(made) = %+v, %v", info, err)
+		}
+	})
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, cfg := range []sink.Config{
+		{DefaultTopic: "t"},
+		{Brokers: []string{"127.0.0.1:1"}},
+		{Brokers: []string{"127.0.0.1:1"}, DefaultTopic: "t", Compression: "brotli"},
+	} {
+		if k, err := sink.New(cfg); err == nil {
+			k.Close()
+			t.Errorf("New(%+v) succeeded", cfg)
+		}
+	}
+}
+
+// A missing topic is a destination error: the callback reports it (once)
+// instead of the client creating the topic or retrying forever.
+func TestKafkaProduceMissingTopic(t *testing.T) {
+	c := newCluster(t)
+	k := newKafka(t, c, sink.Config{})
+	done := make(chan error, 2)
+	k.Produce(&outbox.Event{ID: "x", IdempotencyKey: "k", Payload: []byte("{}"), Topic: "no-such-topic"}, func(_ *kgo.Record, err error) {
+		done <- err
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := k.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			t.Errorf("callback error %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
+		}
+	default:
+		t.Fatal("no outcome after Flush")
+	}
+	if len(done) != 0 {
+		t.Errorf("callback called again with %v", <-done)
+	}
+	info, err := sink.DescribeTopic(ctx, k.Client(), "no-such-topic")
+	if !errors.Is(err, sink.ErrTopicMissing) {
+		t.Errorf("the topic was created: %+v, %v", info, err)
+	}
+}
+
+// A record above its topic's max.message.bytes fails before it is sent,
+// alone: its neighbours on the same partition are delivered, in order.
+func TestKafkaSizePreCheck(t *testing.T) {
+	c := newCluster(t)
+	k := newKafka(t, c, sink.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	limit := "2048"
+	resp, err := kadm.NewClient(k.Client()).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, "small")
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	payloads := []string{`{"n": 1}`, `{"big": "` + strings.Repeat("x", 4096) + `"}`, `{"n": 3}`}
+	var mu sync.Mutex
+	errs := make([][]error, len(payloads))
+	for i, p := range payloads {
+		ev := &outbox.Event{ID: fmt.Sprint(i), IdempotencyKey: fmt.Sprintf("size-%d", i), Payload: []byte(p), Topic: "small"}
+		k.Produce(ev, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			errs[i] = append(errs[i], err)
+			mu.Unlock()
+		})
+	}
+	if err := k.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, es := range errs {
+		if len(es) != 1 {
+			t.Fatalf("event %d: %d callbacks (%v), want 1", i, len(es), es)
+		}
+	}
+	if errs[0][0] != nil || errs[2][0] != nil {
+		t.Errorf("neighbours of the large record failed: %v, %v", errs[0][0], errs[2][0])
+	}
+	if !errors.Is(errs[1][0], sink.ErrRecordTooLarge) || !errors.Is(errs[1][0], kerr.MessageTooLarge) {
+		t.Errorf("large record: %v, want ErrRecordTooLarge (MESSAGE_TOO_LARGE)", errs[1][0])
+	}
+	got := consumeAll(t, c, "small", 2)
+	if len(got[0]) != 2 || string(got[0][0].Key) != "size-0" || string(got[0][1].Key) != "size-2" {
+		t.Errorf("consumed %v, want size-0 then size-2", got[0])
+	}
+}
