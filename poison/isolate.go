@@ -65,6 +65,9 @@ type Config struct {
 	Logger       *slog.Logger
 	// OnPoisoned is called after an event is quarantined (metrics).
 	OnPoisoned func(topic, class string)
+	// OnOrderViolation is called when a record was appended ahead of an
+	// earlier record of its partition that the broker refused (metrics).
+	OnOrderViolation func(topic string, partition int32)
 }
 
 // Isolator routes events to the sink and settles failed ones.
@@ -79,11 +82,17 @@ type Isolator struct {
 	held   []item
 	seq    uint64
 
-	fmu    sync.Mutex
-	failed []item
-	kick   chan struct{}
+	fmu       sync.Mutex
+	failed    []item
+	unsettled map[topicPartition]uint64 // lowest emit seq of a refused record not yet settled
+	kick      chan struct{}
 
 	poisoned []time.Time // quarantine times within the window
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
 }
 
 type item struct {
@@ -128,10 +137,13 @@ func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 }
 
 func (i *Isolator) produce(it item) {
-	i.prod.Produce(it.ev, func(_ *kgo.Record, err error) {
+	i.prod.Produce(it.ev, func(r *kgo.Record, err error) {
 		if err == nil {
 			// Invariant 1: the ack releases the event.
 			i.tracker.Done(it.ticket)
+			if r != nil {
+				i.checkOrder(r, it)
+			}
 			return
 		}
 		// Promises must not block: record the failure and wake Run.
@@ -140,6 +152,15 @@ func (i *Isolator) produce(it item) {
 		it.err = err
 		i.fmu.Lock()
 		i.failed = append(i.failed, it)
+		if r != nil && r.Partition >= 0 {
+			tp := topicPartition{r.Topic, r.Partition}
+			if s, ok := i.unsettled[tp]; !ok || it.seq < s {
+				if i.unsettled == nil {
+					i.unsettled = map[topicPartition]uint64{}
+				}
+				i.unsettled[tp] = it.seq
+			}
+		}
 		i.fmu.Unlock()
 		select {
 		case i.kick <- struct{}{}:
@@ -166,6 +187,23 @@ func (i *Isolator) Run(ctx context.Context) error {
 	}
 }
 
+// checkOrder detects the one case walpost cannot prevent: franz-go reports
+// a refused batch asynchronously, so a record of the same partition emitted
+// in the moment before the report is appended ahead of the refused record's
+// re-sent neighbours. It is logged with its key and counted.
+func (i *Isolator) checkOrder(r *kgo.Record, it item) {
+	i.fmu.Lock()
+	s, ok := i.unsettled[topicPartition{r.Topic, r.Partition}]
+	i.fmu.Unlock()
+	if ok && s < it.seq {
+		i.cfg.Logger.Error("record appended ahead of an earlier refused record of its partition (per-partition order broken once; consumers see it before the re-sent neighbours)",
+			"idempotency_key", it.ev.IdempotencyKey, "topic", r.Topic, "partition", r.Partition, "offset", r.Offset)
+		if i.cfg.OnOrderViolation != nil {
+			i.cfg.OnOrderViolation(r.Topic, r.Partition)
+		}
+	}
+}
+
 func (i *Isolator) settle(ctx context.Context) error {
 	i.tracker.SetPaused(true)
 	// Every produced record gets its outcome first: franz-go fails all
@@ -177,6 +215,13 @@ func (i *Isolator) settle(ctx context.Context) error {
 	failed := i.failed
 	i.failed = nil
 	i.fmu.Unlock()
+	defer func() {
+		i.fmu.Lock()
+		if len(i.failed) == 0 {
+			clear(i.unsettled)
+		}
+		i.fmu.Unlock()
+	}()
 	// One at a time, in the order they were emitted.
 	slices.SortFunc(failed, func(a, b item) int { return cmp.Compare(a.seq, b.seq) })
 	for _, it := range failed {

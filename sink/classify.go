@@ -56,6 +56,8 @@ func Classify(err error) (Kind, string) {
 		return Record, "INVALID_HEADERS"
 	case errors.Is(err, ErrEmptyKey):
 		return Record, "EMPTY_KEY"
+	case errors.Is(err, ErrNullPayload):
+		return Record, "NULL_PAYLOAD"
 	case errors.Is(err, kgo.ErrClientClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries):
 		return Transient, "CLIENT"

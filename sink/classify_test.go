@@ -335,3 +335,49 @@ func TestRecordSizeIsAnUpperBound(t *testing.T) {
 		}
 	}
 }
+
+// When the topic's max.message.bytes cannot be read (say the principal may
+// not DESCRIBE_CONFIGS), CheckSize falls back to Kafka's default. It must
+// not ask the broker again for every record: CheckSize runs on the
+// replication goroutine, so a round trip per event would throttle the
+// whole stream to the broker's latency.
+func TestCheckSizeDoesNotDescribePerRecordWhenDescribeFails(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "denied"))
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	defer c.Close()
+	var mu sync.Mutex
+	describes := 0
+	c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.DescribeConfigsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		for _, r := range req.Resources {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+			rr.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			resp.Resources = append(resp.Resources, rr)
+		}
+		mu.Lock()
+		describes++
+		mu.Unlock()
+		return resp, nil, true
+	})
+	k, err := sink.New(sink.Config{Brokers: c.ListenAddrs(), DefaultTopic: "denied"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	for i := range 20 {
+		r := &kgo.Record{Topic: "denied", Key: []byte(fmt.Sprint(i)), Value: []byte("{}")}
+		if err := k.CheckSize(r); err != nil {
+			t.Fatalf("CheckSize: %v", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if describes > 2 {
+		t.Errorf("20 CheckSize calls sent %d DescribeConfigs requests: the failed lookup is retried per record", describes)
+	}
+}

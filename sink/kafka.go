@@ -146,16 +146,29 @@ func (k *Kafka) limitFor(topic string) int {
 		return k.cfg.MaxMessageBytes
 	}
 	if v, ok := k.limits.Load(topic); ok {
-		return v.(int)
+		l := v.(topicLimit)
+		if l.retryAt.IsZero() || time.Now().Before(l.retryAt) {
+			return l.bytes
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	info, err := DescribeTopic(ctx, k.admin, topic)
 	if err != nil || info.MaxMessageBytes <= 0 {
+		// Use Kafka's default and ask again in a minute, not per record.
+		k.log.Warn("cannot read the topic's max.message.bytes; assuming Kafka's default for a minute",
+			"topic", topic, "default", defaultMaxMessageBytes, "err", fmt.Sprint(err))
+		k.limits.Store(topic, topicLimit{bytes: defaultMaxMessageBytes, retryAt: time.Now().Add(time.Minute)})
 		return defaultMaxMessageBytes
 	}
-	k.limits.Store(topic, info.MaxMessageBytes)
+	k.limits.Store(topic, topicLimit{bytes: info.MaxMessageBytes})
 	return info.MaxMessageBytes
+}
+
+// topicLimit is a cached max.message.bytes; retryAt is set for a fallback.
+type topicLimit struct {
+	bytes   int
+	retryAt time.Time
 }
 
 // RecordSize estimates the bytes a record takes in a record batch (v2)

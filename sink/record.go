@@ -20,6 +20,11 @@ var ErrInvalidHeaders = errors.New("outbox headers must be a JSON object of stri
 // ErrEmptyKey: the row has no idempotency_key.
 var ErrEmptyKey = errors.New("outbox row has an empty idempotency_key")
 
+// ErrNullPayload: the row's payload is NULL. Its record would be a
+// tombstone, which deletes the key from a compacted topic; walpost
+// quarantines it instead.
+var ErrNullPayload = errors.New("outbox row has a NULL payload (its record would be a tombstone)")
+
 // Header names of the record contract (DESIGN §5).
 const (
 	HeaderIdempotencyKey = "idempotency_key"
@@ -37,6 +42,9 @@ const (
 func BuildRecord(ev *outbox.Event, defaultTopic string) (*kgo.Record, error) {
 	if ev.IdempotencyKey == "" {
 		return nil, ErrEmptyKey
+	}
+	if ev.Payload == nil {
+		return nil, ErrNullPayload
 	}
 	topic := ev.Topic
 	if topic == "" {

@@ -43,6 +43,7 @@ type metrics struct {
 	poisoned     *prometheus.CounterVec
 	replayed     *prometheus.CounterVec
 	reconnects   *prometheus.CounterVec
+	orderBroken  *prometheus.CounterVec
 	produceLat   prometheus.Histogram
 	commitToAck  prometheus.Histogram
 	confirmedLSN prometheus.Gauge
@@ -68,11 +69,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 	}
 	m := &metrics{
-		received: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_events_received_total", Help: "Outbox inserts decoded from the slot."}),
-		produced: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_produced_total", Help: "Events acknowledged by Kafka, by topic."}, []string{"topic"}),
-		poisoned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_poisoned_total", Help: "Events quarantined in the poison table, by topic and error class."}, []string{"topic", "error_class"}),
-		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_replayed_total", Help: "Poison rows replayed, by topic."}, []string{"topic"}),
-		reconnects: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_reconnects_total", Help: "Replication sessions restarted, by cause."}, []string{"cause"}),
+		received:    prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_events_received_total", Help: "Outbox inserts decoded from the slot."}),
+		produced:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_produced_total", Help: "Events acknowledged by Kafka, by topic."}, []string{"topic"}),
+		poisoned:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_poisoned_total", Help: "Events quarantined in the poison table, by topic and error class."}, []string{"topic", "error_class"}),
+		replayed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_replayed_total", Help: "Poison rows replayed, by topic."}, []string{"topic"}),
+		orderBroken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_order_violations_total", Help: "Records appended ahead of an earlier record of their partition that the broker refused, by topic."}, []string{"topic"}),
+		reconnects:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_reconnects_total", Help: "Replication sessions restarted, by cause."}, []string{"cause"}),
 		produceLat: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_produce_latency_seconds", Help: "From handing a record to the producer to its ack.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_commit_to_ack_seconds", Help: "From the transaction's commit to the ack of its record.",
@@ -106,7 +108,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.produceLat, m.commitToAck,
+	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.orderBroken, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest} {
 		f(c)
 	}
@@ -148,6 +150,8 @@ func (m *metrics) status(received, confirmed pglogrepl.LSN) {
 func (m *metrics) onReceived(*outbox.Event) { m.received.Inc() }
 
 func (m *metrics) onPoisoned(topic, class string) { m.poisoned.WithLabelValues(topic, class).Inc() }
+
+func (m *metrics) onOrderViolation(topic string, _ int32) { m.orderBroken.WithLabelValues(topic).Inc() }
 
 // instrumented wraps the sink for produce latency, commit-to-ack latency
 // and the produced counter.

@@ -104,8 +104,8 @@ func writePoisonList(w io.Writer, rows []poison.Row, asJSON bool) error {
 			replayed = fmt.Sprintf("%s (x%d)", r.ReplayedAt.UTC().Format(time.RFC3339), r.ReplayCount)
 		}
 		msg := strings.ReplaceAll(r.LastError, "\n", " ")
-		if len(msg) > 80 {
-			msg = msg[:77] + "..."
+		if r := []rune(msg); len(r) > 80 {
+			msg = string(r[:77]) + "..."
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.IdempotencyKey, r.Topic, r.Attempts, r.ErrorClass,
 			r.PoisonedAt.UTC().Format(time.RFC3339), replayed, msg)

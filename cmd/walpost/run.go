@@ -238,13 +238,14 @@ func (f *forwarder) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	iso := poison.NewIsolator(poison.Config{
-		MaxAttempts:  cfg.Poison.MaxAttempts,
-		Backoff:      cfg.Poison.Backoff,
-		MaxRate:      cfg.Poison.MaxRate,
-		RateWindow:   cfg.Poison.RateWindow,
-		DefaultTopic: cfg.Kafka.Topic,
-		Logger:       f.log,
-		OnPoisoned:   f.m.onPoisoned,
+		MaxAttempts:      cfg.Poison.MaxAttempts,
+		Backoff:          cfg.Poison.Backoff,
+		MaxRate:          cfg.Poison.MaxRate,
+		RateWindow:       cfg.Poison.RateWindow,
+		DefaultTopic:     cfg.Kafka.Topic,
+		Logger:           f.log,
+		OnPoisoned:       f.m.onPoisoned,
+		OnOrderViolation: f.m.onOrderViolation,
 	}, instrumented{Producer: f.sink, m: f.m, defaultTopic: cfg.Kafka.Topic}, f.store, tracker)
 	f.m.tracker.Store(tracker)
 	isoDone := make(chan error, 1)
