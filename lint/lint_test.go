@@ -90,7 +90,7 @@ func TestREADMEExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sectionRE := regexp.MustCompile("(?m)^### (OBX\\d{3}) ")
+	sectionRE := regexp.MustCompile(`(?m)^### (OBX\d{3}) `)
 	blockRE := regexp.MustCompile("(?s)(Bad|Good):[^\\n]*\\n+```sql\\n(.*?)```")
 	readme := string(b)
 	idx := sectionRE.FindAllStringSubmatchIndex(readme, -1)

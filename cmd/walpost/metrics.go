@@ -53,13 +53,12 @@ type metrics struct {
 	walStatus    *prometheus.GaugeVec
 	state        *prometheus.GaugeVec
 
-	mu         sync.Mutex
-	cur        string
-	tracker    atomic.Pointer[checkpoint.Tracker]
-	confirmed  atomic.Uint64
-	movedAt    atomic.Int64 // unix nanos when the confirmed LSN last moved
-	retainedB  atomic.Int64
-	slotStatus atomic.Value // string
+	mu        sync.Mutex
+	cur       string
+	tracker   atomic.Pointer[checkpoint.Tracker]
+	confirmed atomic.Uint64
+	movedAt   atomic.Int64 // unix nanos when the confirmed LSN last moved
+	retainedB atomic.Int64
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
