@@ -1,0 +1,759 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	mrand "math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walpost/walpost/replication"
+)
+
+// LeakTest writes recognisable events through a real outbox table and
+// checks, from the topic, that a running walpost delivered every one of
+// them in order. It does not forward anything itself. `walpost verify`
+// is a thin wrapper around it; the verdict comes from Validate, the same
+// validator the integration tests use.
+//
+// Keys are walpost-verify-<runid>-w<writer>-t<txn>-r<row>, so a run
+// recognises its own records among everything else on the topic.
+type LeakTest struct {
+	PostgresURL string
+	Table       string // outbox table, as in postgres.table
+	Brokers     []string
+	Topic       string // the topic rows with a NULL topic column go to (kafka.topic)
+
+	Events       int           // events to write
+	Writers      int           // concurrent writers, one connection each
+	MaxTxnSize   int           // each transaction has 1..MaxTxnSize rows, uniformly
+	PayloadBytes int           // approximate size of each payload's JSON text
+	Timeout      time.Duration // after the last commit, how long to wait for delivery
+	Settle       time.Duration // once everything arrived, how long to keep reading for duplicates (default 1s)
+	KeepRows     bool          // leave the written rows in the outbox table (default: delete them at the end)
+
+	RunID string // random when empty
+
+	// A LeakTest runs once.
+
+	written   atomic.Int64
+	delivered atomic.Int64
+	phase     atomic.Value // string
+	started   atomic.Int64 // unix nanos
+}
+
+// Progress is a snapshot of a running LeakTest.
+type Progress struct {
+	Phase     string // "preparing", "writing", "waiting", "settling", "cleaning up", "done"
+	Total     int
+	Written   int
+	Delivered int // distinct keys of this run seen on the topic
+	Elapsed   time.Duration
+}
+
+// Progress may be called from any goroutine while Run runs.
+func (l *LeakTest) Progress() Progress {
+	p := Progress{Total: l.Events, Written: int(l.written.Load()), Delivered: int(l.delivered.Load())}
+	if s, ok := l.phase.Load().(string); ok {
+		p.Phase = s
+	}
+	if st := l.started.Load(); st != 0 {
+		p.Elapsed = time.Since(time.Unix(0, st))
+	}
+	return p
+}
+
+// Millis is a duration that marshals to JSON as milliseconds.
+type Millis time.Duration
+
+func (m Millis) MarshalJSON() ([]byte, error) {
+	return []byte(fmt.Sprintf("%.3f", float64(m)/float64(time.Millisecond))), nil
+}
+
+func (m Millis) String() string { return roundDuration(time.Duration(m)).String() }
+
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
+}
+
+// Latency summarises commit-to-consume latency over the first copy of each
+// delivered event: from the writer's clock right after COMMIT returned to
+// the consumer's clock when the record was fetched, both on this host.
+// It is not the broker append time: walpost stamps each record with its
+// transaction's commit time, so the record timestamp cannot show it.
+type Latency struct {
+	Samples int    `json:"samples"`
+	P50     Millis `json:"p50_ms"`
+	P99     Millis `json:"p99_ms"`
+	Max     Millis `json:"max_ms"`
+}
+
+// PartitionResult is the verdict for one partition of the topic.
+type PartitionResult struct {
+	Partition   int32    `json:"partition"`
+	StartOffset int64    `json:"start_offset"` // end offset before the run
+	Records     int      `json:"records"`      // records of this run, copies included
+	Delivered   int      `json:"delivered"`    // distinct events of this run
+	Duplicates  int      `json:"duplicates"`   // extra copies
+	OutOfOrder  int      `json:"out_of_order"` // order violations among first copies
+	Violations  []string `json:"violations,omitempty"`
+}
+
+// Result is a LeakTest's report.
+type Result struct {
+	RunID        string `json:"run_id"`
+	Table        string `json:"table"`
+	Topic        string `json:"topic"`
+	Events       int    `json:"events"` // requested
+	Writers      int    `json:"writers"`
+	MaxTxnSize   int    `json:"max_txn_size"`
+	PayloadBytes int    `json:"payload_bytes"`
+
+	Written      int    `json:"written"` // committed
+	Transactions int    `json:"transactions"`
+	WriteElapsed Millis `json:"write_elapsed_ms"`
+
+	Delivered      int               `json:"delivered"`
+	Lost           int               `json:"lost"`
+	LostKeys       []string          `json:"lost_keys,omitempty"` // at most 100
+	Duplicates     int               `json:"duplicates"`          // extra copies
+	DuplicatedKeys int               `json:"duplicated_keys"`
+	OutOfOrder     int               `json:"out_of_order"`
+	Unexpected     int               `json:"unexpected"` // records with this run's prefix that no writer committed
+	NoCommitLSN    int               `json:"records_without_commit_lsn"`
+	Partitions     []PartitionResult `json:"partitions"`
+	Latency        Latency           `json:"commit_to_consume"`
+	Timeout        Millis            `json:"timeout_ms"`
+	Elapsed        Millis            `json:"elapsed_ms"`
+
+	TimedOut       bool   `json:"timed_out"`       // the timeout passed before every event arrived
+	NothingArrived bool   `json:"nothing_arrived"` // not one record of this run arrived
+	Interrupted    bool   `json:"interrupted"`     // the run was cancelled before it finished
+	CleanupError   string `json:"cleanup_error,omitempty"`
+	OK             bool   `json:"ok"` // lost = 0, order held, the run finished
+
+	Report *Report `json:"-"` // the validator's full verdict
+}
+
+// Prefix is the key prefix of the run's events.
+func (l *LeakTest) Prefix() string { return "walpost-verify-" + l.RunID + "-" }
+
+func (l *LeakTest) defaults() error {
+	var errs []error
+	if l.PostgresURL == "" {
+		errs = append(errs, errors.New("no PostgreSQL URL"))
+	}
+	if len(l.Brokers) == 0 {
+		errs = append(errs, errors.New("no Kafka brokers"))
+	}
+	if l.Table == "" {
+		l.Table = "outbox"
+	}
+	if l.Topic == "" {
+		errs = append(errs, errors.New("no topic"))
+	}
+	if l.Events < 1 {
+		errs = append(errs, fmt.Errorf("events = %d: at least 1", l.Events))
+	}
+	if l.Writers < 1 {
+		errs = append(errs, fmt.Errorf("writers = %d: at least 1", l.Writers))
+	}
+	if l.MaxTxnSize < 1 {
+		errs = append(errs, fmt.Errorf("txn size = %d: at least 1", l.MaxTxnSize))
+	}
+	if l.PayloadBytes < 0 {
+		errs = append(errs, fmt.Errorf("payload bytes = %d: at least 0", l.PayloadBytes))
+	}
+	if l.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("timeout = %s: must be positive", l.Timeout))
+	}
+	if l.Settle == 0 {
+		l.Settle = time.Second
+	}
+	if l.RunID == "" {
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		l.RunID = hex.EncodeToString(b)
+	}
+	return errors.Join(errs...)
+}
+
+// Payload returns the JSON payload of the run's events: about PayloadBytes
+// bytes of JSON text (never less than the fixed part).
+func (l *LeakTest) Payload() string {
+	head := `{"walpost_verify": "` + l.RunID + `", "pad": "`
+	tail := `"}`
+	pad := max(l.PayloadBytes-len(head)-len(tail), 0)
+	return head + strings.Repeat("x", pad) + tail
+}
+
+// writeState is what the writers share.
+type writeState struct {
+	mu       sync.Mutex
+	expected []Expected
+	commits  map[string]time.Time // txn → client clock right after COMMIT returned
+	txns     int
+}
+
+// consumeState is owned by the consumer goroutine until it ends.
+type consumeState struct {
+	observed    []Observed
+	firstSeen   map[string]time.Time
+	noCommitLSN int
+	err         error // first fetch error, for a report that nothing arrived
+}
+
+// Run writes the events, waits for them on the topic and returns the
+// report. An error means the test could not run (connection, missing
+// table or topic, a failed write); a cancelled ctx ends the run early
+// with Interrupted set.
+func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
+	if err := l.defaults(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l.started.Store(start.UnixNano())
+	l.phase.Store("preparing")
+	defer l.phase.Store("done")
+
+	// Kafka: the end offsets before anything is written.
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(l.Brokers...), kgo.ClientID("walpost-verify-admin"))
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	defer admCl.Close()
+	starts, err := endOffsets(ctx, kadm.NewClient(admCl), l.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("kafka (brokers %v): %w", l.Brokers, err)
+	}
+
+	// PostgreSQL: the outbox table as walpost resolves it.
+	pcfg, err := pgxpool.ParseConfig(l.PostgresURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	pcfg.MaxConns = int32(l.Writers + 1)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	defer pool.Close()
+	table, err := resolveTable(ctx, pool, l.Table)
+	if err != nil {
+		return nil, err
+	}
+	insertSQL := fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, event_type) VALUES ($1, $2, 'walpost.verify')`, table)
+
+	// The consumer starts before the first write, at the offsets taken above.
+	prefix := l.Prefix()
+	parts := map[int32]kgo.Offset{}
+	for p, o := range starts {
+		parts[p] = kgo.NewOffset().At(o)
+	}
+	ready := newFetchReady(ctx, kadm.NewClient(admCl), l.Topic)
+	cons, err := kgo.NewClient(kgo.SeedBrokers(l.Brokers...), kgo.ClientID("walpost-verify"),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{l.Topic: parts}),
+		kgo.FetchMaxWait(100*time.Millisecond), kgo.WithHooks(ready))
+	if err != nil {
+		return nil, fmt.Errorf("kafka: %w", err)
+	}
+	defer cons.Close()
+	cctx, ccancel := context.WithCancel(context.Background())
+	defer ccancel()
+	cs := &consumeState{firstSeen: make(map[string]time.Time, l.Events)}
+	consDone := make(chan struct{})
+	go func() {
+		defer close(consDone)
+		l.consume(cctx, cons, prefix, cs)
+	}()
+
+	// The first write waits until the consumer's fetches are at the
+	// brokers, so that consumer start-up does not count as latency.
+	select {
+	case <-ready.ch:
+	case <-time.After(10 * time.Second):
+	case <-ctx.Done():
+	}
+
+	// Writers.
+	l.phase.Store("writing")
+	ws := &writeState{commits: map[string]time.Time{}}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	var claimed atomic.Int64
+	var wg sync.WaitGroup
+	var writeErr error
+	var errOnce sync.Once
+	payload := l.Payload()
+	seed := mrand.Uint64()
+	writeStart := time.Now()
+	for w := 0; w < l.Writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := mrand.New(mrand.NewPCG(seed, uint64(w)))
+			for t := 0; wctx.Err() == nil; t++ {
+				n := int64(1 + rng.IntN(l.MaxTxnSize))
+				first := claimed.Add(n) - n
+				if first >= int64(l.Events) {
+					return
+				}
+				n = min(n, int64(l.Events)-first)
+				txn := fmt.Sprintf("w%d-t%d", w, t)
+				if err := l.writeTxn(wctx, pool, insertSQL, prefix, txn, int(n), payload, ws); err != nil {
+					if wctx.Err() == nil {
+						errOnce.Do(func() { writeErr = err })
+						wcancel()
+					}
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	writesDone := time.Now()
+	res := &Result{
+		RunID: l.RunID, Table: table, Topic: l.Topic, Events: l.Events, Writers: l.Writers,
+		MaxTxnSize: l.MaxTxnSize, PayloadBytes: l.PayloadBytes, WriteElapsed: Millis(writesDone.Sub(writeStart)),
+		Timeout: Millis(l.Timeout),
+	}
+	if writeErr != nil {
+		ccancel()
+		<-consDone
+		l.cleanup(pool, table, ws.expected, res)
+		return nil, fmt.Errorf("postgres: write to %s: %w", table, writeErr)
+	}
+
+	// Wait for delivery.
+	l.phase.Store("waiting")
+	written := int64(len(ws.expected))
+	deadline := time.NewTimer(l.Timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		if l.delivered.Load() >= written {
+			// Everything arrived; keep reading a moment for duplicates.
+			l.phase.Store("settling")
+			select {
+			case <-time.After(l.Settle):
+			case <-ctx.Done():
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			res.Interrupted = true
+			break wait
+		case <-deadline.C:
+			res.TimedOut = true
+			break wait
+		case <-tick.C:
+		}
+	}
+	ccancel()
+	<-consDone
+	if ctx.Err() != nil {
+		res.Interrupted = true
+	}
+	res.Elapsed = Millis(time.Since(start))
+	l.phase.Store("cleaning up")
+	l.cleanup(pool, table, ws.expected, res)
+
+	l.summarise(res, ws, cs, starts)
+	return res, nil
+}
+
+// fetchReady is a kgo hook that closes ch once a fetch request has been
+// written to the leader of every partition of the topic.
+type fetchReady struct {
+	mu   sync.Mutex
+	want map[int32]bool // leader node ids without a fetch yet
+	ch   chan struct{}
+}
+
+func newFetchReady(ctx context.Context, adm *kadm.Client, topic string) *fetchReady {
+	h := &fetchReady{want: map[int32]bool{}, ch: make(chan struct{})}
+	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if md, err := adm.Metadata(mctx, topic); err == nil {
+		for _, p := range md.Topics[topic].Partitions {
+			if p.Leader >= 0 {
+				h.want[p.Leader] = true
+			}
+		}
+	}
+	if len(h.want) == 0 {
+		h.want[-1] = true // unknown leaders: the first fetch anywhere will do
+	}
+	return h
+}
+
+// OnBrokerWrite implements kgo.HookBrokerWrite.
+func (h *fetchReady) OnBrokerWrite(meta kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key != int16(kmsg.Fetch) || err != nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.want) == 0 {
+		return
+	}
+	delete(h.want, meta.NodeID)
+	if h.want[-1] {
+		clear(h.want)
+	}
+	if len(h.want) == 0 {
+		close(h.ch)
+	}
+}
+
+// endOffsets returns the end offset of every partition of topic. A topic
+// just created may be unknown to the broker for a moment: an unknown topic
+// is retried for a few seconds before it is reported missing.
+func endOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		starts, err := tryEndOffsets(ctx, adm, topic)
+		if err == nil || !errors.Is(err, kerr.UnknownTopicOrPartition) || time.Now().After(deadline) || ctx.Err() != nil {
+			if errors.Is(err, kerr.UnknownTopicOrPartition) {
+				return nil, fmt.Errorf("topic %q does not exist: start walpost run first (it creates the topic with kafka.create_topic_partitions) or create it", topic)
+			}
+			return starts, err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func tryEndOffsets(ctx context.Context, adm *kadm.Client, topic string) (map[int32]int64, error) {
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(lctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %q: %w", topic, err)
+	}
+	starts := map[int32]int64{}
+	var perr error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Topic != topic {
+			return
+		}
+		if o.Err != nil && perr == nil {
+			perr = o.Err
+		}
+		starts[o.Partition] = o.Offset
+	})
+	if perr != nil {
+		return nil, fmt.Errorf("end offsets of %q: %w", topic, perr)
+	}
+	if len(starts) == 0 {
+		return nil, kerr.UnknownTopicOrPartition
+	}
+	return starts, nil
+}
+
+func resolveTable(ctx context.Context, pool *pgxpool.Pool, table string) (string, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return "", fmt.Errorf("postgres: %w", err)
+	}
+	defer conn.Release()
+	t, err := replication.ResolveTable(ctx, conn.Conn(), table)
+	if err != nil {
+		return "", fmt.Errorf("postgres: %w", err)
+	}
+	return t.String(), nil
+}
+
+// writeTxn inserts n rows in one transaction, in row order, and records
+// them with the client's clock right after COMMIT returned.
+func (l *LeakTest) writeTxn(ctx context.Context, pool *pgxpool.Pool, insertSQL, prefix, txn string, n int, payload string, ws *writeState) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	b := &pgx.Batch{}
+	exp := make([]Expected, n)
+	for i := range exp {
+		exp[i] = Expected{Key: prefix + txn + fmt.Sprintf("-r%d", i), Txn: txn, Index: i}
+		b.Queue(insertSQL, exp[i].Key, payload)
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	committed := time.Now()
+	ws.mu.Lock()
+	ws.expected = append(ws.expected, exp...)
+	ws.commits[txn] = committed
+	ws.txns++
+	ws.mu.Unlock()
+	l.written.Add(int64(n))
+	return nil
+}
+
+// consume reads the topic until ctx ends, keeping the run's records in
+// offset order per partition.
+func (l *LeakTest) consume(ctx context.Context, cl *kgo.Client, prefix string, cs *consumeState) {
+	for {
+		fetches := cl.PollFetches(ctx)
+		now := time.Now()
+		fetches.EachError(func(_ string, _ int32, err error) {
+			if cs.err == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
+				cs.err = err
+			}
+		})
+		fetches.EachRecord(func(r *kgo.Record) {
+			key := string(r.Key)
+			if !strings.HasPrefix(key, prefix) {
+				return
+			}
+			o := Observed{Key: key, Partition: r.Partition, Offset: r.Offset}
+			found := false
+			for _, h := range r.Headers {
+				if h.Key == "commit_lsn" {
+					if lsn, err := pglogrepl.ParseLSN(string(h.Value)); err == nil {
+						o.CommitLSN, found = lsn, true
+					}
+					break
+				}
+			}
+			if !found {
+				cs.noCommitLSN++
+			}
+			cs.observed = append(cs.observed, o)
+			if _, ok := cs.firstSeen[key]; !ok {
+				cs.firstSeen[key] = now
+				l.delivered.Add(1)
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// cleanup deletes the run's rows unless KeepRows; the inserts are already
+// in the WAL, so deleting them does not change what walpost forwards.
+func (l *LeakTest) cleanup(pool *pgxpool.Pool, table string, expected []Expected, res *Result) {
+	if l.KeepRows || len(expected) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	keys := make([]string, 0, 5000)
+	for i := 0; i < len(expected); i += cap(keys) {
+		keys = keys[:0]
+		for _, e := range expected[i:min(i+cap(keys), len(expected))] {
+			keys = append(keys, e.Key)
+		}
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`DELETE FROM %s WHERE idempotency_key = ANY($1)`, table), keys); err != nil {
+			res.CleanupError = fmt.Sprintf("could not delete the run's rows from %s (they have keys %s*): %v", table, l.Prefix(), err)
+			return
+		}
+	}
+}
+
+// summarise fills res from what was written and consumed.
+func (l *LeakTest) summarise(res *Result, ws *writeState, cs *consumeState, starts map[int32]int64) {
+	expected := ws.expected
+	rep := Validate(expected, cs.observed)
+	res.Report = rep
+	res.Written = len(expected)
+	res.Transactions = ws.txns
+	res.Delivered = rep.Delivered
+	res.Lost = len(rep.Lost)
+	res.LostKeys = rep.Lost[:min(len(rep.Lost), 100)]
+	res.Duplicates = rep.Duplicates()
+	res.DuplicatedKeys = len(rep.Duplicated)
+	res.OutOfOrder = len(rep.OutOfOrder)
+	res.Unexpected = rep.Unexpected
+	res.NoCommitLSN = cs.noCommitLSN
+	res.NothingArrived = len(cs.observed) == 0
+	res.Partitions = PerPartition(expected, cs.observed, starts)
+	res.Latency = CommitToConsume(expected, ws.commits, cs.firstSeen)
+	res.OK = rep.OK() && !res.Interrupted && res.Written == res.Events
+}
+
+// PerPartition runs the validator on each partition's records alone: keys
+// map to one partition each, so its order verdict per partition is the
+// whole verdict split up.
+func PerPartition(expected []Expected, observed []Observed, starts map[int32]int64) []PartitionResult {
+	byPart := map[int32][]Observed{}
+	for p := range starts {
+		byPart[p] = nil
+	}
+	for _, o := range observed {
+		byPart[o.Partition] = append(byPart[o.Partition], o)
+	}
+	out := make([]PartitionResult, 0, len(byPart))
+	for p, obs := range byPart {
+		pr := PartitionResult{Partition: p, StartOffset: starts[p], Records: len(obs)}
+		if len(obs) > 0 {
+			rep := Validate(expected, obs)
+			pr.Delivered = rep.Delivered
+			pr.Duplicates = rep.Duplicates()
+			pr.OutOfOrder = len(rep.OutOfOrder)
+			pr.Violations = rep.OutOfOrder[:min(len(rep.OutOfOrder), 10)]
+		}
+		out = append(out, pr)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out
+}
+
+// CommitToConsume computes the latency percentiles (nearest rank) from
+// each delivered event's commit time to the time its first copy was
+// fetched. A negative difference (the record fetched before COMMIT
+// returned to the writer) counts as 0.
+func CommitToConsume(expected []Expected, commits map[string]time.Time, firstSeen map[string]time.Time) Latency {
+	lats := make([]time.Duration, 0, len(firstSeen))
+	for _, e := range expected {
+		seen, ok := firstSeen[e.Key]
+		c, ok2 := commits[e.Txn]
+		if !ok || !ok2 {
+			continue
+		}
+		lats = append(lats, max(seen.Sub(c), 0))
+	}
+	return latencyOf(lats)
+}
+
+func latencyOf(lats []time.Duration) Latency {
+	if len(lats) == 0 {
+		return Latency{}
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	rank := func(q float64) time.Duration {
+		i := int(math.Ceil(q*float64(len(lats)))) - 1
+		return lats[min(max(i, 0), len(lats)-1)]
+	}
+	return Latency{Samples: len(lats), P50: Millis(rank(0.50)), P99: Millis(rank(0.99)), Max: Millis(lats[len(lats)-1])}
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Result) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText writes the human-readable report.
+func (r *Result) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "walpost verify: run %s, table %s, topic %s (%d partitions)\n", r.RunID, r.Table, r.Topic, len(r.Partitions))
+	fmt.Fprintf(tw, "  written\t%d events in %d transactions (1..%d rows, %d writers, ~%d-byte payloads) in %s\n",
+		r.Written, r.Transactions, r.MaxTxnSize, r.Writers, r.PayloadBytes, r.WriteElapsed)
+	if r.Written != r.Events {
+		fmt.Fprintf(tw, "  \t(%d requested)\n", r.Events)
+	}
+	fmt.Fprintf(tw, "  delivered\t%d\n", r.Delivered)
+	fmt.Fprintf(tw, "  lost\t%d\n", r.Lost)
+	fmt.Fprintf(tw, "  duplicated\t%d (%d keys)\n", r.Duplicates, r.DuplicatedKeys)
+	fmt.Fprintf(tw, "  out of order\t%d\n", r.OutOfOrder)
+	if r.Unexpected > 0 {
+		fmt.Fprintf(tw, "  unexpected\t%d (records of this run no writer committed)\n", r.Unexpected)
+	}
+	if r.Latency.Samples > 0 {
+		fmt.Fprintf(tw, "  commit to consume\tp50 %s  p99 %s  max %s  (%d events)\n", r.Latency.P50, r.Latency.P99, r.Latency.Max, r.Latency.Samples)
+	} else {
+		fmt.Fprintf(tw, "  commit to consume\t-\n")
+	}
+	fmt.Fprintf(tw, "  elapsed\t%s\n", r.Elapsed)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  partition\tfrom offset\trecords\tdelivered\tduplicates\tout of order\t")
+	for _, p := range r.Partitions {
+		fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%d\t%d\t\n", p.Partition, p.StartOffset, p.Records, p.Delivered, p.Duplicates, p.OutOfOrder)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, p := range r.Partitions {
+		for _, v := range p.Violations {
+			fmt.Fprintf(w, "  out of order: %s\n", v)
+		}
+		if p.OutOfOrder > len(p.Violations) {
+			fmt.Fprintf(w, "  … %d more out of order in partition %d\n", p.OutOfOrder-len(p.Violations), p.Partition)
+		}
+	}
+	for i, k := range r.LostKeys {
+		if i == 10 {
+			fmt.Fprintf(w, "  … %d more lost\n", r.Lost-10)
+			break
+		}
+		fmt.Fprintf(w, "  lost %s\n", k)
+	}
+	fmt.Fprintln(w)
+	if r.NothingArrived && r.Written > 0 {
+		fmt.Fprintf(w, "Nothing of this run arrived on topic %s within %s after the last commit: is `walpost run` forwarding %s with this configuration?\n",
+			r.Topic, time.Duration(r.Timeout), r.Table)
+	} else if r.TimedOut {
+		fmt.Fprintf(w, "Timed out waiting for delivery (%d of %d arrived); a slow forwarder with a backlog needs a longer --timeout.\n", r.Delivered, r.Written)
+	}
+	if r.Interrupted {
+		fmt.Fprintln(w, "Interrupted before the run finished: the figures are partial.")
+	}
+	if r.NoCommitLSN > 0 {
+		fmt.Fprintf(w, "Note: %d records had no commit_lsn header; order across transactions was not checked for them.\n", r.NoCommitLSN)
+	}
+	if r.CleanupError != "" {
+		fmt.Fprintf(w, "Warning: %s\n", r.CleanupError)
+	}
+	verdict := "PASS: nothing lost, order held per partition"
+	if r.Duplicates > 0 && r.OK {
+		verdict += fmt.Sprintf(" (%d duplicate copies: allowed, at-least-once)", r.Duplicates)
+	}
+	if !r.OK {
+		var why []string
+		if r.Lost > 0 {
+			why = append(why, fmt.Sprintf("%d lost", r.Lost))
+		}
+		if r.OutOfOrder > 0 {
+			why = append(why, fmt.Sprintf("%d out of order", r.OutOfOrder))
+		}
+		if r.Interrupted {
+			why = append(why, "interrupted")
+		}
+		if r.Written != r.Events {
+			why = append(why, fmt.Sprintf("%d of %d written", r.Written, r.Events))
+		}
+		verdict = "FAIL: " + strings.Join(why, ", ")
+	}
+	_, err := fmt.Fprintln(w, verdict)
+	return err
+}
