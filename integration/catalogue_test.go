@@ -1,0 +1,800 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The bad-input catalogue: one test per kind of bad input (environment,
+// configuration or row), each pinning walpost's exact behaviour, and for
+// rows that nothing is lost: a poisoned event is in the poison table with
+// its error_class, a delivered one is byte-exact in the topic.
+//
+// Related rows covered elsewhere: slot in use by another process
+// (TestHotStandby), payload larger than max.message.bytes
+// (TestPoisonOversizedAndReplay), unknown row topic
+// (TestUnknownTopicHaltsAndResumes), and TestRunError* in errors_test.go.
+//
+// The tests create their fixture first (walpost migrate is not run
+// concurrently), then run in parallel.
+
+// catPoisonEnv keeps quarantine fast.
+var catPoisonEnv = []string{"WALPOST_POISON_MAX_ATTEMPTS=2", "WALPOST_POISON_BACKOFF=10ms"}
+
+const catPassword = "catSecretPw9"
+
+// catRun runs `walpost run` with env until it exits or timeout passes and
+// returns its output, exit code and run time.
+func catRun(t *testing.T, env []string, timeout time.Duration) (string, int, time.Duration) {
+	t.Helper()
+	needStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "run")
+	cmd.Env = append(baseEnv(), env...)
+	cmd.WaitDelay = 5 * time.Second
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	start := time.Now()
+	err := cmd.Run()
+	took := time.Since(start)
+	out := buf.String()
+	t.Logf("walpost run exited after %s (%v); output:\n%s", took.Round(time.Millisecond), err, out)
+	if ctx.Err() != nil {
+		t.Fatalf("walpost run did not exit within %s", timeout)
+	}
+	if err == nil {
+		return out, 0, took
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("walpost run: %v", err)
+	}
+	return out, ee.ExitCode(), took
+}
+
+// catNoSlot asserts walpost did not create the fixture's slot.
+func catNoSlot(t *testing.T, f *fixture) {
+	t.Helper()
+	if _, _, ok := f.slotState(); ok {
+		t.Errorf("slot %s was created although walpost refused to start", f.Slot)
+	}
+}
+
+// catStart starts `walpost run` on the fixture with fast quarantine and
+// waits until it streams.
+func catStart(t *testing.T, f *fixture, extra ...string) *proc {
+	t.Helper()
+	p := f.start(append(append([]string{}, catPoisonEnv...), extra...)...)
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatal("walpost did not stream")
+	}
+	return p
+}
+
+// catRow is one outbox row to insert. A nil field is NULL (payload and
+// headers) or left to the column default.
+type catRow struct {
+	key       string
+	payload   *string // SQL expression for the payload; nil: payloadTx
+	payloadTx string  // jsonb text, bound as a parameter
+	eventType *string
+	headers   *string // jsonb text
+}
+
+// catInsertTxn inserts rows in one transaction; payload may be a SQL
+// expression (payload != nil).
+func catInsertTxn(t *testing.T, f *fixture, rows []catRow) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := f.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, r := range rows {
+		var err error
+		if r.payload != nil {
+			_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, event_type, headers) VALUES ($1, %s, $2, $3::jsonb)`, f.Table, *r.payload),
+				r.key, r.eventType, r.headers)
+		} else {
+			_, err = tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, event_type, headers) VALUES ($1, $2::jsonb, $3, $4::jsonb)`, f.Table),
+				r.key, r.payloadTx, r.eventType, r.headers)
+		}
+		if err != nil {
+			t.Fatalf("insert %.40q: %v", r.key, err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// catRecord is a consumed record with its headers in order (duplicates
+// kept).
+type catRecord struct {
+	Observed
+	Key     []byte
+	Value   []byte
+	Headers []kgo.RecordHeader
+	IsNull  bool // Value == nil (a tombstone)
+}
+
+func (r catRecord) header(name string) []string {
+	var out []string
+	for _, h := range r.Headers {
+		if h.Key == name {
+			out = append(out, string(h.Value))
+		}
+	}
+	return out
+}
+
+// catConsume reads the fixture's topic from the start until want records
+// arrived and the topic stayed quiet for 1.5 s, or timeout passes.
+func catConsume(t *testing.T, f *fixture, want int, timeout time.Duration) []catRecord {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []catRecord
+	deadline := time.Now().Add(timeout)
+	quietSince := time.Now()
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fetches := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fetches.EachRecord(func(r *kgo.Record) {
+			n++
+			rec := catRecord{Observed: Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset},
+				Key: r.Key, Value: r.Value, Headers: r.Headers, IsNull: r.Value == nil}
+			if v := rec.header("commit_lsn"); len(v) == 1 {
+				rec.CommitLSN, _ = pglogrepl.ParseLSN(v[0])
+			}
+			out = append(out, rec)
+		})
+		if n > 0 {
+			quietSince = time.Now()
+		}
+		if len(out) >= want && time.Since(quietSince) > 1500*time.Millisecond {
+			break
+		}
+	}
+	return out
+}
+
+// catPoison is a row of the fixture's poison table.
+type catPoison struct {
+	Key, Class, LastError string
+	Attempts              int
+	Payload, Headers      *string
+}
+
+func catPoisonRows(t *testing.T, f *fixture) []catPoison {
+	t.Helper()
+	rows, err := f.Pool.Query(context.Background(), fmt.Sprintf(
+		`SELECT idempotency_key, error_class, last_error, attempts, payload::text, headers::text FROM %s ORDER BY commit_lsn, poisoned_at`, f.PoisonTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (catPoison, error) {
+		var p catPoison
+		err := r.Scan(&p.Key, &p.Class, &p.LastError, &p.Attempts, &p.Payload, &p.Headers)
+		return p, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// catWaitPoison waits until the poison table has n rows.
+func catWaitPoison(t *testing.T, f *fixture, n int) []catPoison {
+	t.Helper()
+	var got []catPoison
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d poison rows", n), func() bool {
+		got = catPoisonRows(t, f)
+		return len(got) >= n
+	})
+	return got
+}
+
+// catExpectDelivered checks that the delivered records are exactly the
+// rows with keys want (one record each, nothing else, commit and insert
+// order per partition) and that each is byte-exact: key, value = payload
+// as PostgreSQL renders it, and the contract's headers.
+func catExpectDelivered(t *testing.T, f *fixture, recs []catRecord, want []Expected) {
+	t.Helper()
+	obs := make([]Observed, len(recs))
+	for i, r := range recs {
+		obs[i] = r.Observed
+	}
+	rep := Validate(want, obs)
+	if !rep.OK() || rep.Unexpected != 0 || rep.Duplicates() != 0 || len(recs) != len(want) {
+		t.Errorf("delivery: %s (%d records for %d expected)", rep, len(recs), len(want))
+	}
+	byKey := map[string]catRecord{}
+	for _, r := range recs {
+		if r.IsNull {
+			t.Errorf("record %.40q is a tombstone (NULL value)", r.Key)
+		}
+		byKey[string(r.Key)] = r
+	}
+	for _, e := range want {
+		r, ok := byKey[e.Key]
+		if !ok {
+			continue // reported by Validate
+		}
+		catCheckRecord(t, f, e.Key, r)
+	}
+}
+
+// catCheckRecord compares one record with its outbox row.
+func catCheckRecord(t *testing.T, f *fixture, key string, r catRecord) {
+	t.Helper()
+	var id, payload string
+	var eventType, headers *string
+	var created time.Time
+	err := f.Pool.QueryRow(context.Background(), fmt.Sprintf(
+		`SELECT id::text, payload::text, event_type, headers::text, created_at FROM %s WHERE idempotency_key = $1`, f.Table), key).
+		Scan(&id, &payload, &eventType, &headers, &created)
+	if err != nil {
+		t.Fatalf("read row %.40q: %v", key, err)
+	}
+	short := key
+	if len(short) > 40 {
+		short = short[:40] + "…"
+	}
+	if string(r.Key) != key {
+		t.Errorf("%q: record key differs from the idempotency_key (%d vs %d bytes)", short, len(r.Key), len(key))
+	}
+	if !bytes.Equal(r.Value, []byte(payload)) {
+		t.Errorf("%q: value is not byte-exact:\n got  %.200q\n want %.200q", short, r.Value, payload)
+	}
+	one := func(name, want string) {
+		t.Helper()
+		got := r.header(name)
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("%q: header %s = %.80q, want exactly one %.80q", short, name, got, want)
+		}
+	}
+	one("idempotency_key", key)
+	one("outbox_id", id)
+	if v := r.header("created_at"); len(v) != 1 {
+		t.Errorf("%q: created_at headers %q, want one", short, v)
+	} else if ts, err := time.Parse(time.RFC3339Nano, v[0]); err != nil || !ts.Equal(created) {
+		t.Errorf("%q: created_at header %q (%v), want %s", short, v[0], err, created)
+	}
+	if v := r.header("commit_lsn"); len(v) != 1 || r.CommitLSN == 0 {
+		t.Errorf("%q: commit_lsn headers %q, want one X/X LSN", short, v)
+	}
+	wantHeaders := 4
+	if eventType != nil {
+		one("event_type", *eventType)
+		wantHeaders++
+	}
+	if headers != nil && *headers != "null" {
+		var m map[string]string
+		if err := json.Unmarshal([]byte(*headers), &m); err != nil {
+			t.Fatalf("%q: row headers %s: %v", short, *headers, err)
+		}
+		for k, v := range m {
+			switch k {
+			case "idempotency_key", "outbox_id", "commit_lsn", "created_at":
+				continue // the contract's own, checked above
+			case "event_type":
+				if eventType != nil {
+					continue
+				}
+			}
+			one(k, v)
+			wantHeaders++
+		}
+	}
+	if len(r.Headers) != wantHeaders {
+		t.Errorf("%q: %d headers %v, want %d", short, len(r.Headers), r.Headers, wantHeaders)
+	}
+}
+
+// catSlotPast waits until the slot's confirmed position reaches lsn.
+func catSlotPast(t *testing.T, f *fixture, lsn pglogrepl.LSN) {
+	t.Helper()
+	waitFor(t, 30*time.Second, fmt.Sprintf("slot confirmed past %s", lsn), func() bool {
+		got, _, _ := f.slotState()
+		return got >= lsn
+	})
+}
+
+func catPtr(s string) *string { return &s }
+
+// catExpected lists keys as Expected of one transaction each.
+func catExpected(txn string, keys ...string) []Expected {
+	out := make([]Expected, len(keys))
+	for i, k := range keys {
+		out[i] = Expected{Key: k, Txn: txn, Index: i}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------
+// Environment and configuration.
+
+// TestCataloguePostgresUnreachable: PostgreSQL unreachable at start is
+// retried (it may be a restart), not fatal: `walpost run` logs "session
+// failed; reconnecting" with the error (no password) and keeps trying; a
+// SIGTERM stops it at once with exit 0. `walpost check` prints FAIL for
+// postgres and exits 1.
+func TestCataloguePostgresUnreachable(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	bad := "postgres://walpost:" + catPassword + "@127.0.0.1:1/walpost?sslmode=disable"
+	p := f.start(append(catPoisonEnv, "WALPOST_POSTGRES_URL="+bad)...)
+	started := time.Now()
+	attempts := func() int {
+		b, _ := os.ReadFile(p.log)
+		return strings.Count(string(b), "session failed; reconnecting")
+	}
+	waitFor(t, 10*time.Second, "two reconnect attempts", func() bool { return attempts() >= 2 || p.exited() })
+	if p.exited() {
+		t.Fatalf("walpost run exited (%v) with PostgreSQL unreachable; want it to retry", p.err)
+	}
+	t.Logf("%d attempts within %s", attempts(), time.Since(started).Round(time.Millisecond))
+	log, _ := os.ReadFile(p.log)
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, "session failed; reconnecting") {
+			t.Logf("first attempt: %s", line)
+			break
+		}
+	}
+	for _, want := range []string{"127.0.0.1:1", "connection refused", "level=WARN"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	if strings.Contains(string(log), catPassword) {
+		t.Errorf("log contains the password")
+	}
+	took, err := p.signal(syscall.SIGTERM, 5*time.Second)
+	if err != nil {
+		t.Fatalf("after SIGTERM: %v (after %s)", err, took)
+	}
+	t.Logf("exit 0 %s after SIGTERM", took.Round(time.Millisecond))
+	catNoSlot(t, f)
+
+	r := runCheck(t, f.env("WALPOST_POSTGRES_URL="+bad))
+	expectFailures(t, r, map[string][]string{"postgres": {"cannot connect", "127.0.0.1", "postgres.url", "WALPOST_POSTGRES_URL"}})
+	if strings.Contains(r.Output, catPassword) {
+		t.Errorf("check output contains the password")
+	}
+}
+
+// TestCatalogueKafkaUnreachable: Kafka unreachable at start is fatal
+// (exit 1, no retry), with an error naming kafka.topic, the topic and the
+// brokers; PostgreSQL is not touched. A refused connection stops walpost at
+// once; a broker address that accepts connections but never answers stops
+// it when the topic check's 30 s timeout expires.
+func TestCatalogueKafkaUnreachable(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	check := func(t *testing.T, addr string, minTook, maxTook time.Duration, wants ...string) {
+		out, code, took := catRun(t, f.env("WALPOST_KAFKA_BROKERS="+addr), 60*time.Second)
+		if code != 1 {
+			t.Errorf("exit code %d, want 1", code)
+		}
+		if took < minTook || took > maxTook {
+			t.Errorf("took %s to give up, want %s–%s", took, minTook, maxTook)
+		}
+		for _, want := range append([]string{"walpost stopped", "kafka.topic", f.Topic, "brokers [" + addr + "]"}, wants...) {
+			if !strings.Contains(out, want) {
+				t.Errorf("output lacks %q", want)
+			}
+		}
+		if strings.Contains(out, "reconnecting") {
+			t.Errorf("walpost retried instead of stopping")
+		}
+		catNoSlot(t, f)
+	}
+	t.Run("connection refused", func(t *testing.T) {
+		t.Parallel()
+		check(t, "127.0.0.1:1", 0, 5*time.Second, "connection refused")
+	})
+	t.Run("silent broker", func(t *testing.T) {
+		t.Parallel()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var conns []net.Conn
+		var mu sync.Mutex
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				conns = append(conns, c) // read nothing, answer nothing
+				mu.Unlock()
+			}
+		}()
+		t.Cleanup(func() {
+			l.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range conns {
+				c.Close()
+			}
+		})
+		check(t, l.Addr().String(), 25*time.Second, 40*time.Second, "context deadline exceeded")
+	})
+}
+
+// TestCatalogueSlotOtherDatabase: a slot of the configured name that was
+// created in another database stops walpost, naming both databases;
+// walpost leaves that slot alone.
+func TestCatalogueSlotOtherDatabase(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	u, err := url.Parse(pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/postgres"
+	other := errsConnect(t, u.String())
+	errsExec(t, other, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, f.Slot)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = other.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, f.Slot)
+	})
+	out, code := errsRun(t, f.env(catPoisonEnv...))
+	errsAssertStopped(t, out, code, "belongs to database", `"postgres"`, `not "walpost"`, f.Slot, "postgres.slot")
+	var db string
+	if err := other.QueryRow(context.Background(), `SELECT database FROM pg_replication_slots WHERE slot_name = $1`, f.Slot).Scan(&db); err != nil || db != "postgres" {
+		t.Errorf("the other database's slot: database %q, %v; walpost must leave it alone", db, err)
+	}
+}
+
+// TestCatalogueOutboxTableMissing: a postgres.table that does not exist
+// stops walpost with "walpost migrate" as the fix, before any slot exists.
+func TestCatalogueOutboxTableMissing(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	out, code := errsRun(t, f.env("WALPOST_POSTGRES_TABLE=nope"))
+	errsAssertStopped(t, out, code, `table "nope" does not exist`, "walpost migrate", "postgres.table")
+	catNoSlot(t, f)
+}
+
+// TestCataloguePublicationCoversOtherTable: a publication that covers
+// another table besides the outbox stops walpost with the ALTER
+// PUBLICATION … DROP TABLE to run, before any slot exists.
+func TestCataloguePublicationCoversOtherTable(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	other := randName("cat_other")
+	mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (id int PRIMARY KEY)`, other))
+	t.Cleanup(func() { _, _ = f.Pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s`, other)) })
+	mustExec(t, f.Pool, fmt.Sprintf(`ALTER PUBLICATION %s ADD TABLE %s`, f.Publication, other))
+	out, code := errsRun(t, f.env())
+	errsAssertStopped(t, out, code, fmt.Sprintf(`also covers "public".%q`, other), "must cover only the outbox",
+		fmt.Sprintf(`ALTER PUBLICATION %s DROP TABLE "public".%q`, f.Publication, other))
+	catNoSlot(t, f)
+}
+
+// TestCatalogueTopicMissing: kafka.topic missing and
+// kafka.create_topic_partitions 0 stops walpost with the topic's name and
+// the ways to fix it; walpost does not create it.
+func TestCatalogueTopicMissing(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	missing := randName("cat_missing")
+	out, code := errsRun(t, f.env("WALPOST_KAFKA_TOPIC="+missing))
+	errsAssertStopped(t, out, code, "kafka.topic", fmt.Sprintf("%q", missing), "does not exist",
+		"kafka.create_topic_partitions", "kafka-topics.sh --create")
+	catNoSlot(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tds, err := f.Admin.ListTopics(ctx, missing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if td, ok := tds[missing]; ok && td.Err == nil {
+		_, _ = f.Admin.DeleteTopics(ctx, missing)
+		t.Errorf("walpost created topic %s without kafka.create_topic_partitions", missing)
+	}
+}
+
+// TestCatalogueInvalidConfig: an invalid value stops walpost before it
+// connects anywhere, naming the key, its variable, the value and what is
+// allowed.
+func TestCatalogueInvalidConfig(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	out, code, took := catRun(t, f.env("WALPOST_POISON_MAX_ATTEMPTS=-1"), 30*time.Second)
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if took > 5*time.Second {
+		t.Errorf("took %s to reject the config", took)
+	}
+	for _, want := range []string{"invalid config", "poison.max_attempts", "WALPOST_POISON_MAX_ATTEMPTS", `"-1"`, "at least 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	catNoSlot(t, f)
+}
+
+// ---------------------------------------------------------------------
+// Rows.
+
+// TestCatalogueInvalidHeaders: a headers column that is not an object of
+// strings ({"a": 1}, [1,2], {"a": null}) cannot become a record: each such
+// event is quarantined with INVALID_HEADERS after poison.max_attempts; its
+// neighbours (also in the same transaction) are delivered, a JSON null
+// headers value counts as no headers, and the slot moves past them all.
+func TestCatalogueInvalidHeaders(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	catStart(t, f)
+	catInsertTxn(t, f, []catRow{
+		{key: "h-before", payloadTx: `{"n": 1}`, headers: catPtr(`{"trace": "t-1"}`)},
+		{key: "h-number", payloadTx: `{"n": 2}`, headers: catPtr(`{"a": 1}`)},
+		{key: "h-mid", payloadTx: `{"n": 3}`},
+		{key: "h-array", payloadTx: `{"n": 4}`, headers: catPtr(`[1,2]`)},
+		{key: "h-jsonnull", payloadTx: `{"n": 5}`, headers: catPtr(`null`)},
+	})
+	catInsertTxn(t, f, []catRow{{key: "h-nullvalue", payloadTx: `{"n": 6}`, headers: catPtr(`{"a": null, "b": "ok"}`)}})
+	catInsertTxn(t, f, []catRow{{key: "h-after", payloadTx: `{"n": 7}`, headers: catPtr(`{}`)}})
+	end := f.currentWAL()
+
+	want := append(catExpected("1", "h-before", "h-mid", "h-jsonnull"), catExpected("3", "h-after")...)
+	catExpectDelivered(t, f, catConsume(t, f, len(want), 60*time.Second), want)
+	rows := catWaitPoison(t, f, 3)
+	wantPoison := map[string]string{"h-number": `{"a": 1}`, "h-array": `[1, 2]`, "h-nullvalue": `{"a": null, "b": "ok"}`}
+	if len(rows) != len(wantPoison) {
+		t.Errorf("poison rows %+v, want %d", rows, len(wantPoison))
+	}
+	for _, r := range rows {
+		h, ok := wantPoison[r.Key]
+		if !ok || r.Class != "INVALID_HEADERS" || r.Attempts != 2 || r.Headers == nil || *r.Headers != h ||
+			!strings.Contains(r.LastError, "headers must be a JSON object of strings") {
+			t.Errorf("poison row %+v (headers %v), want INVALID_HEADERS, 2 attempts, headers %s", r, catDeref(r.Headers), h)
+		}
+	}
+	catSlotPast(t, f, end)
+}
+
+// TestCatalogueNullPayload: where the payload column allows NULL, a NULL
+// payload is quarantined with NULL_PAYLOAD (its record would be a
+// tombstone and delete the key from a compacted topic); no record with
+// that key reaches the topic.
+func TestCatalogueNullPayload(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN payload DROP NOT NULL`, f.Table))
+	t.Parallel()
+	catStart(t, f)
+	catInsertTxn(t, f, []catRow{
+		{key: "n-before", payloadTx: `{"n": 1}`},
+		{key: "n-null", payload: catPtr("NULL")},
+		{key: "n-after", payloadTx: `{"n": 3}`},
+	})
+	// A JSON null is a value, not a NULL: delivered as the 4 bytes "null".
+	catInsertTxn(t, f, []catRow{{key: "n-jsonnull", payloadTx: `null`}})
+	end := f.currentWAL()
+
+	want := append(catExpected("1", "n-before", "n-after"), catExpected("2", "n-jsonnull")...)
+	catExpectDelivered(t, f, catConsume(t, f, len(want), 60*time.Second), want)
+	rows := catWaitPoison(t, f, 1)
+	if len(rows) != 1 || rows[0].Key != "n-null" || rows[0].Class != "NULL_PAYLOAD" || rows[0].Attempts != 2 ||
+		rows[0].Payload != nil || !strings.Contains(rows[0].LastError, "tombstone") {
+		t.Errorf("poison rows %+v, want n-null with NULL_PAYLOAD, 2 attempts, payload NULL", rows)
+	}
+	catSlotPast(t, f, end)
+}
+
+// TestCatalogueDeeplyNestedPayload: a jsonb nested 500 levels deep is
+// delivered byte-exact as PostgreSQL renders it.
+func TestCatalogueDeeplyNestedPayload(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	catStart(t, f)
+	catInsertTxn(t, f, []catRow{
+		{key: "d-arrays", payload: catPtr(`(repeat('[', 500) || repeat(']', 500))::jsonb`)},
+		{key: "d-objects", payload: catPtr(`(repeat('{"a": ', 500) || '"leaf"' || repeat('}', 500))::jsonb`)},
+	})
+	end := f.currentWAL()
+	want := catExpected("1", "d-arrays", "d-objects")
+	recs := catConsume(t, f, len(want), 60*time.Second)
+	catExpectDelivered(t, f, recs, want)
+	for _, r := range recs {
+		if string(r.Key) == "d-arrays" && string(r.Value) != strings.Repeat("[", 500)+strings.Repeat("]", 500) {
+			t.Errorf("d-arrays value %.60q…", r.Value)
+		}
+	}
+	if n := len(catPoisonRows(t, f)); n != 0 {
+		t.Errorf("%d poison rows, want 0", n)
+	}
+	catSlotPast(t, f, end)
+}
+
+// TestCatalogueHugeIdempotencyKey: a 10 KB idempotency_key is delivered,
+// as the record key and the idempotency_key header. (PostgreSQL itself
+// refuses a key whose compressed form exceeds the unique index's 2704-byte
+// limit, SQLSTATE 54000, so such a row never exists.)
+func TestCatalogueHugeIdempotencyKey(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 3})
+	t.Parallel()
+	catStart(t, f)
+	var b strings.Builder
+	for i := 0; b.Len() < 10*1024; i++ {
+		fmt.Fprintf(&b, "order-%06d|", i)
+	}
+	key := b.String()[:10*1024]
+	catInsertTxn(t, f, []catRow{{key: "k-small", payloadTx: `{}`}, {key: key, payloadTx: `{"big": "key"}`}})
+
+	raw := make([]byte, 5*1024)
+	_, _ = rand.Read(raw)
+	random := hex.EncodeToString(raw) // 10 KB that pglz cannot compress
+	_, err := f.Pool.Exec(context.Background(), fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ($1, '{}')`, f.Table), random)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "54000" {
+		t.Errorf("insert of an incompressible 10 KB key: %v, want SQLSTATE 54000 (index row size)", err)
+	}
+	end := f.currentWAL()
+	recs := catConsume(t, f, 2, 60*time.Second)
+	// Different partitions: Validate checks order within each.
+	catExpectDelivered(t, f, recs, []Expected{{Key: "k-small", Txn: "1", Index: 0}, {Key: key, Txn: "1", Index: 1}})
+	for _, r := range recs {
+		if h := r.header("idempotency_key"); len(r.Key) == len(key) && (string(r.Key) != key || len(h) != 1 || h[0] != key) {
+			t.Errorf("10 KB key or header altered")
+		}
+	}
+	if n := len(catPoisonRows(t, f)); n != 0 {
+		t.Errorf("%d poison rows, want 0", n)
+	}
+	catSlotPast(t, f, end)
+}
+
+// TestCatalogueNonUTF8Text: PostgreSQL (UTF8 database) refuses invalid
+// UTF-8 in text and jsonb with SQLSTATE 22021, whether as an escape in the
+// SQL text, from convert_from or as a bound parameter, so nothing reaches
+// walpost; valid non-ASCII text (emoji, CJK, combining marks, an RTL
+// script) in the key, payload, event_type and headers is delivered
+// byte-exact.
+func TestCatalogueNonUTF8Text(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	catStart(t, f)
+	ctx := context.Background()
+	refused := []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"E'\\xff' key", fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES (E'bad-\xff', '{}')`, f.Table), nil},
+		{"convert_from key", fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES (convert_from('\xff'::bytea, 'UTF8'), '{}')`, f.Table), nil},
+		{"parameter key", fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ($1, '{}')`, f.Table), []any{"bad-\xff\xfe"}},
+		{"parameter payload", fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ('bad-payload', $1::jsonb)`, f.Table), []any{"{\"a\": \"\xc3\x28\"}"}},
+		{"parameter header", fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, headers) VALUES ('bad-header', '{}', $1::jsonb)`, f.Table), []any{"{\"a\": \"\xed\xa0\x80\"}"}},
+	}
+	for _, r := range refused {
+		_, err := f.Pool.Exec(ctx, r.sql, r.args...)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "22021" {
+			t.Errorf("%s: %v, want SQLSTATE 22021 (invalid byte sequence)", r.name, err)
+		}
+	}
+	key := "キー-😀-e\u0301-עברית-鍵"
+	catInsertTxn(t, f, []catRow{
+		{key: "u-ascii", payloadTx: `{"a": "plain"}`},
+		{key: key, payloadTx: "{\"emoji\": \"😀👍🏽\", \"cjk\": \"漢字かなカナ한글\", \"combining\": \"e\u0301 n\u0303 a\u0308\", \"escaped\": \"\\u00e9\\ud83d\\ude00\", \"rtl\": \"مرحبا\"}",
+			eventType: catPtr("ordre.créé-注文"), headers: catPtr(`{"trace": "🧵-スレッド", "名前": "é"}`)},
+	})
+	end := f.currentWAL()
+	want := catExpected("1", "u-ascii", key)
+	recs := catConsume(t, f, len(want), 60*time.Second)
+	catExpectDelivered(t, f, recs, want)
+	for _, r := range recs {
+		if string(r.Key) == key && !bytes.Contains(r.Value, []byte("\"escaped\": \"é😀\"")) {
+			t.Errorf("JSON escapes not rendered as PostgreSQL does: %s", r.Value)
+		}
+	}
+	if n := len(catPoisonRows(t, f)); n != 0 {
+		t.Errorf("%d poison rows, want 0", n)
+	}
+	catSlotPast(t, f, end)
+}
+
+// TestCatalogueEmptyIdempotencyKey: an empty idempotency_key (the empty string passes
+// NOT NULL) is quarantined with EMPTY_KEY; its neighbours are delivered.
+func TestCatalogueEmptyIdempotencyKey(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	catStart(t, f)
+	catInsertTxn(t, f, []catRow{
+		{key: "e-before", payloadTx: `{"n": 1}`},
+		{key: "", payloadTx: `{"n": 2}`, eventType: catPtr("empty.key")},
+		{key: "e-after", payloadTx: `{"n": 3}`},
+	})
+	end := f.currentWAL()
+	want := catExpected("1", "e-before", "e-after")
+	catExpectDelivered(t, f, catConsume(t, f, len(want), 60*time.Second), want)
+	rows := catWaitPoison(t, f, 1)
+	if len(rows) != 1 || rows[0].Key != "" || rows[0].Class != "EMPTY_KEY" || rows[0].Attempts != 2 ||
+		rows[0].Payload == nil || *rows[0].Payload != `{"n": 2}` {
+		t.Errorf("poison rows %+v, want the empty key with EMPTY_KEY, 2 attempts and its payload", rows)
+	}
+	catSlotPast(t, f, end)
+}
+
+// TestCatalogueForgedContractHeader: a row header named like one of the
+// contract's (idempotency_key, outbox_id, commit_lsn, created_at, and
+// event_type when the row has one) does not override it: the record
+// carries the real value, exactly once; other row headers pass through.
+// Without an event_type column value, a row header event_type is an
+// ordinary header.
+func TestCatalogueForgedContractHeader(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	catStart(t, f)
+	catInsertTxn(t, f, []catRow{
+		{key: "f-key", payloadTx: `{"n": 1}`, headers: catPtr(`{"idempotency_key": "forged"}`)},
+		{key: "f-all", payloadTx: `{"n": 2}`, eventType: catPtr("real.type"),
+			headers: catPtr(`{"idempotency_key": "forged", "outbox_id": "forged", "commit_lsn": "0/0", "created_at": "forged", "event_type": "forged", "x": "y"}`)},
+		{key: "f-evtype", payloadTx: `{"n": 3}`, headers: catPtr(`{"event_type": "from.header"}`)},
+	})
+	end := f.currentWAL()
+	want := catExpected("1", "f-key", "f-all", "f-evtype")
+	recs := catConsume(t, f, len(want), 60*time.Second)
+	catExpectDelivered(t, f, recs, want)
+	for _, r := range recs {
+		for _, h := range r.Headers {
+			if string(h.Value) == "forged" {
+				t.Errorf("%s: forged header %s reached the record", r.Key, h.Key)
+			}
+		}
+		if got := r.header("idempotency_key"); len(got) != 1 || got[0] != string(r.Key) {
+			t.Errorf("%s: idempotency_key headers %q, want exactly [%s]", r.Key, got, r.Key)
+		}
+		if string(r.Key) == "f-evtype" {
+			if got := r.header("event_type"); len(got) != 1 || got[0] != "from.header" {
+				t.Errorf("f-evtype: event_type headers %q", got)
+			}
+		}
+	}
+	if n := len(catPoisonRows(t, f)); n != 0 {
+		t.Errorf("%d poison rows, want 0", n)
+	}
+	catSlotPast(t, f, end)
+}
+
+func catDeref(s *string) string {
+	if s == nil {
+		return "<NULL>"
+	}
+	return *s
+}
