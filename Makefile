@@ -8,7 +8,7 @@ STACK := scripts/stack.sh
 # Fuzz time per target inside `make test`.
 FUZZTIME ?= 10s
 
-.PHONY: all build run test unit integration lint vet staticcheck fuzz bench stack-up stack-down stack-status clean
+.PHONY: all build run test unit integration lint vet staticcheck fuzz bench soak stack-up stack-down stack-status clean
 
 all: build
 
@@ -56,6 +56,10 @@ fuzz:
 
 bench: build stack-up
 	scripts/bench.sh
+
+# The nemesis loop until interrupted (Ctrl-C), printing a running tally.
+soak: stack-up
+	. .stack/env && WALPOST_SOAK=1 WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -run TestSoak -timeout 0 -v ./integration
 
 clean:
 	rm -rf bin

@@ -53,10 +53,10 @@ func TestRuleTable(t *testing.T) {
 	}
 }
 
-// TestREADMEDocumentsEveryRule: lint/README.md has a section per rule with
+// TestREADMEDocumentsEveryRule: the README has a section per rule with
 // a bad and a good example.
 func TestREADMEDocumentsEveryRule(t *testing.T) {
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestREADMEDocumentsEveryRule(t *testing.T) {
 // TestREADMEExamples lints every example of README.md: Bad: blocks must
 // yield their section's rule, Good: blocks nothing at all.
 func TestREADMEExamples(t *testing.T) {
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
