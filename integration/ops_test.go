@@ -189,3 +189,30 @@ func TestLeastPrivilegeRole(t *testing.T) {
 		t.Fatalf("replay as least-privilege role: %v\n%s", err, out)
 	}
 }
+
+// TestHeartbeatAdvancesIdleSlot: with postgres.heartbeat_interval set,
+// walpost's logical heartbeat messages reach the slot and the confirmed
+// position follows the server's WAL although the outbox sees no writes.
+func TestHeartbeatAdvancesIdleSlot(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	p := f.start("WALPOST_POSTGRES_HEARTBEAT_INTERVAL=500ms")
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatal("walpost did not stream")
+	}
+	start, _, _ := f.slotState()
+	target := f.currentWAL()
+	waitFor(t, 15*time.Second, fmt.Sprintf("slot confirmed ≥ %s (from %s)", target, start), func() bool {
+		lsn, _, _ := f.slotState()
+		return lsn >= target && lsn > start
+	})
+	// The heartbeat messages are in the WAL: a later position is reached
+	// again and again while nothing else in this test writes.
+	again := f.currentWAL()
+	waitFor(t, 15*time.Second, fmt.Sprintf("slot confirmed ≥ %s", again), func() bool {
+		lsn, _, _ := f.slotState()
+		return lsn >= again
+	})
+	if now := f.currentWAL(); now <= again {
+		t.Fatalf("server WAL did not move (%s → %s): no heartbeat was emitted", again, now)
+	}
+}

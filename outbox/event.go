@@ -26,6 +26,11 @@ type Event struct {
 	EventType      string // outbox.event_type; "" when NULL
 	Headers        []byte // outbox.headers, jsonb text; nil when NULL
 
+	// Precomputed header texts (optional; the sink computes them when
+	// empty): created_at as RFC 3339 and the commit LSN as X/X.
+	CreatedAtRFC3339 string
+	CommitLSNText    string
+
 	// Transaction context.
 	XID        uint32
 	CommitLSN  pglogrepl.LSN // start of the commit record (Begin.FinalLSN)

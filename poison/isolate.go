@@ -65,6 +65,9 @@ type Config struct {
 	Logger       *slog.Logger
 	// OnPoisoned is called after an event is quarantined (metrics).
 	OnPoisoned func(topic, class string)
+	// OnAck is called for each acknowledged event with the time from its
+	// hand-over to the producer (metrics). It must not block.
+	OnAck func(ev *outbox.Event, produceLatency time.Duration)
 	// OnOrderViolation is called when a record was appended ahead of an
 	// earlier record of its partition that the broker refused (metrics).
 	OnOrderViolation func(topic string, partition int32)
@@ -137,10 +140,17 @@ func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 }
 
 func (i *Isolator) produce(it item) {
+	var start time.Time
+	if i.cfg.OnAck != nil {
+		start = time.Now()
+	}
 	i.prod.Produce(it.ev, func(r *kgo.Record, err error) {
 		if err == nil {
 			// Invariant 1: the ack releases the event.
 			i.tracker.Done(it.ticket)
+			if i.cfg.OnAck != nil {
+				i.cfg.OnAck(it.ev, time.Since(start))
+			}
 			if r != nil {
 				i.checkOrder(r, it)
 			}

@@ -41,14 +41,15 @@ type Stream struct {
 	emit    EmitFunc
 	obs     Observer
 
-	rels     map[uint32]*relation
-	txn      *checkpoint.Txn
-	begin    pglogrepl.BeginMessage
-	seq      int
-	received pglogrepl.LSN
-	sent     pglogrepl.LSN // last flush position sent
-	lastSent time.Time
-	warned   map[pglogrepl.MessageType]bool
+	rels       map[uint32]*relation
+	txn        *checkpoint.Txn
+	begin      pglogrepl.BeginMessage
+	commitText string // begin.FinalLSN as X/X, once per transaction
+	seq        int
+	received   pglogrepl.LSN
+	sent       pglogrepl.LSN // last flush position sent
+	lastSent   time.Time
+	warned     map[pglogrepl.MessageType]bool
 }
 
 // statusTick is how soon a moved watermark is reported to the server.
@@ -202,6 +203,23 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 	if end := xld.WALStart + pglogrepl.LSN(len(xld.WALData)); end > s.received {
 		s.received = end
 	}
+	if len(xld.WALData) > 0 && xld.WALData[0] == 'I' {
+		// The hot path, without pglogrepl's per-column allocations.
+		if s.txn == nil {
+			return &DecodeError{LSN: xld.WALStart, Err: errors.New("insert outside a transaction")}
+		}
+		ev, err := s.insertEvent(xld.WALData, xld.WALStart)
+		if err != nil {
+			return err
+		}
+		// Invariant 2: every event gets a ticket; only Done releases it.
+		t := s.tracker.Add(s.txn, ev.Size())
+		if s.obs.Received != nil {
+			s.obs.Received(ev)
+		}
+		s.emit(ev, t)
+		return nil
+	}
 	msg, err := Decode(xld.WALData, xld.WALStart)
 	if err != nil {
 		return err
@@ -216,6 +234,7 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 			return err
 		}
 		s.txn, s.begin, s.seq = txn, *m, 0
+		s.commitText = m.FinalLSN.String()
 	case *pglogrepl.RelationMessage:
 		r := newRelation(m)
 		if r.namespace != s.table.Schema || r.name != s.table.Name {

@@ -202,20 +202,25 @@ func codec(name string) (kgo.CompressionCodec, error) {
 func (k *Kafka) Client() *kgo.Client { return k.client }
 
 // produced travels in Record.Context: it carries the partition key to the
-// partitioner and the callback to the promise, one allocation per record.
+// partitioner and the callback to the promise. For Produce it also holds
+// the record and its headers: one allocation per event. (It is not
+// recycled: franz-go may still read a record's context after its promise.)
 type produced struct {
 	context.Context
 	pk    string
 	hasPK bool
 	done  func(*kgo.Record, error)
+	rec   kgo.Record
+	hdrs  [6]kgo.RecordHeader
 }
 
 // Produce sends ev asynchronously; done is called exactly once with the
 // outcome (nil on ack). A record that cannot be built is reported to done
 // at once. done must not block.
 func (k *Kafka) Produce(ev *outbox.Event, done func(*kgo.Record, error)) {
-	r, err := BuildRecord(ev, k.cfg.DefaultTopic)
-	if err != nil {
+	p := new(produced)
+	r := &p.rec
+	if err := buildInto(r, p.hdrs[:0], ev, k.cfg.DefaultTopic); err != nil {
 		done(nil, err)
 		return
 	}
@@ -223,7 +228,9 @@ func (k *Kafka) Produce(ev *outbox.Event, done func(*kgo.Record, error)) {
 		done(r, err)
 		return
 	}
-	k.ProduceRecord(r, ev.PartitionKey, ev.HasPartition, done)
+	p.Context, p.pk, p.hasPK, p.done = context.Background(), ev.PartitionKey, ev.HasPartition, done
+	r.Context = p
+	k.client.Produce(context.Background(), r, promise)
 }
 
 // CheckSize is the size pre-check: a record larger than its topic's limit

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -40,41 +40,54 @@ const (
 // outbox_id, commit_lsn (X/X), created_at (RFC 3339), event_type when set,
 // then each entry of the row's headers object; timestamp = commit time.
 func BuildRecord(ev *outbox.Event, defaultTopic string) (*kgo.Record, error) {
+	r := new(kgo.Record)
+	if err := buildInto(r, nil, ev, defaultTopic); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// buildInto fills r for ev, appending its headers to hs[:0] (a buffer the
+// caller may reuse). Keys and header values are read-only views of the
+// event's strings: kgo never writes to them.
+func buildInto(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTopic string) error {
 	if ev.IdempotencyKey == "" {
-		return nil, ErrEmptyKey
+		return ErrEmptyKey
 	}
 	if ev.Payload == nil {
-		return nil, ErrNullPayload
+		return ErrNullPayload
 	}
 	topic := ev.Topic
 	if topic == "" {
 		topic = defaultTopic
 	}
-	n := 4
-	if ev.EventType != "" {
-		n++
-	}
 	var extra map[string]any
 	if len(ev.Headers) > 0 && string(ev.Headers) != "null" {
 		if err := json.Unmarshal(ev.Headers, &extra); err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidHeaders, err)
+			return fmt.Errorf("%w: %v", ErrInvalidHeaders, err)
 		}
 		for k, v := range extra {
 			if _, ok := v.(string); !ok {
-				return nil, fmt.Errorf("%w: header %q is %T", ErrInvalidHeaders, k, v)
+				return fmt.Errorf("%w: header %q is %T", ErrInvalidHeaders, k, v)
 			}
 		}
-		n += len(extra)
 	}
-	hs := make([]kgo.RecordHeader, 0, n)
-	hs = append(hs,
-		kgo.RecordHeader{Key: HeaderIdempotencyKey, Value: []byte(ev.IdempotencyKey)},
-		kgo.RecordHeader{Key: HeaderOutboxID, Value: []byte(ev.ID)},
-		kgo.RecordHeader{Key: HeaderCommitLSN, Value: []byte(ev.CommitLSN.String())},
-		kgo.RecordHeader{Key: HeaderCreatedAt, Value: []byte(RFC3339(ev.CreatedAt))},
+	commit := ev.CommitLSNText
+	if commit == "" {
+		commit = ev.CommitLSN.String()
+	}
+	created := ev.CreatedAtRFC3339
+	if created == "" {
+		created = RFC3339(ev.CreatedAt)
+	}
+	hs = append(hs[:0],
+		kgo.RecordHeader{Key: HeaderIdempotencyKey, Value: view(ev.IdempotencyKey)},
+		kgo.RecordHeader{Key: HeaderOutboxID, Value: view(ev.ID)},
+		kgo.RecordHeader{Key: HeaderCommitLSN, Value: view(commit)},
+		kgo.RecordHeader{Key: HeaderCreatedAt, Value: view(created)},
 	)
 	if ev.EventType != "" {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderEventType, Value: []byte(ev.EventType)})
+		hs = append(hs, kgo.RecordHeader{Key: HeaderEventType, Value: view(ev.EventType)})
 	}
 	if len(extra) > 0 {
 		// Keep the row's order stable: sort keys.
@@ -89,33 +102,30 @@ func BuildRecord(ev *outbox.Event, defaultTopic string) (*kgo.Record, error) {
 				// consumers deduplicate by idempotency_key.
 				continue
 			}
-			hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(extra[k].(string))})
+			hs = append(hs, kgo.RecordHeader{Key: k, Value: view(extra[k].(string))})
 		}
 	}
-	return &kgo.Record{
-		Topic:     topic,
-		Key:       []byte(ev.IdempotencyKey),
-		Value:     ev.Payload,
-		Headers:   hs,
-		Timestamp: ev.CommitTime,
-	}, nil
+	r.Topic = topic
+	r.Key = view(ev.IdempotencyKey)
+	r.Value = ev.Payload
+	r.Headers = hs
+	r.Timestamp = ev.CommitTime
+	return nil
 }
 
-var pgLayouts = []string{
-	"2006-01-02 15:04:05.999999999-07",
-	"2006-01-02 15:04:05.999999999-07:00",
-	"2006-01-02 15:04:05.999999999-07:00:00",
+// view is a read-only []byte of s without a copy.
+func view(s string) []byte {
+	if s == "" {
+		return []byte{}
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
+
 
 // RFC3339 converts PostgreSQL's ISO text rendering of a timestamptz to RFC
 // 3339; a value it cannot parse is returned unchanged.
 func RFC3339(pg string) string {
-	for _, l := range pgLayouts {
-		if t, err := time.Parse(l, pg); err == nil {
-			return t.Format(time.RFC3339Nano)
-		}
-	}
-	return pg
+	return string(outbox.AppendRFC3339(nil, []byte(pg)))
 }
 
 // reserved reports whether a row header name is one of the contract's.

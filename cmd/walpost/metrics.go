@@ -16,11 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/outbox"
-	"github.com/walpost/walpost/poison"
 )
 
 // States of the forwarder, one gauge each (1 for the current state).
@@ -152,31 +150,25 @@ func (m *metrics) onPoisoned(topic, class string) { m.poisoned.WithLabelValues(t
 
 func (m *metrics) onOrderViolation(topic string, _ int32) { m.orderBroken.WithLabelValues(topic).Inc() }
 
-// instrumented wraps the sink for produce latency, commit-to-ack latency
-// and the produced counter.
-type instrumented struct {
-	poison.Producer
-	m            *metrics
-	defaultTopic string
-}
-
-func (p instrumented) Produce(ev *outbox.Event, done func(*kgo.Record, error)) {
-	start := time.Now()
-	p.Producer.Produce(ev, func(r *kgo.Record, err error) {
-		if err == nil {
-			now := time.Now()
-			p.m.produceLat.Observe(now.Sub(start).Seconds())
-			if !ev.CommitTime.IsZero() {
-				p.m.commitToAck.Observe(now.Sub(ev.CommitTime).Seconds())
-			}
-			topic := ev.Topic
-			if topic == "" {
-				topic = p.defaultTopic
-			}
-			p.m.produced.WithLabelValues(topic).Inc()
+// onAck records an acknowledged event: produce latency, commit-to-ack
+// latency and the produced counter of its topic.
+func (m *metrics) onAck(defaultTopic string) func(ev *outbox.Event, produceLatency time.Duration) {
+	var counters sync.Map // topic → prometheus.Counter
+	return func(ev *outbox.Event, produceLatency time.Duration) {
+		m.produceLat.Observe(produceLatency.Seconds())
+		if !ev.CommitTime.IsZero() {
+			m.commitToAck.Observe(time.Since(ev.CommitTime).Seconds())
 		}
-		done(r, err)
-	})
+		topic := ev.Topic
+		if topic == "" {
+			topic = defaultTopic
+		}
+		c, ok := counters.Load(topic)
+		if !ok {
+			c, _ = counters.LoadOrStore(topic, m.produced.WithLabelValues(topic))
+		}
+		c.(prometheus.Counter).Inc()
+	}
 }
 
 // ready says whether walpost makes progress, and why not.

@@ -246,7 +246,8 @@ func (f *forwarder) session(ctx context.Context) error {
 		Logger:           f.log,
 		OnPoisoned:       f.m.onPoisoned,
 		OnOrderViolation: f.m.onOrderViolation,
-	}, instrumented{Producer: f.sink, m: f.m, defaultTopic: cfg.Kafka.Topic}, f.store, tracker)
+		OnAck:            f.m.onAck(cfg.Kafka.Topic),
+	}, f.sink, f.store, tracker)
 	f.m.tracker.Store(tracker)
 	isoDone := make(chan error, 1)
 	go func() {

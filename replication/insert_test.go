@@ -1,0 +1,167 @@
+package replication
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/outbox"
+)
+
+// insertMsg builds an 'I' message for relation id with the given columns
+// (nil = NULL).
+func buildInsert(id uint32, cols ...[]byte) []byte {
+	b := []byte{'I', 0, 0, 0, 0, 'N', 0, 0}
+	binary.BigEndian.PutUint32(b[1:], id)
+	binary.BigEndian.PutUint16(b[6:], uint16(len(cols)))
+	for _, c := range cols {
+		if c == nil {
+			b = append(b, 'n')
+			continue
+		}
+		b = append(b, 't', 0, 0, 0, 0)
+		binary.BigEndian.PutUint32(b[len(b)-4:], uint32(len(c)))
+		b = append(b, c...)
+	}
+	return b
+}
+
+func testRelation() *relation {
+	m := &pglogrepl.RelationMessage{RelationID: 7, Namespace: "public", RelationName: "outbox"}
+	for _, n := range []string{"id", "idempotency_key", "payload", "created_at", "sent_at", "attempts", "last_error", "topic", "partition_key", "event_type", "headers", "extra"} {
+		m.Columns = append(m.Columns, &pglogrepl.RelationMessageColumn{Name: n})
+	}
+	return newRelation(m)
+}
+
+func testStream() *Stream {
+	s := &Stream{rels: map[uint32]*relation{7: testRelation()}}
+	s.begin = pglogrepl.BeginMessage{FinalLSN: 0x16B3748, CommitTime: time.Unix(1700000000, 0), Xid: 42}
+	s.commitText = s.begin.FinalLSN.String()
+	return s
+}
+
+// slowEvent is the event the pglogrepl path builds for the same message.
+func slowEvent(t *testing.T, s *Stream, data []byte) *outbox.Event {
+	msg, err := Decode(data, 1)
+	if err != nil {
+		t.Fatalf("pglogrepl path: %v", err)
+	}
+	m := msg.(*pglogrepl.InsertMessage)
+	return s.event(s.rels[m.RelationID], m.Tuple)
+}
+
+func TestInsertFastPathMatchesPglogrepl(t *testing.T) {
+	data := buildInsert(7,
+		[]byte("0b6f9c1e-0000-4000-8000-000000000001"), []byte("key-1"), []byte(`{"a": 1}`),
+		[]byte("2026-11-29 22:50:51.123456+00"), nil, []byte("0"), nil,
+		[]byte("orders"), []byte("customer-7"), []byte("order.created"), []byte(`{"h": "v"}`), []byte("x"))
+	s := testStream()
+	fast, err := s.insertEvent(data, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.seq = 0
+	slow := slowEvent(t, s, data)
+	if fast.ID != slow.ID || fast.IdempotencyKey != slow.IdempotencyKey || string(fast.Payload) != string(slow.Payload) ||
+		fast.CreatedAt != slow.CreatedAt || fast.Topic != slow.Topic || fast.PartitionKey != slow.PartitionKey ||
+		fast.HasPartition != slow.HasPartition || fast.EventType != slow.EventType || string(fast.Headers) != string(slow.Headers) ||
+		fast.CommitLSN != slow.CommitLSN || fast.XID != slow.XID || !fast.CommitTime.Equal(slow.CommitTime) || fast.Seq != slow.Seq {
+		t.Fatalf("fast %+v\nslow %+v", fast, slow)
+	}
+	if fast.CreatedAtRFC3339 != "2026-11-29T22:50:51.123456Z" || fast.CommitLSNText != "0/16B3748" {
+		t.Fatalf("precomputed texts %q %q", fast.CreatedAtRFC3339, fast.CommitLSNText)
+	}
+	// NULL optional columns stay unset.
+	data2 := buildInsert(7, []byte("id"), []byte("k"), []byte("{}"), []byte("2026-01-01 00:00:00+00"), nil, nil, nil, nil, nil, nil, nil, nil)
+	ev, err := s.insertEvent(data2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Topic != "" || ev.HasPartition || ev.Headers != nil || ev.EventType != "" {
+		t.Fatalf("NULLs decoded as %+v", ev)
+	}
+}
+
+func TestInsertFastPathRejectsMalformed(t *testing.T) {
+	good := buildInsert(7, []byte("id"), []byte("k"), []byte("{}"), []byte("2026-01-01 00:00:00+00"))
+	s := testStream()
+	for i := 0; i < len(good); i++ {
+		if _, err := s.insertEvent(good[:i], 1); err == nil {
+			t.Fatalf("truncated to %d bytes: no error", i)
+		}
+	}
+	bad := append([]byte(nil), good...)
+	binary.BigEndian.PutUint32(bad[1:], 99)
+	if _, err := s.insertEvent(bad, 1); err == nil {
+		t.Fatal("unknown relation: no error")
+	}
+	huge := append([]byte(nil), good...)
+	binary.BigEndian.PutUint32(huge[9:], 1<<31) // first column's length
+	if _, err := s.insertEvent(huge, 1); err == nil {
+		t.Fatal("oversized length: no error")
+	}
+}
+
+// FuzzInsert: the fast path never panics, and whenever pglogrepl decodes
+// an Insert of the relation, the fast path yields the same columns.
+func FuzzInsert(f *testing.F) {
+	f.Add(buildInsert(7, []byte("id"), []byte("k"), []byte("{}"), []byte("2026-01-01 00:00:00+00"), nil, nil, nil, []byte("t"), []byte("p"), []byte("e"), []byte(`{"a":"b"}`), []byte("x")))
+	f.Add(buildInsert(7, []byte("id"), nil))
+	f.Add([]byte{'I', 0, 0, 0, 7, 'N', 0, 1, 'u'})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s := testStream()
+		fast, ferr := s.insertEvent(data, 1)
+		if len(data) == 0 || data[0] != 'I' {
+			if ferr == nil {
+				t.Fatal("non-insert accepted")
+			}
+			return
+		}
+		msg, serr := Decode(data, 1)
+		if serr != nil || ferr != nil {
+			return
+		}
+		m, ok := msg.(*pglogrepl.InsertMessage)
+		if !ok || s.rels[m.RelationID] == nil {
+			return
+		}
+		s.seq = 0
+		slow := s.event(s.rels[m.RelationID], m.Tuple)
+		if fast.IdempotencyKey != slow.IdempotencyKey || string(fast.Payload) != string(slow.Payload) || fast.ID != slow.ID ||
+			fast.Topic != slow.Topic || fast.PartitionKey != slow.PartitionKey || string(fast.Headers) != string(slow.Headers) {
+			t.Fatalf("fast %+v\nslow %+v", fast, slow)
+		}
+	})
+}
+
+func BenchmarkInsertEvent(b *testing.B) {
+	data := buildInsert(7,
+		[]byte("0b6f9c1e-0000-4000-8000-000000000001"), []byte("w3-t17-r5-0000000000"), []byte(`{"data": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`),
+		[]byte("2026-11-29 22:50:51.123456+00"), nil, []byte("0"), nil, nil, nil, []byte("order.created"), nil, nil)
+	s := testStream()
+	tr := checkpoint.New(0, checkpoint.Limits{})
+	x, _ := tr.Open()
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			ev, err := s.insertEvent(data, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			tr.Done(tr.Add(x, ev.Size()))
+		}
+	})
+	b.Run("pglogrepl", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			msg, _ := Decode(data, 1)
+			m := msg.(*pglogrepl.InsertMessage)
+			ev := s.event(s.rels[m.RelationID], m.Tuple)
+			tr.Done(tr.Add(x, ev.Size()))
+		}
+	})
+}
