@@ -51,7 +51,9 @@ integration:
 	. .stack/env && WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -timeout 40m ./integration
 
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./replication
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./replication
+	$(GO) test -run='^$$' -fuzz='^FuzzInsert$$' -fuzztime=$(FUZZTIME) ./replication
+	$(GO) test -run='^$$' -fuzz='^FuzzAppendRFC3339$$' -fuzztime=$(FUZZTIME) ./outbox
 	$(GO) test -run='^$$' -fuzz=FuzzLint -fuzztime=$(FUZZTIME) ./lint
 
 bench: build stack-up

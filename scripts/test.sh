@@ -20,7 +20,9 @@ step "unit tests (-race)"
 $GO test -race -count=1 $($GO list ./... | grep -v /integration)
 
 step "fuzz (short)"
-$GO test -run='^$' -fuzz=FuzzDecode -fuzztime="$FUZZTIME" ./replication
+$GO test -run='^$' -fuzz='^FuzzDecode$' -fuzztime="$FUZZTIME" ./replication
+$GO test -run='^$' -fuzz='^FuzzInsert$' -fuzztime="$FUZZTIME" ./replication
+$GO test -run='^$' -fuzz='^FuzzAppendRFC3339$' -fuzztime="$FUZZTIME" ./outbox
 if [ -d lint ]; then
   $GO test -run='^$' -fuzz=FuzzLint -fuzztime="$FUZZTIME" ./lint
   step "walpost lint migrations/"
