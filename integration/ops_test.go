@@ -199,20 +199,13 @@ func TestHeartbeatAdvancesIdleSlot(t *testing.T) {
 	if !p.waitLog("msg=streaming", 30*time.Second) {
 		t.Fatal("walpost did not stream")
 	}
-	start, _, _ := f.slotState()
+	// Nothing else in this test writes: the server's WAL moves because
+	// walpost emits heartbeat messages.
+	start := f.currentWAL()
+	waitFor(t, 10*time.Second, fmt.Sprintf("server WAL past %s (heartbeats)", start), func() bool { return f.currentWAL() > start })
 	target := f.currentWAL()
-	waitFor(t, 15*time.Second, fmt.Sprintf("slot confirmed ≥ %s (from %s)", target, start), func() bool {
+	waitFor(t, 15*time.Second, fmt.Sprintf("slot confirmed ≥ %s", target), func() bool {
 		lsn, _, _ := f.slotState()
-		return lsn >= target && lsn > start
+		return lsn >= target
 	})
-	// The heartbeat messages are in the WAL: a later position is reached
-	// again and again while nothing else in this test writes.
-	again := f.currentWAL()
-	waitFor(t, 15*time.Second, fmt.Sprintf("slot confirmed ≥ %s", again), func() bool {
-		lsn, _, _ := f.slotState()
-		return lsn >= again
-	})
-	if now := f.currentWAL(); now <= again {
-		t.Fatalf("server WAL did not move (%s → %s): no heartbeat was emitted", again, now)
-	}
 }
