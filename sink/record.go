@@ -121,7 +121,6 @@ func view(s string) []byte {
 	return unsafe.Slice(unsafe.StringData(s), len(s))
 }
 
-
 // RFC3339 converts PostgreSQL's ISO text rendering of a timestamptz to RFC
 // 3339; a value it cannot parse is returned unchanged.
 func RFC3339(pg string) string {
