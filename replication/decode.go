@@ -85,7 +85,7 @@ func newRelation(m *pglogrepl.RelationMessage) *relation {
 func (r *relation) check() error {
 	for j := colID; j <= colCreatedAt; j++ {
 		if r.pos[j] < 0 {
-			return fmt.Errorf("%w: table %s.%s has no column %q (required: %v); restore the column, walpost confirmed nothing past the last complete event",
+			return fmt.Errorf("%w: table %s.%s has no column %q (required: %v); walpost stopped here and confirmed nothing past the last complete event. Events written without the column cannot be forwarded: restore the column for new writes, re-insert the affected events under their keys, then move the slot past this transaction (README runbook, \"required column dropped\")",
 				ErrSchema, r.namespace, r.name, colNames[j], RequiredColumns)
 		}
 	}

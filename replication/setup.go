@@ -26,6 +26,11 @@ type Config struct {
 	// StatusInterval is the longest pause between standby status updates;
 	// keep it well below wal_sender_timeout. Default 10s.
 	StatusInterval time.Duration
+	// ReceiveTimeout ends the session when the server sent nothing for
+	// this long while walpost was reading (a silent, half-open
+	// connection). Periodic status updates ask the server to reply, so a
+	// live connection always answers within StatusInterval. Default 30s.
+	ReceiveTimeout time.Duration
 	// DrainTimeout bounds how long a stopping stream waits for in-flight
 	// events to be handled before its final status update. Default 30s.
 	DrainTimeout time.Duration
@@ -36,6 +41,9 @@ type Config struct {
 func (c *Config) defaults() {
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = 10 * time.Second
+	}
+	if c.ReceiveTimeout <= 0 {
+		c.ReceiveTimeout = 30 * time.Second
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = 30 * time.Second

@@ -49,6 +49,7 @@ type Stream struct {
 	received   pglogrepl.LSN
 	sent       pglogrepl.LSN // last flush position sent
 	lastSent   time.Time
+	lastRecv   time.Time // last message from the server while reading
 	warned     map[pglogrepl.MessageType]bool
 }
 
@@ -86,6 +87,7 @@ func (s *Stream) Run(ctx context.Context) error {
 	s.sent = s.tracker.Confirmed()
 	s.received = s.sent
 	s.lastSent = time.Now()
+	s.lastRecv = time.Now()
 	if s.obs.Streaming != nil {
 		s.obs.Streaming()
 	}
@@ -112,7 +114,9 @@ func (s *Stream) Run(ctx context.Context) error {
 		}
 		now := time.Now()
 		if !now.Before(nextStatus) || (s.tracker.Confirmed() > s.sent && now.Sub(s.lastSent) >= statusTick) {
-			if err := s.sendStatus(runCtx, false); err != nil {
+			// The periodic update asks the server to answer, so a live
+			// connection is heard from at least every StatusInterval.
+			if err := s.sendStatus(runCtx, !now.Before(nextStatus)); err != nil {
 				if runCtx.Err() != nil || ctx.Err() != nil {
 					continue
 				}
@@ -135,6 +139,7 @@ func (s *Stream) Run(ctx context.Context) error {
 		}
 		if paused {
 			paused = false
+			s.lastRecv = time.Now() // nothing was read while paused
 			if s.obs.Backpressured != nil {
 				s.obs.Backpressured(false)
 			}
@@ -147,10 +152,14 @@ func (s *Stream) Run(ctx context.Context) error {
 				if s.conn.IsClosed() {
 					return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
 				}
+				if silent := time.Since(s.lastRecv); silent > s.cfg.ReceiveTimeout && ctx.Err() == nil {
+					return fmt.Errorf("receive from slot %q: nothing from the server for %s although it was asked to reply; the connection is presumed dead", s.cfg.Slot, silent.Round(time.Second))
+				}
 				continue
 			}
 			return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
 		}
+		s.lastRecv = time.Now()
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {

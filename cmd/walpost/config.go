@@ -48,6 +48,9 @@ type PostgresConfig struct {
 	// HeartbeatInterval, when above 0, emits pg_logical_emit_message on the
 	// side connection so the slot advances on a database without writes.
 	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval" doc:"Emit a logical heartbeat message this often so the slot advances on an idle database (duration); 0 disables." default:"0s"`
+	// ReceiveTimeout ends a replication session that heard nothing from
+	// the server for this long (a half-open connection).
+	ReceiveTimeout time.Duration `mapstructure:"receive_timeout" doc:"Reconnect when the server sent nothing for this long although asked to reply (duration, above postgres.status_interval)." default:"30s"`
 	// StatusInterval is the longest time between two standby status updates.
 	// Must stay below the server's wal_sender_timeout. Default 10s.
 	StatusInterval time.Duration `mapstructure:"status_interval" doc:"Longest interval between standby status updates (duration, ≤ 10s)." default:"10s"`
@@ -391,6 +394,9 @@ func (c *Config) validate(need needs) error {
 	}
 	if !validTopic(c.Kafka.Topic) {
 		bad("kafka.topic", c.Kafka.Topic, "a Kafka topic name: 1-249 characters of [a-zA-Z0-9._-]")
+	}
+	if c.Postgres.ReceiveTimeout <= c.Postgres.StatusInterval {
+		bad("postgres.receive_timeout", c.Postgres.ReceiveTimeout.String(), "a duration above postgres.status_interval ("+c.Postgres.StatusInterval.String()+")")
 	}
 	if c.Postgres.HeartbeatInterval < 0 {
 		bad("postgres.heartbeat_interval", c.Postgres.HeartbeatInterval.String(), "0 (off) or a positive duration")

@@ -77,8 +77,28 @@ type forwarder struct {
 
 func (f *forwarder) run(ctx context.Context) error {
 	cfg := f.cfg
-	if err := f.checkTopic(ctx); err != nil {
-		return err
+	// Kafka unreachable at start is retried like PostgreSQL: only a
+	// missing topic (or one walpost may not describe) is fatal.
+	for backoff := time.Second; ; backoff = min(backoff*2, 30*time.Second) {
+		err := f.checkTopic(ctx)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, sink.ErrTopicMissing) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		f.m.setState(stateReconnecting)
+		f.m.reconnects.WithLabelValues("kafka").Inc()
+		wait := backoff/2 + rand.N(backoff/2+1)
+		f.log.Warn("kafka not reachable; retrying", "brokers", strings.Join(cfg.Kafka.Brokers, ","), "err", Redact(err.Error()), "retry_in", wait.String())
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
 	}
 	kopts, err := kafkaOpts(cfg)
 	if err != nil {
@@ -178,7 +198,7 @@ func (f *forwarder) checkTopic(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	_, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
 	if errors.Is(err, sink.ErrTopicMissing) && f.cfg.Kafka.CreateTopicPartitions > 0 {
@@ -210,6 +230,7 @@ func (f *forwarder) session(ctx context.Context) error {
 		Publication:    cfg.Postgres.Publication,
 		Table:          cfg.Postgres.Table,
 		StatusInterval: cfg.Postgres.StatusInterval,
+		ReceiveTimeout: cfg.Postgres.ReceiveTimeout,
 		DrainTimeout:   cfg.Kafka.FlushTimeout,
 		Logger:         f.log,
 	}
@@ -259,6 +280,19 @@ func (f *forwarder) session(ctx context.Context) error {
 	}()
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,
 		"table", table.String(), "lsn", slot.ConfirmedFlush.String())
+	// PostgreSQL's fast shutdown terminates ordinary backends first (SQLSTATE
+	// 57P01) and waits for walsenders until their client confirmed
+	// everything sent; with Kafka down that never happens. The idle side
+	// connection notices the shutdown and ends the session, confirming only
+	// what Kafka acknowledged.
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		if err := side.PgConn().WaitForNotification(sctx); err != nil && sctx.Err() == nil {
+			cancel(fmt.Errorf("postgres connection lost or server shutting down: %w", err))
+		}
+	}()
+	defer func() { cancel(nil); <-watchDone }()
 	stream := replication.NewStream(rcfg, conn, table, tracker, iso.Emit, replication.Observer{
 		Status:    f.m.status,
 		Received:  f.m.onReceived,
