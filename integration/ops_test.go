@@ -91,14 +91,31 @@ func TestMetricsAndReadiness(t *testing.T) {
 		m := scrape(t, addr, "walpost_events_produced_total")
 		return m[`walpost_events_produced_total{topic="`+f.Topic+`"}`] >= 5_000
 	})
-	after := scrape(t, addr, "walpost_")
-	for _, series := range []string{
-		"walpost_events_received_total", "walpost_confirmed_lsn", "walpost_received_lsn",
-		"walpost_commit_to_ack_seconds_count", "walpost_produce_latency_seconds_count",
-	} {
-		if after[series] <= before[series] {
-			t.Errorf("%s did not move: %v → %v", series, before[series], after[series])
+	// The LSN gauges follow the next status update (≤ 200 ms after the
+	// watermark moves); poll rather than race it.
+	var after map[string]float64
+	moved := func() (string, bool) {
+		after = scrape(t, addr, "walpost_")
+		for _, series := range []string{
+			"walpost_events_received_total", "walpost_confirmed_lsn", "walpost_received_lsn",
+			"walpost_commit_to_ack_seconds_count", "walpost_produce_latency_seconds_count",
+		} {
+			if after[series] <= before[series] {
+				return series, false
+			}
 		}
+		return "", true
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		series, ok := moved()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not move: %v → %v", series, before[series], after[series])
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if after[`walpost_state{state="streaming"}`] != 1 {
 		t.Errorf("state gauge: %v", after)

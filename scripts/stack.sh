@@ -303,8 +303,12 @@ pg_stop() {
 		return 0
 	fi
 	log "stopping PostgreSQL ($c, -m $mode)"
-	as_pg "$PG_BIN/pg_ctl" -D "$c/data" stop -m "$mode" -w -t 60 </dev/null >/dev/null ||
-		die "pg_ctl stop failed for $c"
+	if ! as_pg "$PG_BIN/pg_ctl" -D "$c/data" stop -m "$mode" -w -t 60 </dev/null >/dev/null; then
+		# A shutdown already under way may finish between the check and
+		# pg_ctl: stopped is what was asked.
+		pg_running "$c" && die "pg_ctl stop failed for $c"
+		log "PostgreSQL ($c) stopped meanwhile"
+	fi
 }
 
 pg_url() { printf 'postgres://walpost:walpost@127.0.0.1:%s/walpost?sslmode=disable\n' "$1"; }
