@@ -391,7 +391,6 @@ func TestCataloguePostgresUnreachable(t *testing.T) {
 	}
 }
 
-
 // TestCatalogueKafkaUnreachable: Kafka unreachable at start (a refused
 // connection, or a broker that never answers) is retried with backoff, as
 // PostgreSQL is: walpost keeps running, logs what it waits for, creates

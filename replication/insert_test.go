@@ -165,3 +165,40 @@ func BenchmarkInsertEvent(b *testing.B) {
 		}
 	})
 }
+
+// event is the reference decoding of an insert through pglogrepl, which
+// the fast path (insertEvent) must match.
+func (s *Stream) event(r *relation, tup *pglogrepl.TupleData) *outbox.Event {
+	cols := tup.Columns
+	get := func(i int) ([]byte, bool) {
+		p := r.pos[i]
+		if p < 0 || p >= len(cols) || cols[p].DataType != pglogrepl.TupleDataTypeText {
+			return nil, false
+		}
+		return cols[p].Data, true
+	}
+	str := func(i int) string {
+		b, _ := get(i)
+		return string(b)
+	}
+	ev := &outbox.Event{
+		ID:             str(colID),
+		IdempotencyKey: str(colKey),
+		CreatedAt:      str(colCreatedAt),
+		Topic:          str(colTopic),
+		EventType:      str(colEventType),
+		XID:            s.begin.Xid,
+		CommitLSN:      s.begin.FinalLSN,
+		CommitTime:     s.begin.CommitTime,
+		Seq:            s.seq,
+	}
+	// pglogrepl copies column data out of the receive buffer, so the event
+	// may keep these slices.
+	ev.Payload, _ = get(colPayload)
+	ev.Headers, _ = get(colHeaders)
+	if pk, ok := get(colPartitionKey); ok {
+		ev.PartitionKey, ev.HasPartition = string(pk), true
+	}
+	s.seq++
+	return ev
+}

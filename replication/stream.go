@@ -229,6 +229,7 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		s.emit(ev, t)
 		return nil
 	}
+	// Every other message goes through pglogrepl (inserts never get here).
 	msg, err := Decode(xld.WALData, xld.WALStart)
 	if err != nil {
 		return err
@@ -256,21 +257,6 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 			return err
 		}
 		s.rels[m.RelationID] = r
-	case *pglogrepl.InsertMessage:
-		if s.txn == nil {
-			return &DecodeError{LSN: xld.WALStart, Err: errors.New("insert outside a transaction")}
-		}
-		r := s.rels[m.RelationID]
-		if r == nil {
-			return &DecodeError{LSN: xld.WALStart, Err: fmt.Errorf("insert for unknown relation %d", m.RelationID)}
-		}
-		ev := s.event(r, m.Tuple)
-		// Invariant 2: every event gets a ticket; only Done releases it.
-		t := s.tracker.Add(s.txn, ev.Size())
-		if s.obs.Received != nil {
-			s.obs.Received(ev)
-		}
-		s.emit(ev, t)
 	case *pglogrepl.CommitMessage:
 		if s.txn == nil {
 			return &DecodeError{LSN: xld.WALStart, Err: errors.New("commit outside a transaction")}
@@ -298,41 +284,6 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		s.cfg.Logger.Warn("ignoring pgoutput message", "message", msg.Type().String(), "lsn", xld.WALStart.String())
 	}
 	return nil
-}
-
-func (s *Stream) event(r *relation, tup *pglogrepl.TupleData) *outbox.Event {
-	cols := tup.Columns
-	get := func(i int) ([]byte, bool) {
-		p := r.pos[i]
-		if p < 0 || p >= len(cols) || cols[p].DataType != pglogrepl.TupleDataTypeText {
-			return nil, false
-		}
-		return cols[p].Data, true
-	}
-	str := func(i int) string {
-		b, _ := get(i)
-		return string(b)
-	}
-	ev := &outbox.Event{
-		ID:             str(colID),
-		IdempotencyKey: str(colKey),
-		CreatedAt:      str(colCreatedAt),
-		Topic:          str(colTopic),
-		EventType:      str(colEventType),
-		XID:            s.begin.Xid,
-		CommitLSN:      s.begin.FinalLSN,
-		CommitTime:     s.begin.CommitTime,
-		Seq:            s.seq,
-	}
-	// pglogrepl copies column data out of the receive buffer, so the event
-	// may keep these slices.
-	ev.Payload, _ = get(colPayload)
-	ev.Headers, _ = get(colHeaders)
-	if pk, ok := get(colPartitionKey); ok {
-		ev.PartitionKey, ev.HasPartition = string(pk), true
-	}
-	s.seq++
-	return ev
 }
 
 func (s *Stream) sendStatus(ctx context.Context, reply bool) error {

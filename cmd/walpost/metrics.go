@@ -187,9 +187,9 @@ func (m *metrics) ready(cfg *Config) (bool, string) {
 			}
 		}
 	}
-	if max := cfg.HTTP.ReadyMaxRetainedBytes; max > 0 {
-		if r := m.retainedB.Load(); r > max {
-			return false, fmt.Sprintf("the slot retains %d bytes of WAL, above http.ready_max_retained_bytes %d", r, max)
+	if limit := cfg.HTTP.ReadyMaxRetainedBytes; limit > 0 {
+		if r := m.retainedB.Load(); r > limit {
+			return false, fmt.Sprintf("the slot retains %d bytes of WAL, above http.ready_max_retained_bytes %d", r, limit)
 		}
 	}
 	return true, "streaming"
