@@ -66,8 +66,9 @@ type Config struct {
 	// OnPoisoned is called after an event is quarantined (metrics).
 	OnPoisoned func(topic, class string)
 	// OnAck is called for each acknowledged event with the time from its
-	// hand-over to the producer (metrics). It must not block.
-	OnAck func(ev *outbox.Event, produceLatency time.Duration)
+	// hand-over to the producer and the time of the acknowledgement
+	// (metrics). It must not block.
+	OnAck func(ev *outbox.Event, produceLatency time.Duration, now time.Time)
 	// OnOrderViolation is called when a record was appended ahead of an
 	// earlier record of its partition that the broker refused (metrics).
 	OnOrderViolation func(topic string, partition int32)
@@ -88,6 +89,7 @@ type Isolator struct {
 	fmu       sync.Mutex
 	failed    []item
 	unsettled map[topicPartition]uint64 // lowest emit seq of a refused record not yet settled
+	anyUnset  atomic.Bool               // unsettled is not empty (lets acks skip the lock)
 	kick      chan struct{}
 
 	poisoned []time.Time // quarantine times within the window
@@ -149,7 +151,8 @@ func (i *Isolator) produce(it item) {
 			// Invariant 1: the ack releases the event.
 			i.tracker.Done(it.ticket)
 			if i.cfg.OnAck != nil {
-				i.cfg.OnAck(it.ev, time.Since(start))
+				now := time.Now()
+				i.cfg.OnAck(it.ev, now.Sub(start), now)
 			}
 			if r != nil {
 				i.checkOrder(r, it)
@@ -169,6 +172,7 @@ func (i *Isolator) produce(it item) {
 					i.unsettled = map[topicPartition]uint64{}
 				}
 				i.unsettled[tp] = it.seq
+				i.anyUnset.Store(true)
 			}
 		}
 		i.fmu.Unlock()
@@ -202,6 +206,9 @@ func (i *Isolator) Run(ctx context.Context) error {
 // in the moment before the report is appended ahead of the refused record's
 // re-sent neighbours. It is logged with its key and counted.
 func (i *Isolator) checkOrder(r *kgo.Record, it item) {
+	if !i.anyUnset.Load() {
+		return
+	}
 	i.fmu.Lock()
 	s, ok := i.unsettled[topicPartition{r.Topic, r.Partition}]
 	i.fmu.Unlock()
@@ -229,6 +236,7 @@ func (i *Isolator) settle(ctx context.Context) error {
 		i.fmu.Lock()
 		if len(i.failed) == 0 {
 			clear(i.unsettled)
+			i.anyUnset.Store(false)
 		}
 		i.fmu.Unlock()
 	}()

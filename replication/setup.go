@@ -1,15 +1,18 @@
 package replication
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // Config configures the replication side.
@@ -263,7 +266,11 @@ func CheckSlot(ctx context.Context, conn *pgx.Conn, name string, slot SlotInfo) 
 	return nil
 }
 
+// replicationReadBuffer is the read buffer of a replication connection.
+const replicationReadBuffer = 256 << 10
+
 // ConnectReplication opens a logical replication connection.
+
 func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(connString)
 	if err != nil {
@@ -274,5 +281,10 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 	cfg.RuntimeParams["DateStyle"] = "ISO"
 	cfg.RuntimeParams["TimeZone"] = "UTC"
 	cfg.RuntimeParams["application_name"] = "walpost"
+	// The walsender streams many small messages: when a backlog waits in
+	// the socket, read it in large chunks rather than pgproto3's 8 KiB.
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, replicationReadBuffer), w)
+	}
 	return pgconn.ConnectConfig(ctx, cfg)
 }

@@ -49,7 +49,9 @@ type Stream struct {
 	received   pglogrepl.LSN
 	sent       pglogrepl.LSN // last flush position sent
 	lastSent   time.Time
-	lastRecv   time.Time // last message from the server while reading
+	lastRecv   time.Time // last message from the server while reading (to a status interval)
+	recvd      bool      // a message arrived since lastRecv was last set
+	rdl        time.Time // read deadline set on the connection; zero: none or unknown
 	warned     map[pglogrepl.MessageType]bool
 }
 
@@ -93,6 +95,13 @@ func (s *Stream) Run(ctx context.Context) error {
 	}
 	nextStatus := time.Now().Add(s.cfg.StatusInterval)
 	paused := false
+	// Messages are received without a context (a context per message costs
+	// a timer and a watcher): the read deadline on the connection wakes the
+	// loop for status updates, and the end of runCtx moves it to now.
+	nc := s.conn.Conn()
+	interrupt := func() { _ = nc.SetReadDeadline(time.Now()) }
+	defer context.AfterFunc(ctx, interrupt)()
+	defer func() { _ = nc.SetReadDeadline(time.Time{}) }()
 	// runCtx governs receiving. When ctx ends in the middle of a
 	// transaction, the stream reads on (bounded by DrainTimeout) until its
 	// Commit, so a clean stop confirms it and a restart sends no duplicate.
@@ -106,6 +115,8 @@ func (s *Stream) Run(ctx context.Context) error {
 				var cancel context.CancelFunc
 				runCtx, cancel = context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 				defer cancel()
+				defer context.AfterFunc(runCtx, interrupt)()
+				s.rdl = time.Time{}
 				s.cfg.Logger.Info("stopping after the current transaction", "slot", s.cfg.Slot, "xid", s.begin.Xid)
 			}
 			if runCtx.Err() != nil {
@@ -116,13 +127,17 @@ func (s *Stream) Run(ctx context.Context) error {
 		if !now.Before(nextStatus) || (s.tracker.Confirmed() > s.sent && now.Sub(s.lastSent) >= statusTick) {
 			// The periodic update asks the server to answer, so a live
 			// connection is heard from at least every StatusInterval.
-			if err := s.sendStatus(runCtx, !now.Before(nextStatus)); err != nil {
+			err := s.sendStatus(runCtx, !now.Before(nextStatus))
+			// A cancelled write clears the connection's deadlines.
+			s.rdl = time.Time{}
+			if err != nil {
 				if runCtx.Err() != nil || ctx.Err() != nil {
 					continue
 				}
 				return err
 			}
-			nextStatus = time.Now().Add(s.cfg.StatusInterval)
+			now = time.Now()
+			nextStatus = now.Add(s.cfg.StatusInterval)
 		}
 		// Invariant 6: when full, stop reading WAL but keep sending status.
 		if s.tracker.Full() {
@@ -132,34 +147,52 @@ func (s *Stream) Run(ctx context.Context) error {
 					s.obs.Backpressured(true)
 				}
 			}
-			wctx, cancel := context.WithDeadline(runCtx, s.nextWake(nextStatus))
+			wctx, cancel := context.WithDeadline(runCtx, s.nextWake(now, nextStatus))
 			_ = s.tracker.Wait(wctx)
 			cancel()
 			continue
 		}
 		if paused {
 			paused = false
-			s.lastRecv = time.Now() // nothing was read while paused
+			s.lastRecv, s.recvd = time.Now(), false // nothing was read while paused
 			if s.obs.Backpressured != nil {
 				s.obs.Backpressured(false)
 			}
 		}
-		rctx, cancel := context.WithDeadline(runCtx, s.nextWake(nextStatus))
-		msg, err := s.conn.ReceiveMessage(rctx)
-		cancel()
+		// The deadline is moved only when it must come sooner or has
+		// passed; a wake that comes early just goes round the loop.
+		if wake := s.nextWake(now, nextStatus); s.rdl.IsZero() || wake.Before(s.rdl) || !now.Before(s.rdl) {
+			if err := nc.SetReadDeadline(wake); err != nil {
+				return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
+			}
+			s.rdl = wake
+			// runCtx may have ended after the check above and before the
+			// deadline was set, which would have undone the interruption.
+			if runCtx.Err() != nil {
+				s.rdl = time.Time{}
+				continue
+			}
+		}
+		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if pgconn.Timeout(err) || runCtx.Err() != nil || ctx.Err() != nil {
 				if s.conn.IsClosed() {
 					return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
 				}
-				if silent := time.Since(s.lastRecv); silent > s.cfg.ReceiveTimeout && ctx.Err() == nil {
+				s.rdl = time.Time{}
+				now := time.Now()
+				if s.recvd {
+					// Heard from within the last deadline period.
+					s.lastRecv, s.recvd = now, false
+				}
+				if silent := now.Sub(s.lastRecv); silent > s.cfg.ReceiveTimeout && ctx.Err() == nil {
 					return fmt.Errorf("receive from slot %q: nothing from the server for %s although it was asked to reply; the connection is presumed dead", s.cfg.Slot, silent.Round(time.Second))
 				}
 				continue
 			}
 			return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
 		}
-		s.lastRecv = time.Now()
+		s.recvd = true
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
@@ -199,9 +232,9 @@ func (s *Stream) Run(ctx context.Context) error {
 	}
 }
 
-func (s *Stream) nextWake(nextStatus time.Time) time.Time {
+func (s *Stream) nextWake(now, nextStatus time.Time) time.Time {
 	if s.tracker.Pending() {
-		if t := time.Now().Add(statusTick); t.Before(nextStatus) {
+		if t := now.Add(statusTick); t.Before(nextStatus) {
 			return t
 		}
 	}

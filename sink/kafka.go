@@ -77,6 +77,10 @@ func New(cfg Config) (*Kafka, error) {
 	if err != nil {
 		return nil, err
 	}
+	compressor, err := newCompressor(codec)
+	if err != nil {
+		return nil, err
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -90,7 +94,7 @@ func New(cfg Config) (*Kafka, error) {
 		kgo.RecordDeliveryTimeout(0),
 		kgo.UnknownTopicRetries(4),
 		kgo.ProducerLinger(cfg.Linger),
-		kgo.ProducerBatchCompression(codec),
+		kgo.WithCompressor(compressor),
 		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}),
 		kgo.ProducerOnDataLossDetected(func(topic string, partition int32) {
 			cfg.Logger.Error("kafka reported data loss on a partition; events after the slot's confirmed position will be sent again",

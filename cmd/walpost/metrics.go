@@ -153,20 +153,21 @@ func (m *metrics) onOrderViolation(topic string, _ int32) { m.orderBroken.WithLa
 
 // onAck records an acknowledged event: produce latency, commit-to-ack
 // latency and the produced counter of its topic.
-func (m *metrics) onAck(defaultTopic string) func(ev *outbox.Event, produceLatency time.Duration) {
+func (m *metrics) onAck(defaultTopic string) func(ev *outbox.Event, produceLatency time.Duration, now time.Time) {
 	var counters sync.Map // topic → prometheus.Counter
-	return func(ev *outbox.Event, produceLatency time.Duration) {
+	def := m.produced.WithLabelValues(defaultTopic)
+	return func(ev *outbox.Event, produceLatency time.Duration, now time.Time) {
 		m.produceLat.Observe(produceLatency.Seconds())
 		if !ev.CommitTime.IsZero() {
-			m.commitToAck.Observe(time.Since(ev.CommitTime).Seconds())
+			m.commitToAck.Observe(now.Sub(ev.CommitTime).Seconds())
 		}
-		topic := ev.Topic
-		if topic == "" {
-			topic = defaultTopic
+		if ev.Topic == "" || ev.Topic == defaultTopic {
+			def.Inc()
+			return
 		}
-		c, ok := counters.Load(topic)
+		c, ok := counters.Load(ev.Topic)
 		if !ok {
-			c, _ = counters.LoadOrStore(topic, m.produced.WithLabelValues(topic))
+			c, _ = counters.LoadOrStore(ev.Topic, m.produced.WithLabelValues(ev.Topic))
 		}
 		c.(prometheus.Counter).Inc()
 	}
