@@ -103,7 +103,7 @@ type PipelineConfig struct {
 	// MaxInFlightEvents caps events read from the slot and not yet handled.
 	MaxInFlightEvents int `mapstructure:"max_inflight_events" doc:"Events read but not yet acked or quarantined before the reader pauses." default:"20000"`
 	// MaxInFlightBytes caps their payload bytes.
-	MaxInFlightBytes int64 `mapstructure:"max_inflight_bytes" doc:"Bytes of those events before the reader pauses (bytes)." default:"33554432"`
+	MaxInFlightBytes int64 `mapstructure:"max_inflight_bytes" doc:"Bytes of those events before the reader pauses (bytes)." default:"16777216"`
 }
 
 // PoisonConfig governs quarantine of records Kafka keeps refusing.

@@ -38,6 +38,7 @@ func newRunCommand() *cobra.Command {
 				return err
 			}
 			logger := newLogger(os.Stderr, cfg.Log)
+			applyMemoryLimit(cfg, logger)
 			reg := newRegistry()
 			f := &forwarder{cfg: cfg, log: logger, reg: reg, m: newMetrics(reg)}
 			ctx, cancel := context.WithCancel(cmd.Context())

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"testing"
+)
+
+func TestApplyMemoryLimit(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	log := slog.New(slog.DiscardHandler)
+	cfg := &Config{}
+	cfg.Pipeline.MaxInFlightBytes = 16 << 20
+
+	t.Setenv("GOMEMLIMIT", "")
+	debug.SetMemoryLimit(math.MaxInt64)
+	if got := applyMemoryLimit(cfg, log); got != 40<<20 {
+		t.Fatalf("limit %d, want %d (in-flight bytes + headroom)", got, 40<<20)
+	}
+	if cur := debug.SetMemoryLimit(-1); cur != 40<<20 {
+		t.Fatalf("runtime limit %d, want %d", cur, 40<<20)
+	}
+
+	// An operator's GOMEMLIMIT wins.
+	t.Setenv("GOMEMLIMIT", "100MiB")
+	debug.SetMemoryLimit(math.MaxInt64)
+	if got := applyMemoryLimit(cfg, log); got != -1 {
+		t.Fatalf("with GOMEMLIMIT set: %d, want -1", got)
+	}
+	if cur := debug.SetMemoryLimit(-1); cur != math.MaxInt64 {
+		t.Fatalf("with GOMEMLIMIT set the runtime limit changed to %d", cur)
+	}
+}
