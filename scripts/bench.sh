@@ -1,13 +1,26 @@
 #!/usr/bin/env bash
-# Backlog-drain benchmark: walpost vs pg_recvlogical on the local stack.
-# Run by `make bench` (which builds bin/walpost and starts the stack first).
-# See bench/README.md.
+# walpost's benchmark on the local stack: backlog drain, one big transaction
+# and steady rates, each with ~200-byte and ~2 KB payloads, against
+# pg_recvlogical, a raw producer (walpost's sink, no PostgreSQL) and
+# Debezium, in one run. Run by `make bench` (which builds bin/walpost and
+# starts the stack first). See bench/README.md for what is measured.
 #
-# Environment: BENCH_EVENTS (200000), BENCH_WRITERS (4), BENCH_TXN_SIZE (100),
-# BENCH_PAYLOAD_BYTES (200), BENCH_PARTITIONS (3), BENCH_WALPOST (bin/walpost),
-# BENCH_OUT (bench/results; empty writes no file). Any other WALPOST_* variable
-# (e.g. WALPOST_KAFKA_LINGER=10ms) is passed to walpost and noted in the result.
-# Extra arguments go to the harness (go run ./bench/drain -h lists them).
+# Environment (defaults in parentheses; `go run ./bench/drain -h` lists the
+# matching flags):
+#   BENCH_WORKLOADS (drain,bigtxn,steady)  BENCH_PAYLOADS (200,2048)
+#   BENCH_EVENTS (1000000)  BENCH_ROUNDS (3)  BENCH_WRITERS (4)  BENCH_TXN_SIZE (100)
+#   BENCH_BIGTXN_EVENTS (200000)
+#   BENCH_RATES (2000,10000,30000)  BENCH_STEADY_SECONDS (60)
+#   BENCH_STEADY_WRITERS (8)  BENCH_STEADY_TXN_SIZE (10)
+#   BENCH_DEBEZIUM (1; 0 skips it)  BENCH_RAW_PRODUCE (1; 0 skips it)
+#   BENCH_PARTITIONS (3)  BENCH_WALPOST (bin/walpost)  BENCH_PERF (off)
+#   BENCH_OUT (bench/results; empty writes no file)
+# Any other WALPOST_* variable (e.g. WALPOST_KAFKA_LINGER=10ms) is passed to
+# walpost (and to the raw producer's settings) and noted in the result.
+# A smoke run (about two minutes, no result file):
+#   BENCH_EVENTS=20000 BENCH_BIGTXN_EVENTS=20000 BENCH_ROUNDS=1 \
+#   BENCH_STEADY_SECONDS=5 BENCH_RATES=2000 BENCH_DEBEZIUM=0 BENCH_OUT= scripts/bench.sh
+# Extra arguments go to the harness.
 set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)

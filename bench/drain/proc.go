@@ -214,18 +214,18 @@ func gitCommit() string {
 	return c
 }
 
-// writeResult writes md to dir/drain-<date>.md, or drain-<date>-N.md when
+// writeResult writes md to dir/bench-<date>.md, or bench-<date>-N.md when
 // that file exists.
 func writeResult(dir, md string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	date := time.Now().UTC().Format("2006-01-02")
-	path := filepath.Join(dir, "drain-"+date+".md")
+	path := filepath.Join(dir, "bench-"+date+".md")
 	for i := 2; ; i++ {
 		fh, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, os.ErrExist) {
-			path = filepath.Join(dir, fmt.Sprintf("drain-%s-%d.md", date, i))
+			path = filepath.Join(dir, fmt.Sprintf("bench-%s-%d.md", date, i))
 			continue
 		}
 		if err != nil {

@@ -15,12 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
-type roundResult struct {
-	walpostFirst bool
-	base         baseResult
-	wp           walpostResult
-}
-
 // --- pg_recvlogical ---------------------------------------------------
 
 type baseResult struct {
@@ -51,23 +45,32 @@ func since(then, now float64) float64 {
 	return now - then
 }
 
-// walsenderCPU returns the CPU seconds so far of the walsender holding
-// slot (PostgreSQL runs on this machine in the local stack).
-func (f *fixture) walsenderCPU(ctx context.Context, slot string) (float64, bool) {
+// walsenderPID returns the backend holding slot, if any.
+func (f *fixture) walsenderPID(ctx context.Context, slot string) (int, bool) {
 	var pid *int32
 	if err := f.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pid); err != nil || pid == nil {
 		return 0, false
 	}
-	cpu, err := procCPU(int(*pid))
+	return int(*pid), true
+}
+
+// walsenderCPU returns the CPU seconds so far of the walsender holding
+// slot (PostgreSQL runs on this machine in the local stack).
+func (f *fixture) walsenderCPU(ctx context.Context, slot string) (float64, bool) {
+	pid, ok := f.walsenderPID(ctx, slot)
+	if !ok {
+		return 0, false
+	}
+	cpu, err := procCPU(pid)
 	return cpu, err == nil
 }
 
 // runRecvlogical drains slot with pg_recvlogical up to endLSN, where it
 // exits by itself.
-func (f *fixture) runRecvlogical(ctx context.Context, bin, slot string, endLSN pglogrepl.LSN) (baseResult, error) {
+func (f *fixture) runRecvlogical(ctx context.Context, bin, slot, publication string, endLSN pglogrepl.LSN) (baseResult, error) {
 	cmd := exec.CommandContext(ctx, bin,
 		"-d", f.pgURL, "--slot="+slot, "--start",
-		"-o", "proto_version=1", "-o", "publication_names="+f.publication,
+		"-o", "proto_version=1", "-o", "publication_names="+publication,
 		"--plugin=pgoutput", "-f", "/dev/null", "--no-loop",
 		"--endpos="+endLSN.String())
 	var out strings.Builder
@@ -121,15 +124,16 @@ type walpostResult struct {
 
 // walpostEnv returns the environment for walpost: the caller's, with
 // WALPOST_* variables the harness does not set passed through (so
-// WALPOST_KAFKA_LINGER=… make bench works), and the round's on top.
-func (f *fixture) walpostEnv(rn roundNames) (env, passed []string) {
+// WALPOST_KAFKA_LINGER=… make bench works), and table, publication, slot
+// and topic on top. passed lists the pass-through WALPOST_* settings.
+func (f *fixture) walpostEnv(table, publication, slot, topic string) (env, passed []string) {
 	own := map[string]string{
 		"WALPOST_POSTGRES_URL":         f.pgURL,
 		"WALPOST_KAFKA_BROKERS":        strings.Join(f.brokers, ","),
-		"WALPOST_POSTGRES_TABLE":       f.table,
-		"WALPOST_POSTGRES_PUBLICATION": f.publication,
-		"WALPOST_POSTGRES_SLOT":        rn.slotWalpost,
-		"WALPOST_KAFKA_TOPIC":          rn.topic,
+		"WALPOST_POSTGRES_TABLE":       table,
+		"WALPOST_POSTGRES_PUBLICATION": publication,
+		"WALPOST_POSTGRES_SLOT":        slot,
+		"WALPOST_KAFKA_TOPIC":          topic,
 		"WALPOST_HTTP_LISTEN":          "",
 		"WALPOST_LOG_LEVEL":            "info",
 	}
@@ -145,6 +149,9 @@ func (f *fixture) walpostEnv(rn roundNames) (env, passed []string) {
 	}
 	keys := make([]string, 0, len(own))
 	for k := range own {
+		if own[k] == "" && k != "WALPOST_HTTP_LISTEN" {
+			continue // not chosen yet (the report only wants passed)
+		}
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -155,113 +162,169 @@ func (f *fixture) walpostEnv(rn roundNames) (env, passed []string) {
 	return env, passed
 }
 
-// runWalpost runs `walpost run` on the round's slot and topic until the
-// slot confirms endLSN, samples its CPU and memory, stops it with SIGTERM
-// and checks the topic holds exactly want records.
-func (f *fixture) runWalpost(ctx context.Context, bin string, rn roundNames, endLSN pglogrepl.LSN, want int64, perfOut string) (walpostResult, error) {
-	var res walpostResult
+// walpostProc is a running `walpost run`.
+type walpostProc struct {
+	cmd      *exec.Cmd
+	logFile  *os.File
+	done     chan struct{}
+	waitErr  error
+	start    time.Time
+	stopPerf func()
+}
+
+// startWalpost starts `walpost run` with env, its output in a temporary
+// log file; perfOut, when set, attaches perf record.
+func startWalpost(bin string, env []string, perfOut string) (*walpostProc, error) {
 	logFile, err := os.CreateTemp("", "walpost-bench-*.log")
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	defer logFile.Close()
-	cmd := exec.Command(bin, "run")
-	cmd.Env, _ = f.walpostEnv(rn)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	done := make(chan struct{})
-	fail := func(err error) (walpostResult, error) {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		return res, fmt.Errorf("%w\nwalpost log %s (tail):\n%s", err, logFile.Name(), tail(logFile.Name(), 30))
+	p := &walpostProc{logFile: logFile, done: make(chan struct{}), stopPerf: func() {}}
+	p.cmd = exec.Command(bin, "run")
+	p.cmd.Env = env
+	p.cmd.Stdout, p.cmd.Stderr = logFile, logFile
+	p.start = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
 	}
-
-	busy0, kafka0 := machineBusy(), f.kafkaCPU()
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return res, err
-	}
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(done) }()
-	stopPerf := func() {}
+	go func() { p.waitErr = p.cmd.Wait(); close(p.done) }()
 	if perfOut != "" {
-		stopPerf = startPerf(perfOut, cmd.Process.Pid)
+		p.stopPerf = startPerf(perfOut, p.cmd.Process.Pid)
 	}
-	defer stopPerf()
+	return p, nil
+}
 
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	offsetsDue := time.Now()
+func (p *walpostProc) pid() int { return p.cmd.Process.Pid }
+
+// fail kills walpost (if it still runs) and returns err with its log tail.
+func (p *walpostProc) fail(err error) error {
+	p.stopPerf()
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.logFile.Close()
+	return fmt.Errorf("%w\nwalpost log %s (tail):\n%s", err, p.logFile.Name(), tail(p.logFile.Name(), 30))
+}
+
+// exited reports an early exit.
+func (p *walpostProc) exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("walpost exited early: %v", p.waitErr)
+	default:
+		return nil
+	}
+}
+
+// stop sends SIGTERM and waits for the exit; it returns the exit status.
+// The log file is removed when walpost exits 0.
+func (p *walpostProc) stop() (string, error) {
+	p.stopPerf()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		return "", p.fail(errors.New("walpost did not exit within 60 s of SIGTERM"))
+	}
+	p.logFile.Close()
+	if p.waitErr != nil {
+		return p.waitErr.Error(), fmt.Errorf("walpost exited with %v after SIGTERM (log %s)", p.waitErr, p.logFile.Name())
+	}
+	_ = os.Remove(p.logFile.Name())
+	return "0", nil
+}
+
+// confirmedLSN returns the slot's confirmed_flush_lsn (0 when NULL).
+func (f *fixture) confirmedLSN(ctx context.Context, slot string) (pglogrepl.LSN, error) {
+	var s *string
+	if err := f.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s); err != nil {
+		return 0, fmt.Errorf("read slot %s: %w", slot, err)
+	}
+	if s == nil {
+		return 0, nil
+	}
+	return pglogrepl.ParseLSN(*s)
+}
+
+// waitConfirmed polls every 50 ms until the slot confirms endLSN, calling
+// tick first on each poll; it returns the confirmed LSN.
+func (f *fixture) waitConfirmed(ctx context.Context, p *walpostProc, slot string, endLSN pglogrepl.LSN, tick func()) (pglogrepl.LSN, error) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return fail(ctx.Err())
-		case <-done:
-			return fail(fmt.Errorf("walpost exited early: %v", waitErr))
-		case <-tick.C:
+			return 0, ctx.Err()
+		case <-p.done:
+			return 0, p.exited()
+		case <-t.C:
 		}
-		// The time every record is in Kafka, checked every 250 ms (a
-		// metadata round trip is not free; this number is secondary).
-		if res.acked == 0 && time.Now().After(offsetsDue) {
-			offsetsDue = time.Now().Add(250 * time.Millisecond)
-			if n, err := f.endOffsetSum(ctx, rn.topic); err == nil && n >= want {
-				res.acked = time.Since(start)
-			}
+		if tick != nil {
+			tick()
 		}
-		var s *string
-		err := f.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, rn.slotWalpost).Scan(&s)
+		lsn, err := f.confirmedLSN(ctx, slot)
 		if err != nil {
-			return fail(fmt.Errorf("read slot: %w", err))
-		}
-		if s == nil {
-			continue
-		}
-		lsn, err := pglogrepl.ParseLSN(*s)
-		if err != nil {
-			return fail(err)
+			return 0, err
 		}
 		if lsn >= endLSN {
-			res.wall = time.Since(start)
-			res.busySecs, res.kafkaSecs = machineBusy()-busy0, since(kafka0, f.kafkaCPU())
-			res.confirmed = lsn
-			break
+			return lsn, nil
 		}
 	}
+}
+
+// runWalpost runs `walpost run` on slot and topic until the slot confirms
+// endLSN, samples its CPU and memory, stops it with SIGTERM and checks the
+// topic holds exactly want records.
+func (f *fixture) runWalpost(ctx context.Context, bin, table, publication, slot, topic string, endLSN pglogrepl.LSN, want int64, perfOut string) (walpostResult, error) {
+	var res walpostResult
+	env, _ := f.walpostEnv(table, publication, slot, topic)
+	busy0, kafka0 := machineBusy(), f.kafkaCPU()
+	p, err := startWalpost(bin, env, perfOut)
+	if err != nil {
+		return res, err
+	}
+	// The time every record is in Kafka, checked every 250 ms (a metadata
+	// round trip is not free; this number is secondary).
+	offsetsDue := time.Now()
+	tick := func() {
+		if res.acked == 0 && time.Now().After(offsetsDue) {
+			offsetsDue = time.Now().Add(250 * time.Millisecond)
+			if n, err := f.endOffsetSum(ctx, topic); err == nil && n >= want {
+				res.acked = time.Since(p.start)
+			}
+		}
+	}
+	if res.confirmed, err = f.waitConfirmed(ctx, p, slot, endLSN, tick); err != nil {
+		return res, p.fail(err)
+	}
+	res.wall = time.Since(p.start)
+	res.busySecs, res.kafkaSecs = machineBusy()-busy0, since(kafka0, f.kafkaCPU())
 	if res.acked == 0 {
 		res.acked = res.wall
 	}
 	res.walsndSecs = -1
-	if cpu, ok := f.walsenderCPU(ctx, rn.slotWalpost); ok {
+	if cpu, ok := f.walsenderCPU(ctx, slot); ok {
 		res.walsndSecs = cpu
 	}
-	pid := cmd.Process.Pid
-	if res.cpuSecs, err = procCPU(pid); err != nil {
-		return fail(err)
+	if res.cpuSecs, err = procCPU(p.pid()); err != nil {
+		return res, p.fail(err)
 	}
-	if res.rssKiB, res.hwmKiB, err = procMem(pid); err != nil {
-		return fail(err)
+	if res.rssKiB, res.hwmKiB, err = procMem(p.pid()); err != nil {
+		return res, p.fail(err)
 	}
-	stopPerf()
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-		res.exitStatus = "0"
-		if waitErr != nil {
-			res.exitStatus = waitErr.Error()
-		}
-	case <-time.After(60 * time.Second):
-		return fail(errors.New("walpost did not exit within 60 s of SIGTERM"))
+	if res.exitStatus, err = p.stop(); err != nil {
+		return res, err
 	}
-	if res.records, err = f.endOffsetSum(ctx, rn.topic); err != nil {
+	if res.records, err = f.endOffsetSum(ctx, topic); err != nil {
 		return res, fmt.Errorf("list end offsets: %w", err)
 	}
 	if res.records != want {
-		return res, fmt.Errorf("topic %s holds %d records, want %d (walpost log %s)", rn.topic, res.records, want, logFile.Name())
+		return res, fmt.Errorf("topic %s holds %d records, want %d", topic, res.records, want)
 	}
-	_ = os.Remove(logFile.Name())
 	return res, nil
 }
 

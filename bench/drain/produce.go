@@ -1,0 +1,430 @@
+package main
+
+// The raw-produce baseline: the backlog's records produced through
+// walpost's own sink (sink.New with the settings `walpost run` would use)
+// to a fresh topic, with no PostgreSQL in the loop. It runs in a child
+// process (this binary with -produce-only) so its CPU time and peak RSS are
+// read from /proc like walpost's. The child loads the rows (dumped once per
+// backlog by the parent), builds the outbox events in memory, reports
+// "ready", and starts its clock when the parent answers "go"; it stops the
+// clock at the last acknowledgement.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/sink"
+)
+
+// producerSettings are the parts of walpost's configuration that shape its
+// producer and its in-flight bounds, as `walpost config` prints them.
+type producerSettings struct {
+	ClientID          string        `json:"client_id"`
+	Linger            time.Duration `json:"linger"`
+	Compression       string        `json:"compression"`
+	MaxMessageBytes   int           `json:"max_message_bytes"`
+	MaxInFlightEvents int           `json:"max_inflight_events"`
+	MaxInFlightBytes  int64         `json:"max_inflight_bytes"`
+	// Unused lists kafka.* and pipeline.* keys the harness does not
+	// apply to the raw producer (connection settings, and any key added to
+	// walpost after this harness was written).
+	Unused []string `json:"-"`
+}
+
+func (s producerSettings) describe() string {
+	d := fmt.Sprintf("linger %s, compression %s, max_message_bytes %d, max in flight %d events / %d bytes, acks=all, idempotent",
+		s.Linger, s.Compression, s.MaxMessageBytes, s.MaxInFlightEvents, s.MaxInFlightBytes)
+	if len(s.Unused) > 0 {
+		d += "; not applied: " + strings.Join(s.Unused, ", ")
+	}
+	return d
+}
+
+// knownProducerKeys are the keys walpostProducerSettings reads or knows
+// not to matter for a producer on the local stack.
+var knownProducerKeys = []string{
+	"kafka.client_id", "kafka.linger", "kafka.compression", "kafka.max_message_bytes",
+	"pipeline.max_inflight_events", "pipeline.max_inflight_bytes",
+	"kafka.brokers", "kafka.topic", "kafka.create_topic_partitions", "kafka.flush_timeout",
+}
+
+// walpostProducerSettings runs `walpost config` with the environment
+// `walpost run` gets in this benchmark and reads the producer settings from
+// it, so the raw baseline follows walpost's defaults and any WALPOST_*
+// override.
+func walpostProducerSettings(ctx context.Context, walpostBin string, f *fixture) (producerSettings, error) {
+	var s producerSettings
+	cmd := exec.CommandContext(ctx, walpostBin, "config")
+	cmd.Env, _ = f.walpostEnv("outbox", "walpost_outbox", "walpost", "outbox")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return s, fmt.Errorf("walpost config: %v\n%s", err, out)
+	}
+	kv := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(l, " = "); ok {
+			kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	get := func(k string) (string, error) {
+		v, ok := kv[k]
+		if !ok {
+			return "", fmt.Errorf("walpost config prints no %s", k)
+		}
+		return v, nil
+	}
+	var errs []error
+	num := func(k string) int64 {
+		v, err := get(k)
+		if err != nil {
+			errs = append(errs, err)
+			return 0
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s = %q: %w", k, v, err))
+		}
+		return n
+	}
+	var v string
+	if v, err = get("kafka.linger"); err == nil {
+		s.Linger, err = time.ParseDuration(v)
+	}
+	errs = append(errs, err)
+	s.ClientID, err = get("kafka.client_id")
+	errs = append(errs, err)
+	s.Compression, err = get("kafka.compression")
+	errs = append(errs, err)
+	s.MaxMessageBytes = int(num("kafka.max_message_bytes"))
+	s.MaxInFlightEvents = int(num("pipeline.max_inflight_events"))
+	s.MaxInFlightBytes = num("pipeline.max_inflight_bytes")
+	if err := errors.Join(errs...); err != nil {
+		return s, err
+	}
+	for k := range kv {
+		if (strings.HasPrefix(k, "kafka.") || strings.HasPrefix(k, "pipeline.")) && !slices.Contains(knownProducerKeys, k) &&
+			!strings.HasPrefix(k, "kafka.tls.") && !strings.HasPrefix(k, "kafka.sasl.") {
+			s.Unused = append(s.Unused, k)
+		}
+	}
+	sort.Strings(s.Unused)
+	return s, nil
+}
+
+// produceSpec is the child's job, passed as JSON in -produce-only.
+type produceSpec struct {
+	Rows      string           `json:"rows"`   // file written by dumpRows
+	Events    int              `json:"events"` // rows in it
+	Topic     string           `json:"topic"`
+	Brokers   []string         `json:"brokers"`
+	CommitLSN string           `json:"commit_lsn"` // for the commit_lsn header (the backlog's end LSN)
+	Settings  producerSettings `json:"settings"`
+}
+
+// produceReport is the child's "done" line.
+type produceReport struct {
+	Events  int    `json:"events"`
+	WallNs  int64  `json:"wall_ns"` // first Produce → last acknowledgement
+	Failed  int    `json:"failed"`
+	FirstEr string `json:"first_error,omitempty"`
+}
+
+type rawResult struct {
+	wall         time.Duration
+	cpuSecs      float64 // CPU of the child between "go" and "done"
+	readyRSSKiB  int64   // VmRSS at "go": the pre-built events and the client
+	hwmKiB       int64   // VmHWM at the end
+	busySecs     float64
+	kafkaSecs    float64
+	records      int64
+	loadDuration time.Duration // loading the rows and building the events, before the clock
+}
+
+// runRawProduce re-executes this binary as the raw producer of the rows in
+// rowsFile to topic and checks the topic holds exactly want records.
+func (e *env) runRawProduce(ctx context.Context, rowsFile, topic string, commitLSN pglogrepl.LSN, want int64) (rawResult, error) {
+	var res rawResult
+	spec, err := json.Marshal(produceSpec{Rows: rowsFile, Events: int(want), Topic: topic, Brokers: e.f.brokers, CommitLSN: commitLSN.String(), Settings: e.produce})
+	if err != nil {
+		return res, err
+	}
+	cmd := exec.CommandContext(ctx, e.self, "-produce-only", string(spec))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return res, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, err
+	}
+	loadStart := time.Now()
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	fail := func(err error) (rawResult, error) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return res, fmt.Errorf("raw producer: %w", err)
+	}
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(make([]byte, 64<<10), 1<<20)
+	next := func(prefix string) (string, error) {
+		if !lines.Scan() {
+			return "", fmt.Errorf("child ended before %q: %v", prefix, lines.Err())
+		}
+		rest, ok := strings.CutPrefix(lines.Text(), prefix+" ")
+		if !ok {
+			return "", fmt.Errorf("child said %q, want %q", lines.Text(), prefix)
+		}
+		return rest, nil
+	}
+	if _, err := next("ready"); err != nil {
+		return fail(err)
+	}
+	res.loadDuration = time.Since(loadStart)
+	pid := cmd.Process.Pid
+	cpu0, err := procCPU(pid)
+	if err != nil {
+		return fail(err)
+	}
+	if res.readyRSSKiB, _, err = procMem(pid); err != nil {
+		return fail(err)
+	}
+	busy0, kafka0 := machineBusy(), e.f.kafkaCPU()
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		return fail(err)
+	}
+	line, err := next("done")
+	if err != nil {
+		return fail(err)
+	}
+	res.busySecs, res.kafkaSecs = machineBusy()-busy0, since(kafka0, e.f.kafkaCPU())
+	var rep produceReport
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		return fail(fmt.Errorf("done line %q: %w", line, err))
+	}
+	cpu1, err := procCPU(pid)
+	if err != nil {
+		return fail(err)
+	}
+	res.cpuSecs = cpu1 - cpu0
+	if _, res.hwmKiB, err = procMem(pid); err != nil {
+		return fail(err)
+	}
+	stdin.Close() // the child exits on EOF
+	if err := cmd.Wait(); err != nil {
+		return res, fmt.Errorf("raw producer: %w", err)
+	}
+	res.wall = time.Duration(rep.WallNs)
+	if rep.Failed > 0 {
+		return res, fmt.Errorf("raw producer: %d of %d records failed, first: %s", rep.Failed, rep.Events, rep.FirstEr)
+	}
+	if int64(rep.Events) != want {
+		return res, fmt.Errorf("raw producer: the rows file held %d events, want %d", rep.Events, want)
+	}
+	if res.records, err = e.f.endOffsetSum(ctx, topic); err != nil {
+		return res, fmt.Errorf("list end offsets: %w", err)
+	}
+	if res.records != want {
+		return res, fmt.Errorf("topic %s holds %d records after the raw producer, want %d", topic, res.records, want)
+	}
+	return res, nil
+}
+
+// produceChild is the -produce-only process.
+func produceChild(specJSON string) error {
+	var spec produceSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return err
+	}
+	lsn, err := pglogrepl.ParseLSN(spec.CommitLSN)
+	if err != nil {
+		return err
+	}
+	events, err := loadEvents(spec.Rows, spec.Events, lsn)
+	if err != nil {
+		return err
+	}
+	set := spec.Settings
+	// The same sink.Config cmd/walpost/run.go builds, without the metrics
+	// hooks.
+	k, err := sink.New(sink.Config{
+		Brokers:            spec.Brokers,
+		DefaultTopic:       spec.Topic,
+		ClientID:           set.ClientID,
+		Linger:             set.Linger,
+		Compression:        set.Compression,
+		MaxMessageBytes:    set.MaxMessageBytes,
+		MaxBufferedRecords: set.MaxInFlightEvents + 1024,
+	})
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	// Warm up outside the clock: metadata, connections, the topic's
+	// max.message.bytes (CheckSize reads and caches it).
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.Client().Ping(wctx); err != nil {
+		return fmt.Errorf("ping brokers: %w", err)
+	}
+	k.Client().ForceMetadataRefresh()
+	if len(events) > 0 {
+		r, err := sink.BuildRecord(&events[0], spec.Topic)
+		if err != nil {
+			return err
+		}
+		if err := k.CheckSize(r); err != nil {
+			return err
+		}
+	}
+
+	fmt.Println("ready", len(events))
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() || in.Text() != "go" {
+		return errors.New("no go from the parent")
+	}
+
+	// In-flight bounds like walpost's tracker: events and their Size(),
+	// released on acknowledgement.
+	var (
+		mu       sync.Mutex
+		cond     = sync.NewCond(&mu)
+		nEvents  int
+		nBytes   int64
+		acked    int
+		failed   int
+		firstErr error
+		lastAck  time.Time
+	)
+	allDone := make(chan struct{})
+	total := len(events)
+	start := time.Now()
+	for i := range events {
+		ev := &events[i]
+		size := int64(ev.Size())
+		mu.Lock()
+		for nEvents > 0 && ((set.MaxInFlightEvents > 0 && nEvents >= set.MaxInFlightEvents) ||
+			(set.MaxInFlightBytes > 0 && nBytes+size > set.MaxInFlightBytes)) {
+			cond.Wait()
+		}
+		nEvents++
+		nBytes += size
+		mu.Unlock()
+		k.Produce(ev, func(_ *kgo.Record, err error) {
+			mu.Lock()
+			nEvents--
+			nBytes -= size
+			acked++
+			if err != nil {
+				failed++
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+			if acked == total {
+				lastAck = time.Now()
+				close(allDone)
+			}
+			mu.Unlock()
+			cond.Signal()
+		})
+	}
+	if total == 0 {
+		lastAck = start
+		close(allDone)
+	}
+	<-allDone
+	rep := produceReport{Events: total, WallNs: lastAck.Sub(start).Nanoseconds(), Failed: failed}
+	if firstErr != nil {
+		rep.FirstEr = firstErr.Error()
+	}
+	b, _ := json.Marshal(rep)
+	fmt.Println("done", string(b))
+	// Stay alive until the parent has read CPU and memory from /proc.
+	for in.Scan() {
+	}
+	return nil
+}
+
+// loadEvents reads the rows file into events as walpost's stream would
+// decode them: one buffer per event, its strings views of that buffer,
+// created_at rewritten to RFC 3339 and the commit LSN text computed ahead
+// (the stream does both before the sink sees the event).
+func loadEvents(path string, want int, commitLSN pglogrepl.LSN) ([]outbox.Event, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	r := bufio.NewReaderSize(fh, 1<<20)
+	lsnText := commitLSN.String()
+	commitTime := time.Now()
+	events := make([]outbox.Event, 0, want)
+	var lens [5]int
+	for {
+		// A row: five uvarint-prefixed fields (id, idempotency_key,
+		// payload, created_at, event_type).
+		var buf []byte
+		for j := range lens {
+			n, err := binary.ReadUvarint(r)
+			if errors.Is(err, io.EOF) && j == 0 {
+				return events, nil
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: row %d: %w", path, len(events), err)
+			}
+			if j == 0 {
+				buf = make([]byte, 0, 256) // grown below to fit the row
+			}
+			lens[j] = int(n)
+			buf = slices.Grow(buf, int(n))
+			if _, err := io.ReadFull(r, buf[len(buf):len(buf)+int(n)]); err != nil {
+				return nil, fmt.Errorf("%s: row %d: %w", path, len(events), io.ErrUnexpectedEOF)
+			}
+			buf = buf[:len(buf)+int(n)]
+		}
+		created := buf[len(buf)-lens[4]-lens[3] : len(buf)-lens[4]]
+		buf = outbox.AppendRFC3339(slices.Grow(buf, 40), created)
+		o := 0
+		field := func(n int) []byte { v := buf[o : o+n : o+n]; o += n; return v }
+		str := func(b []byte) string {
+			if len(b) == 0 {
+				return ""
+			}
+			return unsafe.String(&b[0], len(b)) // buf is never written again
+		}
+		ev := outbox.Event{
+			ID:             str(field(lens[0])),
+			IdempotencyKey: str(field(lens[1])),
+			Payload:        field(lens[2]),
+			CreatedAt:      str(field(lens[3])),
+			EventType:      str(field(lens[4])),
+		}
+		ev.CreatedAtRFC3339 = str(buf[o:])
+		ev.CommitLSNText = lsnText
+		ev.CommitLSN = commitLSN
+		ev.CommitTime = commitTime
+		ev.Seq = len(events)
+		events = append(events, ev)
+	}
+}
