@@ -283,8 +283,21 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 	cfg.RuntimeParams["application_name"] = "walpost"
 	// The walsender streams many small messages: when a backlog waits in
 	// the socket, read it in large chunks rather than pgproto3's 8 KiB.
+	// Under it, lowatReader batches reads while a backlog drains.
+	var lr *lowatReader
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		return pgproto3.NewFrontend(bufio.NewReaderSize(r, replicationReadBuffer), w)
+		var rd io.Reader = r
+		if lr = newLowatReader(r, w); lr != nil {
+			rd = lr
+		}
+		return pgproto3.NewFrontend(bufio.NewReaderSize(rd, replicationReadBuffer), w)
 	}
-	return pgconn.ConnectConfig(ctx, cfg)
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if lr != nil {
+		conn.CustomData()[lowatKey] = lr
+	}
+	return conn, nil
 }

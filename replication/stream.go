@@ -52,6 +52,7 @@ type Stream struct {
 	lastRecv   time.Time // last message from the server while reading (to a status interval)
 	recvd      bool      // a message arrived since lastRecv was last set
 	rdl        time.Time // read deadline set on the connection; zero: none or unknown
+	lowat      *lowatReader
 	warned     map[pglogrepl.MessageType]bool
 }
 
@@ -65,6 +66,7 @@ func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkp
 	return &Stream{
 		cfg: cfg, conn: conn, table: table, tracker: tracker, emit: emit, obs: obs,
 		rels: map[uint32]*relation{}, warned: map[pglogrepl.MessageType]bool{},
+		lowat: lowatOf(conn),
 	}
 }
 
@@ -160,8 +162,17 @@ func (s *Stream) Run(ctx context.Context) error {
 			}
 		}
 		// The deadline is moved only when it must come sooner or has
-		// passed; a wake that comes early just goes round the loop.
-		if wake := s.nextWake(now, nextStatus); s.rdl.IsZero() || wake.Before(s.rdl) || !now.Before(s.rdl) {
+		// passed; a wake that comes early just goes round the loop. While
+		// reads are batched it stays within lowatWait, pushed forward
+		// about every millisecond while messages arrive.
+		wake := s.nextWake(now, nextStatus)
+		batching := s.lowat.batching()
+		if batching {
+			if w := now.Add(lowatWait); w.Before(wake) {
+				wake = w
+			}
+		}
+		if s.rdl.IsZero() || wake.Before(s.rdl) || !now.Before(s.rdl) || (batching && s.rdl.Sub(now) < lowatWait/2) {
 			if err := nc.SetReadDeadline(wake); err != nil {
 				return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
 			}
@@ -388,6 +399,7 @@ func (s *Stream) shutdown(parent context.Context) error {
 	// CopyDone and answers only after it. Closing instead, with WAL unread
 	// in our socket, resets the connection and the server may drop the
 	// final status update unread.
+	s.lowat.off()
 	_ = s.conn.Conn().SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := pglogrepl.SendStandbyCopyDone(sctx, s.conn); err != nil {
 		s.cfg.Logger.Warn("ending replication: server did not finish the copy cleanly", "slot", s.cfg.Slot, "err", err.Error())

@@ -1,0 +1,93 @@
+package replication
+
+import (
+	"io"
+	"net"
+	"syscall"
+	"time"
+)
+
+// The walsender writes one CopyData per WAL message, and walpost decodes
+// faster than PostgreSQL decodes, so while a backlog drains the socket
+// holds only a few messages whenever walpost reads it: a read system call
+// and a wake-up through the poller for every few events were the largest
+// cost of a drain. lowatReader sits under the connection's read buffer and
+// switches the socket's receive low-water mark (SO_RCVLOWAT) to lowatBytes
+// while reads come back full: the poller then wakes the reader only once
+// that much has arrived, and one read takes ~100 events. A read that ends
+// with an error (the stream's read deadline, which is at most lowatWait
+// away while batching) switches it back to 1 byte, so a slowing stream is
+// never held back longer than lowatWait.
+type lowatReader struct {
+	r      io.Reader
+	rc     syscall.RawConn
+	on     bool
+	broken bool // the socket refused the option: stay off
+}
+
+const (
+	lowatBytes = 32 << 10
+	// lowatWait bounds how long a read waits for lowatBytes to arrive.
+	lowatWait = 2 * time.Millisecond
+)
+
+// newLowatReader wraps r, which reads from conn; nil when conn is not a
+// TCP socket (TLS, Unix socket): then reads are not batched.
+func newLowatReader(r io.Reader, conn any) *lowatReader {
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return &lowatReader{r: r, rc: rc}
+}
+
+func (l *lowatReader) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	switch {
+	case err != nil && l.on:
+		l.set(1)
+	case err == nil && !l.on && n >= lowatBytes && !l.broken:
+		l.set(lowatBytes)
+	}
+	return n, err
+}
+
+// batching reports whether reads wait for lowatBytes; the stream then
+// keeps its read deadline within lowatWait.
+func (l *lowatReader) batching() bool { return l != nil && l.on }
+
+// off stops batching (before reading the few messages that end a
+// session).
+func (l *lowatReader) off() {
+	if l != nil && l.on {
+		l.set(1)
+	}
+}
+
+func (l *lowatReader) set(v int) {
+	var serr error
+	err := l.rc.Control(func(fd uintptr) {
+		serr = setRcvLowat(fd, v)
+	})
+	if err != nil || serr != nil {
+		l.broken, l.on = true, false
+		return
+	}
+	l.on = v > 1
+}
+
+// lowatKey is where ConnectReplication leaves the connection's
+// lowatReader (pgconn's CustomData).
+const lowatKey = "walpost.lowat"
+
+func lowatOf(conn interface{ CustomData() map[string]any }) *lowatReader {
+	if conn == nil {
+		return nil
+	}
+	l, _ := conn.CustomData()[lowatKey].(*lowatReader)
+	return l
+}

@@ -1,0 +1,140 @@
+//go:build linux
+
+package replication
+
+import (
+	"errors"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func tcpPair(t *testing.T) (client *net.TCPConn, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s
+}
+
+func rcvLowat(t *testing.T, c *net.TCPConn) int {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { v, gerr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVLOWAT) }); err != nil || gerr != nil {
+		t.Fatal(err, gerr)
+	}
+	return v
+}
+
+func TestLowatReaderBatchesAndFallsBack(t *testing.T) {
+	c, s := tcpPair(t)
+	l := newLowatReader(c, c)
+	if l == nil {
+		t.Fatal("no lowatReader for a TCP connection")
+	}
+	buf := make([]byte, 256<<10)
+
+	// A small read leaves the socket alone.
+	if _, err := s.Write(make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.Read(buf); err != nil || n != 100 {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	if l.batching() || rcvLowat(t, c) != 1 {
+		t.Fatalf("batching after a small read (SO_RCVLOWAT %d)", rcvLowat(t, c))
+	}
+
+	// A full read (a backlog) turns batching on.
+	if _, err := s.Write(make([]byte, 3*lowatBytes)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // let it all arrive
+	got := 0
+	for got < 3*lowatBytes {
+		n, err := l.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if !l.batching() || rcvLowat(t, c) != lowatBytes {
+		t.Fatalf("not batching after full reads (SO_RCVLOWAT %d)", rcvLowat(t, c))
+	}
+
+	// While batching, a trickle does not wake the reader: it waits until
+	// its deadline, then batching is off and the trickle is read at once.
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		_, _ = s.Write(make([]byte, 1000))
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(150 * time.Millisecond))
+	start := time.Now()
+	n, err := l.Read(buf)
+	waited := time.Since(start)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n != 0 {
+		t.Fatalf("read %d bytes, %v after %s: want the deadline (the trickle is below the low-water mark)", n, err, waited)
+	}
+	if waited < 100*time.Millisecond {
+		t.Fatalf("woken after %s, before the deadline", waited)
+	}
+	if l.batching() || rcvLowat(t, c) != 1 {
+		t.Fatalf("still batching after the deadline (SO_RCVLOWAT %d)", rcvLowat(t, c))
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	if n, err := l.Read(buf); err != nil || n != 1000 {
+		t.Fatalf("after the fallback: read %d, %v", n, err)
+	}
+
+	// off() ends batching explicitly.
+	if _, err := s.Write(make([]byte, 2*lowatBytes)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	for got = 0; got < 2*lowatBytes; {
+		n, err := l.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if !l.batching() {
+		t.Fatal("not batching")
+	}
+	l.off()
+	if l.batching() || rcvLowat(t, c) != 1 {
+		t.Fatal("off left batching on")
+	}
+}
+
+func TestLowatReaderNotTCP(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if l := newLowatReader(a, a); l != nil {
+		t.Fatal("lowatReader for a non-TCP connection")
+	}
+	var l *lowatReader
+	if l.batching() {
+		t.Fatal("nil reader batching")
+	}
+	l.off() // no panic
+}
