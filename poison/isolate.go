@@ -38,7 +38,7 @@ func (e *DestinationError) Unwrap() error { return e.Err }
 
 // Producer is what the Isolator needs of the sink.
 type Producer interface {
-	Produce(ev *outbox.Event, done func(*kgo.Record, error))
+	ProduceTo(ev *outbox.Event, a sink.Acker)
 	ProduceSync(ctx context.Context, ev *outbox.Event) error
 	Flush(ctx context.Context) error
 }
@@ -141,46 +141,58 @@ func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 	i.produce(it)
 }
 
+// pending is a produced event awaiting its outcome (one allocation per
+// event, which is its own callback).
+type pending struct {
+	i     *Isolator
+	it    item
+	start time.Time
+}
+
 func (i *Isolator) produce(it item) {
-	var start time.Time
+	p := &pending{i: i, it: it}
 	if i.cfg.OnAck != nil {
-		start = time.Now()
+		p.start = time.Now()
 	}
-	i.prod.Produce(it.ev, func(r *kgo.Record, err error) {
-		if err == nil {
-			// Invariant 1: the ack releases the event.
-			i.tracker.Done(it.ticket)
-			if i.cfg.OnAck != nil {
-				now := time.Now()
-				i.cfg.OnAck(it.ev, now.Sub(start), now)
-			}
-			if r != nil {
-				i.checkOrder(r, it)
-			}
-			return
+	i.prod.ProduceTo(it.ev, p)
+}
+
+// Acked handles the outcome of one produced event.
+func (p *pending) Acked(r *kgo.Record, err error) {
+	i, it, start := p.i, p.it, p.start
+	if err == nil {
+		// Invariant 1: the ack releases the event.
+		i.tracker.Done(it.ticket)
+		if i.cfg.OnAck != nil {
+			now := time.Now()
+			i.cfg.OnAck(it.ev, now.Sub(start), now)
 		}
-		// Promises must not block: record the failure and wake Run.
-		i.paused.Store(true)
-		i.tracker.SetPaused(true)
-		it.err = err
-		i.fmu.Lock()
-		i.failed = append(i.failed, it)
-		if r != nil && r.Partition >= 0 {
-			tp := topicPartition{r.Topic, r.Partition}
-			if s, ok := i.unsettled[tp]; !ok || it.seq < s {
-				if i.unsettled == nil {
-					i.unsettled = map[topicPartition]uint64{}
-				}
-				i.unsettled[tp] = it.seq
-				i.anyUnset.Store(true)
+		if r != nil {
+			i.checkOrder(r, it)
+		}
+		return
+	}
+	// Promises must not block: record the failure and wake Run.
+	i.paused.Store(true)
+	i.tracker.SetPaused(true)
+	it.err = err
+	i.fmu.Lock()
+	i.failed = append(i.failed, it)
+	if r != nil && r.Partition >= 0 {
+		tp := topicPartition{r.Topic, r.Partition}
+		if s, ok := i.unsettled[tp]; !ok || it.seq < s {
+			if i.unsettled == nil {
+				i.unsettled = map[topicPartition]uint64{}
 			}
+			i.unsettled[tp] = it.seq
+			i.anyUnset.Store(true)
 		}
-		i.fmu.Unlock()
-		select {
-		case i.kick <- struct{}{}:
-		default:
-		}
-	})
+	}
+	i.fmu.Unlock()
+	select {
+	case i.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Run settles failures until ctx ends or a failure must end the session

@@ -14,20 +14,23 @@ import (
 // cost of a drain. lowatReader sits under the connection's read buffer and
 // switches the socket's receive low-water mark (SO_RCVLOWAT) to lowatBytes
 // while reads come back full: the poller then wakes the reader only once
-// that much has arrived, and one read takes ~100 events. A read that ends
-// with an error (the stream's read deadline, which is at most lowatWait
-// away while batching) switches it back to 1 byte, so a slowing stream is
-// never held back longer than lowatWait.
+// that much has arrived, and one read takes ~100 events. The mark gates
+// only the wait: a read takes whatever is there. While batching, the
+// stream keeps its read deadline within lowatWait, so a slower stream is
+// never held back longer than that; when what arrived by such a deadline
+// is small (the stream is trickling), the mark goes back to 1 byte.
 type lowatReader struct {
-	r      io.Reader
-	rc     syscall.RawConn
-	on     bool
-	broken bool // the socket refused the option: stay off
+	r        io.Reader
+	rc       syscall.RawConn
+	on       bool
+	timedOut bool // the last read ended with an error (the deadline)
+	broken   bool // the socket refused the option: stay off
 }
 
 const (
 	lowatBytes = 32 << 10
-	// lowatWait bounds how long a read waits for lowatBytes to arrive.
+	// lowatWait bounds how long a read waits for lowatBytes to arrive:
+	// the most batching adds to an event's latency.
 	lowatWait = 2 * time.Millisecond
 )
 
@@ -48,11 +51,15 @@ func newLowatReader(r io.Reader, conn any) *lowatReader {
 func (l *lowatReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
 	switch {
-	case err != nil && l.on:
-		l.set(1)
-	case err == nil && !l.on && n >= lowatBytes && !l.broken:
+	case err != nil:
+		l.timedOut = true
+		return n, err
+	case !l.on && n >= lowatBytes && !l.broken:
 		l.set(lowatBytes)
+	case l.on && l.timedOut && n < lowatBytes/8:
+		l.set(1)
 	}
+	l.timedOut = false
 	return n, err
 }
 

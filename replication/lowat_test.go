@@ -81,7 +81,8 @@ func TestLowatReaderBatchesAndFallsBack(t *testing.T) {
 	}
 
 	// While batching, a trickle does not wake the reader: it waits until
-	// its deadline, then batching is off and the trickle is read at once.
+	// its deadline; the next read takes the trickle at once and, as it is
+	// small, ends batching.
 	go func() {
 		time.Sleep(10 * time.Millisecond)
 		_, _ = s.Write(make([]byte, 1000))
@@ -96,12 +97,45 @@ func TestLowatReaderBatchesAndFallsBack(t *testing.T) {
 	if waited < 100*time.Millisecond {
 		t.Fatalf("woken after %s, before the deadline", waited)
 	}
-	if l.batching() || rcvLowat(t, c) != 1 {
-		t.Fatalf("still batching after the deadline (SO_RCVLOWAT %d)", rcvLowat(t, c))
-	}
 	_ = c.SetReadDeadline(time.Now().Add(time.Second))
-	if n, err := l.Read(buf); err != nil || n != 1000 {
-		t.Fatalf("after the fallback: read %d, %v", n, err)
+	start = time.Now()
+	if n, err := l.Read(buf); err != nil || n != 1000 || time.Since(start) > 50*time.Millisecond {
+		t.Fatalf("after the deadline: read %d, %v in %s", n, err, time.Since(start))
+	}
+	if l.batching() || rcvLowat(t, c) != 1 {
+		t.Fatalf("still batching after a small read that followed a deadline (SO_RCVLOWAT %d)", rcvLowat(t, c))
+	}
+
+	// A deadline followed by a large read (the stream paused, then went on)
+	// keeps batching.
+	if _, err := s.Write(make([]byte, lowatBytes)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	for got = 0; got < lowatBytes; {
+		n, err := l.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if !l.batching() {
+		t.Fatal("not batching after a full read")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := l.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("want the deadline, got %v", err)
+	}
+	if _, err := s.Write(make([]byte, lowatBytes/2)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	if n, err := l.Read(buf); err != nil || n != lowatBytes/2 {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	if !l.batching() {
+		t.Fatal("a sizeable read after a deadline ended batching")
 	}
 
 	// off() ends batching explicitly.

@@ -213,26 +213,43 @@ type produced struct {
 	context.Context
 	pk    string
 	hasPK bool
-	done  func(*kgo.Record, error)
+	done  Acker
 	rec   kgo.Record
 	hdrs  [6]kgo.RecordHeader
 }
+
+// Acker receives the outcome of one produced event.
+type Acker interface {
+	Acked(r *kgo.Record, err error)
+}
+
+// AckFunc adapts a function to Acker.
+type AckFunc func(*kgo.Record, error)
+
+// Acked calls f.
+func (f AckFunc) Acked(r *kgo.Record, err error) { f(r, err) }
 
 // Produce sends ev asynchronously; done is called exactly once with the
 // outcome (nil on ack). A record that cannot be built is reported to done
 // at once. done must not block.
 func (k *Kafka) Produce(ev *outbox.Event, done func(*kgo.Record, error)) {
+	k.ProduceTo(ev, AckFunc(done))
+}
+
+// ProduceTo is Produce with the outcome going to a.Acked (which saves the
+// hot path a closure per event).
+func (k *Kafka) ProduceTo(ev *outbox.Event, a Acker) {
 	p := new(produced)
 	r := &p.rec
 	if err := buildInto(r, p.hdrs[:0], ev, k.cfg.DefaultTopic); err != nil {
-		done(nil, err)
+		a.Acked(nil, err)
 		return
 	}
 	if err := k.CheckSize(r); err != nil {
-		done(r, err)
+		a.Acked(r, err)
 		return
 	}
-	p.Context, p.pk, p.hasPK, p.done = context.Background(), ev.PartitionKey, ev.HasPartition, done
+	p.Context, p.pk, p.hasPK, p.done = context.Background(), ev.PartitionKey, ev.HasPartition, a
 	r.Context = p
 	k.client.Produce(context.Background(), r, promise)
 }
@@ -262,13 +279,13 @@ func (k *Kafka) ProduceSync(ctx context.Context, ev *outbox.Event) error {
 // ProduceRecord sends a built record; partitionKey, when set, chooses the
 // partition instead of the record key.
 func (k *Kafka) ProduceRecord(r *kgo.Record, partitionKey string, hasPK bool, done func(*kgo.Record, error)) {
-	r.Context = &produced{Context: context.Background(), pk: partitionKey, hasPK: hasPK, done: done}
+	r.Context = &produced{Context: context.Background(), pk: partitionKey, hasPK: hasPK, done: AckFunc(done)}
 	k.client.Produce(context.Background(), r, promise)
 }
 
 func promise(r *kgo.Record, err error) {
 	p := r.Context.(*produced)
-	p.done(r, err)
+	p.done.Acked(r, err)
 }
 
 // Flush waits until every produced record has an outcome or ctx ends.

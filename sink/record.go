@@ -50,6 +50,22 @@ func BuildRecord(ev *outbox.Event, defaultTopic string) (*kgo.Record, error) {
 // buildInto fills r for ev, appending its headers to hs[:0] (a buffer the
 // caller may reuse). Keys and header values are read-only views of the
 // event's strings: kgo never writes to them.
+// parseHeaders decodes the row's headers column: a JSON object of strings.
+// (A function of its own, so the map escapes only for rows that have
+// headers.)
+func parseHeaders(b []byte) (map[string]any, error) {
+	var extra map[string]any
+	if err := json.Unmarshal(b, &extra); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidHeaders, err)
+	}
+	for k, v := range extra {
+		if _, ok := v.(string); !ok {
+			return nil, fmt.Errorf("%w: header %q is %T", ErrInvalidHeaders, k, v)
+		}
+	}
+	return extra, nil
+}
+
 func buildInto(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTopic string) error {
 	if ev.IdempotencyKey == "" {
 		return ErrEmptyKey
@@ -63,13 +79,9 @@ func buildInto(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTo
 	}
 	var extra map[string]any
 	if len(ev.Headers) > 0 && string(ev.Headers) != "null" {
-		if err := json.Unmarshal(ev.Headers, &extra); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidHeaders, err)
-		}
-		for k, v := range extra {
-			if _, ok := v.(string); !ok {
-				return fmt.Errorf("%w: header %q is %T", ErrInvalidHeaders, k, v)
-			}
+		var err error
+		if extra, err = parseHeaders(ev.Headers); err != nil {
+			return err
 		}
 	}
 	commit := ev.CommitLSNText
