@@ -17,8 +17,9 @@ import (
 // that much has arrived, and one read takes ~100 events. The mark gates
 // only the wait: a read takes whatever is there. While batching, the
 // stream keeps its read deadline within lowatWait, so a slower stream is
-// never held back longer than that; when what arrived by such a deadline
-// is small (the stream is trickling), the mark goes back to 1 byte.
+// never held back longer than that; when less than the mark arrived by
+// such a deadline (the stream slowed down, or the receive window cannot
+// hold the mark), it goes back to 1 byte until a read comes back full.
 type lowatReader struct {
 	r        io.Reader
 	rc       syscall.RawConn
@@ -56,7 +57,7 @@ func (l *lowatReader) Read(p []byte) (int, error) {
 		return n, err
 	case !l.on && n >= lowatBytes && !l.broken:
 		l.set(lowatBytes)
-	case l.on && l.timedOut && n < lowatBytes/8:
+	case l.on && l.timedOut && n < lowatBytes:
 		l.set(1)
 	}
 	l.timedOut = false

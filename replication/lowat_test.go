@@ -106,7 +106,7 @@ func TestLowatReaderBatchesAndFallsBack(t *testing.T) {
 		t.Fatalf("still batching after a small read that followed a deadline (SO_RCVLOWAT %d)", rcvLowat(t, c))
 	}
 
-	// A deadline followed by a large read (the stream paused, then went on)
+	// A deadline followed by a full read (the stream paused, then went on)
 	// keeps batching.
 	if _, err := s.Write(make([]byte, lowatBytes)); err != nil {
 		t.Fatal(err)
@@ -126,6 +126,23 @@ func TestLowatReaderBatchesAndFallsBack(t *testing.T) {
 	if _, err := l.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("want the deadline, got %v", err)
 	}
+	if _, err := s.Write(make([]byte, lowatBytes)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	if n, err := l.Read(buf); err != nil || n != lowatBytes {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	if !l.batching() {
+		t.Fatal("a full read after a deadline ended batching")
+	}
+	// A deadline followed by less than the mark ends it: the mark must
+	// never hold the stream to one window per deadline.
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if _, err := l.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("want the deadline, got %v", err)
+	}
 	if _, err := s.Write(make([]byte, lowatBytes/2)); err != nil {
 		t.Fatal(err)
 	}
@@ -134,8 +151,8 @@ func TestLowatReaderBatchesAndFallsBack(t *testing.T) {
 	if n, err := l.Read(buf); err != nil || n != lowatBytes/2 {
 		t.Fatalf("read %d, %v", n, err)
 	}
-	if !l.batching() {
-		t.Fatal("a sizeable read after a deadline ended batching")
+	if l.batching() {
+		t.Fatal("still batching after a deadline and a read below the mark")
 	}
 
 	// off() ends batching explicitly.
