@@ -803,3 +803,54 @@ func catDeref(s *string) string {
 	}
 	return *s
 }
+
+// TestTopicCreatedJustBeforeStart: a topic that reaches the broker's
+// metadata a moment after walpost starts (a deployment that creates the
+// topic and starts walpost together) is found, not reported missing.
+func TestTopicCreatedJustBeforeStart(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	t.Parallel()
+	late := randName("late")
+	p := f.start("WALPOST_KAFKA_TOPIC="+late, "WALPOST_LOG_LEVEL=debug")
+	time.Sleep(500 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := f.Admin.CreateTopic(ctx, 1, 1, nil, late)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer dcancel()
+		_, _ = f.Admin.DeleteTopics(dctx, late)
+	})
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatalf("walpost did not start streaming (exited: %v)", p.exited())
+	}
+	keys := []string{randName("k")}
+	if _, err := f.writeTxn(ctx, "late", keys, `{"n": 1}`); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(late), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatal("the event never arrived in the late topic")
+		}
+		var got []string
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Key)) })
+		if len(got) > 0 {
+			if got[0] != keys[0] {
+				t.Fatalf("got key %q, want %q", got[0], keys[0])
+			}
+			return
+		}
+	}
+}

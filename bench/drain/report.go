@@ -309,7 +309,7 @@ func joinInts(v []int, sep string) string {
 const (
 	met        = "met"
 	notMet     = "**not met**"
-	notMeasred = "not measured"
+	notMeasured = "not measured"
 )
 
 func status(ok bool) string {
@@ -332,7 +332,7 @@ func (r report) writeTargets(b *strings.Builder) {
 
 	// 1. Drain ≥ 80 % of pg_recvlogical.
 	if len(drains) == 0 {
-		line("drain ≥ 80 % of pg_recvlogical's rate", "drain not run", notMeasred)
+		line("drain ≥ 80 % of pg_recvlogical's rate", "drain not run", notMeasured)
 	}
 	for _, c := range drains {
 		q := c.baseWall() / c.wpWall()
@@ -341,13 +341,13 @@ func (r report) writeTargets(b *strings.Builder) {
 
 	// 2. ≥ 5× Debezium's events/s with ≤ 1/10 of its peak RSS (drain).
 	if len(drains) == 0 {
-		line("≥ 5× Debezium's events/s with ≤ 1/10 of its peak RSS (drain)", "drain not run", notMeasred)
+		line("≥ 5× Debezium's events/s with ≤ 1/10 of its peak RSS (drain)", "drain not run", notMeasured)
 	}
 	for _, c := range drains {
 		t := fmt.Sprintf("≥ 5× Debezium's events/s with ≤ 1/10 of its peak RSS (drain, ~%d B)", c.payload)
 		d := c.dbz
 		if d == nil {
-			line(t, "Debezium: "+c.dbzNote, notMeasred)
+			line(t, "Debezium: "+c.dbzNote, notMeasured)
 			continue
 		}
 		wp := c.wpWall()
@@ -365,7 +365,7 @@ func (r report) writeTargets(b *strings.Builder) {
 		}
 	}
 	if worst == nil {
-		line("walpost peak RSS ≤ 64 MiB on every workload", "nothing run", notMeasred)
+		line("walpost peak RSS ≤ 64 MiB on every workload", "nothing run", notMeasured)
 	} else {
 		var per []string
 		for _, c := range r.cases {
@@ -392,7 +392,7 @@ func (r report) writeTargets(b *strings.Builder) {
 		}
 	}
 	if !found {
-		line("p99 commit→append ≤ 50 ms at 10k events/s", "no steady run at 10000 events/s", notMeasred)
+		line("p99 commit→append ≤ 50 ms at 10k events/s", "no steady run at 10000 events/s", notMeasured)
 	}
 
 	// 5. ≤ 2 CPU s per million 200-byte events (drain).
@@ -405,6 +405,6 @@ func (r report) writeTargets(b *strings.Builder) {
 		}
 	}
 	if !found {
-		line("≤ 2 CPU s per million 200-byte events (drain)", "no drain with 200-byte payloads", notMeasred)
+		line("≤ 2 CPU s per million 200-byte events (drain)", "no drain with 200-byte payloads", notMeasured)
 	}
 }

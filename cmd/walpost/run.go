@@ -193,8 +193,14 @@ func (f *forwarder) run(ctx context.Context) error {
 
 // checkTopic checks that the default topic exists, creating it when
 // kafka.create_topic_partitions asks for it.
+// topicGrace is how long a missing topic is looked for again at start.
+const topicGrace = 2 * time.Second
+
 func (f *forwarder) checkTopic(ctx context.Context) error {
-	cl, err := newKafkaClient(f.cfg)
+	// Metadata requests are answered from a cache younger than
+	// MetadataMinAge (5 s by default): a topic that was missing a moment
+	// ago would stay missing for that long.
+	cl, err := newKafkaClient(f.cfg, kgo.MetadataMinAge(100*time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -202,6 +208,12 @@ func (f *forwarder) checkTopic(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	_, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
+	// A topic created a moment ago may not be in the broker's metadata
+	// yet: look again for up to topicGrace before calling it missing.
+	for grace := time.Now().Add(topicGrace); errors.Is(err, sink.ErrTopicMissing) && f.cfg.Kafka.CreateTopicPartitions == 0 && time.Now().Before(grace) && cctx.Err() == nil; {
+		time.Sleep(200 * time.Millisecond)
+		_, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
+	}
 	if errors.Is(err, sink.ErrTopicMissing) && f.cfg.Kafka.CreateTopicPartitions > 0 {
 		if err := sink.CreateTopic(cctx, cl, f.cfg.Kafka.Topic, int32(f.cfg.Kafka.CreateTopicPartitions)); err != nil {
 			return fmt.Errorf("kafka.create_topic_partitions: %w", err)
