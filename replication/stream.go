@@ -243,13 +243,25 @@ func (s *Stream) Run(ctx context.Context) error {
 	}
 }
 
+// nextWake is when the loop must look up from reading: within statusTick
+// while events are pending, at lastSent+statusTick when a moved watermark
+// has not been sent yet (the last acks of a burst can land while the loop
+// is about to read, with nothing pending any more; without this the
+// confirmation waited for the next message or the status interval), and at
+// nextStatus otherwise.
 func (s *Stream) nextWake(now, nextStatus time.Time) time.Time {
+	wake := nextStatus
 	if s.tracker.Pending() {
-		if t := now.Add(statusTick); t.Before(nextStatus) {
-			return t
+		if t := now.Add(statusTick); t.Before(wake) {
+			wake = t
 		}
 	}
-	return nextStatus
+	if s.tracker.Confirmed() > s.sent {
+		if t := s.lastSent.Add(statusTick); t.Before(wake) {
+			wake = t
+		}
+	}
+	return wake
 }
 
 func (s *Stream) handle(xld pglogrepl.XLogData) error {
