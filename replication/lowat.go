@@ -5,6 +5,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The walsender writes one CopyData per WAL message, and walpost decodes
@@ -92,7 +94,7 @@ func (l *lowatReader) set(v int) {
 // lowatReader (pgconn's CustomData).
 const lowatKey = "walpost.lowat"
 
-func lowatOf(conn interface{ CustomData() map[string]any }) *lowatReader {
+func lowatOf(conn *pgconn.PgConn) *lowatReader {
 	if conn == nil {
 		return nil
 	}

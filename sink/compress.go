@@ -21,12 +21,8 @@ type lz4Compressor struct {
 }
 
 func newCompressor(codec kgo.CompressionCodec) (kgo.Compressor, error) {
-	def, err := kgo.DefaultCompressor(codec)
-	if err != nil || def == nil {
-		return def, err
-	}
 	if codec != kgo.Lz4Compression() {
-		return def, nil
+		return kgo.DefaultCompressor(codec)
 	}
 	c := new(lz4Compressor)
 	c.pool.New = func() any {

@@ -307,8 +307,8 @@ func joinInts(v []int, sep string) string {
 }
 
 const (
-	met        = "met"
-	notMet     = "**not met**"
+	met         = "met"
+	notMet      = "**not met**"
 	notMeasured = "not measured"
 )
 

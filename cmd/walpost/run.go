@@ -208,25 +208,20 @@ func (f *forwarder) checkTopic(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	_, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
-	// A topic created a moment ago may not be in the broker's metadata
-	// yet: look again for up to topicGrace before calling it missing.
-	for grace := time.Now().Add(topicGrace); errors.Is(err, sink.ErrTopicMissing) && f.cfg.Kafka.CreateTopicPartitions == 0 && time.Now().Before(grace) && cctx.Err() == nil; {
-		time.Sleep(200 * time.Millisecond)
-		_, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
-	}
+	grace := topicGrace
 	if errors.Is(err, sink.ErrTopicMissing) && f.cfg.Kafka.CreateTopicPartitions > 0 {
 		if err := sink.CreateTopic(cctx, cl, f.cfg.Kafka.Topic, int32(f.cfg.Kafka.CreateTopicPartitions)); err != nil {
 			return fmt.Errorf("kafka.create_topic_partitions: %w", err)
 		}
 		f.log.Info("created topic", "topic", f.cfg.Kafka.Topic, "partitions", f.cfg.Kafka.CreateTopicPartitions)
-		// Metadata of a new topic takes a moment to reach every broker.
-		for {
-			_, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
-			if !errors.Is(err, sink.ErrTopicMissing) || cctx.Err() != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		grace = 15 * time.Second // bounded by cctx
+	}
+	// A topic created a moment ago (by walpost, or just before it started)
+	// may not be in the broker's metadata yet: look again before calling
+	// it missing.
+	for until := time.Now().Add(grace); errors.Is(err, sink.ErrTopicMissing) && time.Now().Before(until) && cctx.Err() == nil; {
+		time.Sleep(100 * time.Millisecond)
+		_, err = sink.DescribeTopic(cctx, cl, f.cfg.Kafka.Topic)
 	}
 	if err != nil {
 		return fmt.Errorf("kafka.topic: %w (brokers %v)", err, f.cfg.Kafka.Brokers)
