@@ -29,7 +29,7 @@ type Config struct {
 	// Linger is the per-partition batch linger (Java linger.ms); 0 sends
 	// as soon as possible.
 	Linger time.Duration
-	// Compression: none, gzip, snappy, lz4 or zstd. Default lz4.
+	// Compression: none, gzip, snappy, lz4 or zstd. Default snappy.
 	Compression string
 	// MaxMessageBytes caps a record batch (ProducerBatchMaxBytes); a record
 	// above it fails client-side without touching its neighbours. 0 leaves
@@ -94,7 +94,6 @@ func New(cfg Config) (*Kafka, error) {
 		kgo.RecordDeliveryTimeout(0),
 		kgo.UnknownTopicRetries(4),
 		kgo.ProducerLinger(cfg.Linger),
-		kgo.WithCompressor(compressor),
 		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}),
 		kgo.ProducerOnDataLossDetected(func(topic string, partition int32) {
 			cfg.Logger.Error("kafka reported data loss on a partition; events after the slot's confirmed position will be sent again",
@@ -105,6 +104,13 @@ func New(cfg Config) (*Kafka, error) {
 		}),
 		// No AllowAutoTopicCreation: a missing topic is a destination
 		// error to fix, never created implicitly.
+	}
+	if compressor != nil {
+		opts = append(opts, kgo.WithCompressor(compressor))
+	} else {
+		// Without a compressor franz-go would fall back to its default
+		// preference (snappy); none must mean none.
+		opts = append(opts, kgo.ProducerBatchCompression(kgo.NoCompression()))
 	}
 	k := &Kafka{cfg: cfg, log: cfg.Logger}
 	// A batch never exceeds its topic's max.message.bytes, so the broker
@@ -188,13 +194,13 @@ func RecordSize(r *kgo.Record) int {
 
 func codec(name string) (kgo.CompressionCodec, error) {
 	switch name {
-	case "", "lz4":
+	case "lz4":
 		return kgo.Lz4Compression(), nil
 	case "none":
 		return kgo.NoCompression(), nil
 	case "gzip":
 		return kgo.GzipCompression(), nil
-	case "snappy":
+	case "", "snappy":
 		return kgo.SnappyCompression(), nil
 	case "zstd":
 		return kgo.ZstdCompression(), nil

@@ -385,3 +385,53 @@ func TestKafkaSizePreCheck(t *testing.T) {
 		t.Errorf("consumed %v, want size-0 then size-2", got[0])
 	}
 }
+
+// batchCodecs records the compression of every batch written.
+type batchCodecs struct {
+	mu     sync.Mutex
+	codecs []uint8
+}
+
+func (h *batchCodecs) OnProduceBatchWritten(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.ProduceBatchMetrics) {
+	h.mu.Lock()
+	h.codecs = append(h.codecs, m.CompressionType)
+	h.mu.Unlock()
+}
+
+// TestCompressionCodecs checks that the configured codec is the one the
+// batches carry, and that an empty setting means snappy.
+func TestCompressionCodecs(t *testing.T) {
+	c := newCluster(t)
+	for _, tc := range []struct {
+		name string
+		want uint8 // the record batch's compression attribute
+	}{{"", 2}, {"snappy", 2}, {"lz4", 3}, {"zstd", 4}, {"gzip", 1}, {"none", 0}} {
+		h := &batchCodecs{}
+		k := newKafka(t, c, sink.Config{Compression: tc.name, ProducerOpts: []kgo.Opt{kgo.WithHooks(h)}})
+		ev := &outbox.Event{
+			ID: "1", IdempotencyKey: "codec-" + tc.name, CreatedAt: "2026-11-30 04:42:00+00",
+			Payload: []byte(`{"note": "` + strings.Repeat("compressible text ", 50) + `"}`),
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := k.ProduceSync(ctx, ev)
+		cancel()
+		if err != nil {
+			t.Fatalf("compression %q: produce: %v", tc.name, err)
+		}
+		// The hook runs after the promise: wait for it.
+		var got []uint8
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			h.mu.Lock()
+			got = slicesClone(h.codecs)
+			h.mu.Unlock()
+			if len(got) > 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("compression %q: batches written with codecs %v, want [%d]", tc.name, got, tc.want)
+		}
+	}
+}
+
+func slicesClone(s []uint8) []uint8 { return append([]uint8(nil), s...) }

@@ -103,7 +103,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"postgres.status_interval", cfg.Postgres.StatusInterval, 10 * time.Second},
 		{"kafka.topic", cfg.Kafka.Topic, "outbox"},
 		{"kafka.linger", cfg.Kafka.Linger, 5 * time.Millisecond},
-		{"kafka.compression", cfg.Kafka.Compression, "lz4"},
+		{"kafka.compression", cfg.Kafka.Compression, "snappy"},
 		{"kafka.flush_timeout", cfg.Kafka.FlushTimeout, 30 * time.Second},
 		{"poison.max_attempts", cfg.Poison.MaxAttempts, 5},
 		{"poison.backoff", cfg.Poison.Backoff, 200 * time.Millisecond},

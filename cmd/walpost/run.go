@@ -39,6 +39,7 @@ func newRunCommand() *cobra.Command {
 			}
 			logger := newLogger(os.Stderr, cfg.Log)
 			applyMemoryLimit(cfg, logger)
+			applyProcs(logger)
 			reg := newRegistry()
 			f := &forwarder{cfg: cfg, log: logger, reg: reg, m: newMetrics(reg)}
 			ctx, cancel := context.WithCancel(cmd.Context())

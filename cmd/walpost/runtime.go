@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 )
 
@@ -26,4 +27,21 @@ func applyMemoryLimit(cfg *Config, log *slog.Logger) int64 {
 	debug.SetMemoryLimit(limit)
 	log.Debug("soft memory limit", "bytes", limit)
 	return limit
+}
+
+// applyProcs runs walpost's goroutines on one CPU unless GOMAXPROCS is
+// set. The pipeline is one stream: PostgreSQL decodes a slot in a single
+// walsender process, which spends more CPU per event than walpost does, so
+// one CPU keeps up with it. On more than one, every hand-off between the
+// reader and the Kafka client's goroutines wakes another thread; on one
+// they run in turn, which costs less CPU per event and leaves the other
+// cores to the walsender and the broker. It returns the value set, or -1.
+func applyProcs(log *slog.Logger) int {
+	if v, ok := os.LookupEnv("GOMAXPROCS"); ok && v != "" {
+		log.Debug("CPUs from GOMAXPROCS", "GOMAXPROCS", v)
+		return -1
+	}
+	runtime.GOMAXPROCS(1)
+	log.Debug("running on one CPU; set GOMAXPROCS to use more")
+	return 1
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"log/slog"
 	"math"
+	"runtime"
 	"runtime/debug"
 	"testing"
 )
@@ -31,5 +32,30 @@ func TestApplyMemoryLimit(t *testing.T) {
 	}
 	if cur := debug.SetMemoryLimit(-1); cur != math.MaxInt64 {
 		t.Fatalf("with GOMEMLIMIT set the runtime limit changed to %d", cur)
+	}
+}
+
+func TestApplyProcs(t *testing.T) {
+	before := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(before) })
+	log := slog.New(slog.DiscardHandler)
+
+	t.Setenv("GOMAXPROCS", "")
+	runtime.GOMAXPROCS(4)
+	if got := applyProcs(log); got != 1 {
+		t.Fatalf("applyProcs = %d, want 1", got)
+	}
+	if cur := runtime.GOMAXPROCS(0); cur != 1 {
+		t.Fatalf("GOMAXPROCS is %d, want 1", cur)
+	}
+
+	// An operator's GOMAXPROCS wins.
+	t.Setenv("GOMAXPROCS", "3")
+	runtime.GOMAXPROCS(3)
+	if got := applyProcs(log); got != -1 {
+		t.Fatalf("with GOMAXPROCS set: %d, want -1", got)
+	}
+	if cur := runtime.GOMAXPROCS(0); cur != 3 {
+		t.Fatalf("with GOMAXPROCS set it changed to %d", cur)
 	}
 }
