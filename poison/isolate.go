@@ -38,7 +38,7 @@ func (e *DestinationError) Unwrap() error { return e.Err }
 
 // Producer is what the Isolator needs of the sink.
 type Producer interface {
-	ProduceTo(ev *outbox.Event, a sink.Acker)
+	ProduceIn(env *sink.Envelope, ev *outbox.Event, a sink.Acker)
 	ProduceSync(ctx context.Context, ev *outbox.Event) error
 	Flush(ctx context.Context) error
 }
@@ -141,20 +141,25 @@ func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 	i.produce(it)
 }
 
-// pending is a produced event awaiting its outcome (one allocation per
-// event, which is its own callback).
+// pending is a produced event awaiting its outcome: its own callback and
+// the sink's envelope in one allocation, reused through pendings once an
+// acknowledged event is done with.
 type pending struct {
+	env   sink.Envelope
 	i     *Isolator
 	it    item
 	start time.Time
 }
 
+var pendings = sync.Pool{New: func() any { return new(pending) }}
+
 func (i *Isolator) produce(it item) {
-	p := &pending{i: i, it: it}
+	p := pendings.Get().(*pending)
+	p.i, p.it = i, it
 	if i.cfg.OnAck != nil {
 		p.start = time.Now()
 	}
-	i.prod.ProduceTo(it.ev, p)
+	i.prod.ProduceIn(&p.env, it.ev, p)
 }
 
 // Acked handles the outcome of one produced event.
@@ -170,6 +175,11 @@ func (p *pending) Acked(r *kgo.Record, err error) {
 		if r != nil {
 			i.checkOrder(r, it)
 		}
+		// Nothing refers to p any more (the sink is done with its
+		// envelope once Acked returns, and r is the envelope's record).
+		p.env.Clear()
+		p.i, p.it, p.start = nil, item{}, time.Time{}
+		pendings.Put(p)
 		return
 	}
 	// Promises must not block: record the failure and wake Run.

@@ -212,16 +212,34 @@ func codec(name string) (kgo.CompressionCodec, error) {
 func (k *Kafka) Client() *kgo.Client { return k.client }
 
 // produced travels in Record.Context: it carries the partition key to the
-// partitioner and the callback to the promise. For Produce it also holds
-// the record and its headers: one allocation per event. (It is not
-// recycled: franz-go may still read a record's context after its promise.)
+// partitioner and the outcome's receiver to the promise, and holds the
+// record and its headers. franz-go does not touch a record once its
+// promise has returned, except that a goroutine waiting for an unknown
+// topic may still call Done on the context of the first record it was
+// started for: the embedded Context is therefore set once and never
+// written again, which lets an Envelope be reused.
 type produced struct {
 	context.Context
 	pk    string
 	hasPK bool
 	done  Acker
 	rec   kgo.Record
-	hdrs  [6]kgo.RecordHeader
+	hdrs  [5]kgo.RecordHeader // the contract's headers; a row's own headers may add more
+}
+
+// Envelope is the sink's per-event state: the record, its headers and the
+// receiver of the outcome. ProduceIn lets a caller embed it in its own
+// per-event state, one allocation for both, and reuse it once Acked has
+// returned.
+type Envelope struct{ p produced }
+
+// Clear drops the envelope's references to its event, so a pooled
+// envelope holds no memory of the events it carried.
+func (e *Envelope) Clear() {
+	p := &e.p
+	p.pk, p.hasPK, p.done = "", false, nil
+	p.rec = kgo.Record{}
+	p.hdrs = [len(p.hdrs)]kgo.RecordHeader{}
 }
 
 // Acker receives the outcome of one produced event.
@@ -239,13 +257,24 @@ func (f AckFunc) Acked(r *kgo.Record, err error) { f(r, err) }
 // outcome (nil on ack). A record that cannot be built is reported to done
 // at once. done must not block.
 func (k *Kafka) Produce(ev *outbox.Event, done func(*kgo.Record, error)) {
-	k.ProduceTo(ev, AckFunc(done))
+	k.ProduceIn(new(Envelope), ev, AckFunc(done))
 }
 
 // ProduceTo is Produce with the outcome going to a.Acked (which saves the
 // hot path a closure per event).
 func (k *Kafka) ProduceTo(ev *outbox.Event, a Acker) {
-	p := new(produced)
+	k.ProduceIn(new(Envelope), ev, a)
+}
+
+// ProduceIn is ProduceTo with the caller's envelope, which must not be in
+// use by another event: it is overwritten, and it belongs to the sink
+// until a.Acked returns. The *kgo.Record passed to Acked is env's.
+func (k *Kafka) ProduceIn(env *Envelope, ev *outbox.Event, a Acker) {
+	env.Clear()
+	p := &env.p
+	if p.Context == nil {
+		p.Context = context.Background() // once: see produced
+	}
 	r := &p.rec
 	if err := buildInto(r, p.hdrs[:0], ev, k.cfg.DefaultTopic); err != nil {
 		a.Acked(nil, err)
@@ -255,7 +284,7 @@ func (k *Kafka) ProduceTo(ev *outbox.Event, a Acker) {
 		a.Acked(r, err)
 		return
 	}
-	p.Context, p.pk, p.hasPK, p.done = context.Background(), ev.PartitionKey, ev.HasPartition, a
+	p.pk, p.hasPK, p.done = ev.PartitionKey, ev.HasPartition, a
 	r.Context = p
 	k.client.Produce(context.Background(), r, promise)
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package poison_test
+
+const raceEnabled = false
