@@ -24,7 +24,7 @@ func (p *ackingProducer) ProduceIn(_ *sink.Envelope, _ *outbox.Event, a sink.Ack
 	a.Acked(&p.rec, nil)
 }
 func (p *ackingProducer) ProduceSync(context.Context, *outbox.Event) error { return nil }
-func (p *ackingProducer) Flush(context.Context) error                     { return nil }
+func (p *ackingProducer) Flush(context.Context) error                      { return nil }
 
 type doneTracker struct{ done int }
 
