@@ -36,6 +36,10 @@ type Event struct {
 	CommitLSN  pglogrepl.LSN // start of the commit record (Begin.FinalLSN)
 	CommitTime time.Time     // transaction commit timestamp
 	Seq        int           // position of the insert within its transaction, from 0
+
+	// ReceivedAt is when walpost read the event from the slot (the start
+	// of its produce latency); zero when not read from a slot.
+	ReceivedAt time.Time
 }
 
 // Size is the approximate number of bytes the event holds in memory, used to

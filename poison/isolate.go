@@ -66,8 +66,9 @@ type Config struct {
 	// OnPoisoned is called after an event is quarantined (metrics).
 	OnPoisoned func(topic, class string)
 	// OnAck is called for each acknowledged event with the time from its
-	// hand-over to the producer and the time of the acknowledgement
-	// (metrics). It must not block.
+	// receipt (Event.ReceivedAt; for an event held while a failed record
+	// was settled, its release) to the acknowledgement, and the time of
+	// the acknowledgement (metrics). It must not block.
 	OnAck func(ev *outbox.Event, produceLatency time.Duration, now time.Time)
 	// OnOrderViolation is called when a record was appended ahead of an
 	// earlier record of its partition that the broker refused (metrics).
@@ -138,7 +139,7 @@ func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 		i.held = append(i.held, it)
 		return
 	}
-	i.produce(it)
+	i.produce(it, ev.ReceivedAt)
 }
 
 // pending is a produced event awaiting its outcome: its own callback and
@@ -153,11 +154,16 @@ type pending struct {
 
 var pendings = sync.Pool{New: func() any { return new(pending) }}
 
-func (i *Isolator) produce(it item) {
+// produce hands it to the sink; its produce latency counts from start
+// (now when zero).
+func (i *Isolator) produce(it item, start time.Time) {
 	p := pendings.Get().(*pending)
 	p.i, p.it = i, it
 	if i.cfg.OnAck != nil {
-		p.start = time.Now()
+		if start.IsZero() {
+			start = time.Now()
+		}
+		p.start = start
 	}
 	i.prod.ProduceIn(&p.env, it.ev, p)
 }
@@ -275,7 +281,7 @@ func (i *Isolator) settle(ctx context.Context) error {
 	held := i.held
 	i.held = nil
 	for _, h := range held {
-		i.produce(h)
+		i.produce(h, time.Time{})
 	}
 	i.gate.Unlock()
 	i.tracker.SetPaused(false)

@@ -117,6 +117,7 @@ func (s *Stream) insertEvent(data []byte, lsn pglogrepl.LSN) (*outbox.Event, err
 		CommitTime:     s.begin.CommitTime,
 		CommitLSNText:  s.commitText,
 		Seq:            s.seq,
+		ReceivedAt:     s.recvAt,
 	}
 	ev.Payload = bytes(colPayload)
 	ev.Headers = bytes(colHeaders)

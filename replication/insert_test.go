@@ -60,9 +60,13 @@ func TestInsertFastPathMatchesPglogrepl(t *testing.T) {
 		[]byte("2026-11-29 22:50:51.123456+00"), nil, []byte("0"), nil,
 		[]byte("orders"), []byte("customer-7"), []byte("order.created"), []byte(`{"h": "v"}`), []byte("x"))
 	s := testStream()
+	s.recvAt = time.Unix(1700000001, 5)
 	fast, err := s.insertEvent(data, 1)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !fast.ReceivedAt.Equal(s.recvAt) {
+		t.Fatalf("ReceivedAt %v, want the time the message was received, %v", fast.ReceivedAt, s.recvAt)
 	}
 	s.seq = 0
 	slow := slowEvent(t, s, data)

@@ -52,6 +52,7 @@ type Stream struct {
 	lastRecv   time.Time // last message from the server while reading (to a status interval)
 	recvd      bool      // a message arrived since lastRecv was last set
 	rdl        time.Time // read deadline set on the connection; zero: none or unknown
+	recvAt     time.Time // when the message being handled was received
 	lowat      *lowatReader
 	warned     map[pglogrepl.MessageType]bool
 }
@@ -108,6 +109,11 @@ func (s *Stream) Run(ctx context.Context) error {
 	// transaction, the stream reads on (bounded by DrainTimeout) until its
 	// Commit, so a clean stop confirms it and a restart sends no duplicate.
 	runCtx := ctx
+	// now is read once per message: right after it is received (it is
+	// also the event's ReceivedAt), and again at the top of the loop
+	// only when the last round did not receive one.
+	var now time.Time
+	fresh := false
 	for {
 		if ctx.Err() != nil {
 			if s.txn == nil || aborted(ctx) {
@@ -125,7 +131,10 @@ func (s *Stream) Run(ctx context.Context) error {
 				return s.shutdown(ctx)
 			}
 		}
-		now := time.Now()
+		if !fresh {
+			now = time.Now()
+		}
+		fresh = false
 		if !now.Before(nextStatus) || (s.tracker.Confirmed() > s.sent && now.Sub(s.lastSent) >= statusTick) {
 			// The periodic update asks the server to answer, so a live
 			// connection is heard from at least every StatusInterval.
@@ -204,6 +213,8 @@ func (s *Stream) Run(ctx context.Context) error {
 			return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
 		}
 		s.recvd = true
+		now, fresh = time.Now(), true
+		s.recvAt = now
 		switch m := msg.(type) {
 		case *pgproto3.CopyData:
 			if len(m.Data) == 0 {
@@ -221,8 +232,8 @@ func (s *Stream) Run(ctx context.Context) error {
 				// A quiet outbox on a busy database: confirm the server's
 				// WAL end when nothing is in flight (DESIGN §3).
 				moved := s.tracker.Idle(pkm.ServerWALEnd)
-				if pkm.ReplyRequested || (moved && time.Since(s.lastSent) >= statusTick) {
-					nextStatus = time.Now()
+				if pkm.ReplyRequested || (moved && now.Sub(s.lastSent) >= statusTick) {
+					nextStatus = now
 				}
 			case pglogrepl.XLogDataByteID:
 				xld, err := pglogrepl.ParseXLogData(m.Data[1:])

@@ -73,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		replayed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_replayed_total", Help: "Poison rows replayed, by topic."}, []string{"topic"}),
 		orderBroken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_order_violations_total", Help: "Records appended ahead of an earlier record of their partition that the broker refused, by topic."}, []string{"topic"}),
 		reconnects:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_reconnects_total", Help: "Replication sessions restarted, by cause."}, []string{"cause"}),
-		produceLat: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_produce_latency_seconds", Help: "From handing a record to the producer to its ack.",
+		produceLat: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_produce_latency_seconds", Help: "From reading the event off the slot (or releasing it after a failed record was settled) to its ack.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_commit_to_ack_seconds", Help: "From the transaction's commit to the ack of its record.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 17)}),
