@@ -65,11 +65,12 @@ type Config struct {
 	Logger       *slog.Logger
 	// OnPoisoned is called after an event is quarantined (metrics).
 	OnPoisoned func(topic, class string)
-	// OnAck is called for each acknowledged event with the time from its
-	// receipt (Event.ReceivedAt; for an event held while a failed record
-	// was settled, its release) to the acknowledgement, and the time of
-	// the acknowledgement (metrics). It must not block.
-	OnAck func(ev *outbox.Event, produceLatency time.Duration, now time.Time)
+	// OnAck is called for each acknowledged event with its row's topic
+	// ("" for the default), its commit time, the time from its receipt
+	// (Event.ReceivedAt; for an event held while a failed record was
+	// settled, its release) to the acknowledgement, and the time of the
+	// acknowledgement (metrics). It must not block.
+	OnAck func(topic string, commit time.Time, produceLatency time.Duration, now time.Time)
 	// OnOrderViolation is called when a record was appended ahead of an
 	// earlier record of its partition that the broker refused (metrics).
 	OnOrderViolation func(topic string, partition int32)
@@ -146,10 +147,15 @@ func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 // the sink's envelope in one allocation, reused through pendings once an
 // acknowledged event is done with.
 type pending struct {
-	env   sink.Envelope
-	i     *Isolator
-	it    item
-	start time.Time
+	env sink.Envelope
+	i   *Isolator
+	it  item
+	// What OnAck needs, copied while the event is in the cache: reading
+	// the event itself at the ack, milliseconds later, was a cache miss
+	// per event.
+	start  time.Time
+	commit time.Time
+	topic  string
 }
 
 var pendings = sync.Pool{New: func() any { return new(pending) }}
@@ -163,20 +169,20 @@ func (i *Isolator) produce(it item, start time.Time) {
 		if start.IsZero() {
 			start = time.Now()
 		}
-		p.start = start
+		p.start, p.commit, p.topic = start, it.ev.CommitTime, it.ev.Topic
 	}
 	i.prod.ProduceIn(&p.env, it.ev, p)
 }
 
 // Acked handles the outcome of one produced event.
 func (p *pending) Acked(r *kgo.Record, err error) {
-	i, it, start := p.i, p.it, p.start
+	i, it := p.i, p.it
 	if err == nil {
 		// Invariant 1: the ack releases the event.
 		i.tracker.Done(it.ticket)
 		if i.cfg.OnAck != nil {
 			now := time.Now()
-			i.cfg.OnAck(it.ev, now.Sub(start), now)
+			i.cfg.OnAck(p.topic, p.commit, now.Sub(p.start), now)
 		}
 		if r != nil {
 			i.checkOrder(r, it)
@@ -184,7 +190,7 @@ func (p *pending) Acked(r *kgo.Record, err error) {
 		// Nothing refers to p any more (the sink is done with its
 		// envelope once Acked returns, and r is the envelope's record).
 		p.env.Clear()
-		p.i, p.it, p.start = nil, item{}, time.Time{}
+		p.i, p.it, p.topic = nil, item{}, ""
 		pendings.Put(p)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,21 +154,21 @@ func (m *metrics) onOrderViolation(topic string, _ int32) { m.orderBroken.WithLa
 
 // onAck records an acknowledged event: produce latency, commit-to-ack
 // latency and the produced counter of its topic.
-func (m *metrics) onAck(defaultTopic string) func(ev *outbox.Event, produceLatency time.Duration, now time.Time) {
+func (m *metrics) onAck(defaultTopic string) func(topic string, commit time.Time, produceLatency time.Duration, now time.Time) {
 	var counters sync.Map // topic → prometheus.Counter
 	def := m.produced.WithLabelValues(defaultTopic)
-	return func(ev *outbox.Event, produceLatency time.Duration, now time.Time) {
+	return func(topic string, commit time.Time, produceLatency time.Duration, now time.Time) {
 		m.produceLat.Observe(produceLatency.Seconds())
-		if !ev.CommitTime.IsZero() {
-			m.commitToAck.Observe(now.Sub(ev.CommitTime).Seconds())
+		if !commit.IsZero() {
+			m.commitToAck.Observe(now.Sub(commit).Seconds())
 		}
-		if ev.Topic == "" || ev.Topic == defaultTopic {
+		if topic == "" || topic == defaultTopic {
 			def.Inc()
 			return
 		}
-		c, ok := counters.Load(ev.Topic)
+		c, ok := counters.Load(topic)
 		if !ok {
-			c, _ = counters.LoadOrStore(ev.Topic, m.produced.WithLabelValues(ev.Topic))
+			c, _ = counters.LoadOrStore(strings.Clone(topic), m.produced.WithLabelValues(topic))
 		}
 		c.(prometheus.Counter).Inc()
 	}
