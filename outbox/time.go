@@ -83,7 +83,22 @@ func wellFormed(pg []byte) bool {
 	if y < 0 || mo < 1 || mo > 12 || d < 1 || h < 0 || h > 23 || mi < 0 || mi > 59 || s < 0 || s > 59 {
 		return false
 	}
-	return d <= time.Date(y, time.Month(mo)+1, 0, 0, 0, 0, 0, time.UTC).Day()
+	return d <= daysIn(y, mo)
+}
+
+// daysIn is the number of days of month mo (1-12) of year y, proleptic
+// Gregorian as PostgreSQL and time.Date count them.
+func daysIn(y, mo int) int {
+	switch mo {
+	case 2:
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	case 4, 6, 9, 11:
+		return 30
+	}
+	return 31
 }
 
 func digits(b []byte) bool {

@@ -63,3 +63,13 @@ func FuzzAppendRFC3339(f *testing.F) {
 		}
 	})
 }
+
+func TestDaysIn(t *testing.T) {
+	for y := 1; y <= 2400; y++ {
+		for mo := 1; mo <= 12; mo++ {
+			if got, want := daysIn(y, mo), time.Date(y, time.Month(mo)+1, 0, 0, 0, 0, 0, time.UTC).Day(); got != want {
+				t.Fatalf("daysIn(%d, %d) = %d, want %d", y, mo, got, want)
+			}
+		}
+	}
+}
