@@ -20,6 +20,24 @@ type lz4Compressor struct {
 	pool sync.Pool
 }
 
+// compressionOpt is the client option for the configured codec name.
+func compressionOpt(name string) (kgo.ProducerOpt, error) {
+	c, err := codec(name)
+	if err != nil {
+		return nil, err
+	}
+	comp, err := newCompressor(c)
+	if err != nil {
+		return nil, err
+	}
+	if comp == nil {
+		// No compressor (none): franz-go would fall back to its default
+		// preference, snappy; none must mean none.
+		return kgo.ProducerBatchCompression(kgo.NoCompression()), nil
+	}
+	return kgo.WithCompressor(comp), nil
+}
+
 func newCompressor(codec kgo.CompressionCodec) (kgo.Compressor, error) {
 	if codec != kgo.Lz4Compression() {
 		return kgo.DefaultCompressor(codec)

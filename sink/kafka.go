@@ -73,11 +73,7 @@ func New(cfg Config) (*Kafka, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	codec, err := codec(cfg.Compression)
-	if err != nil {
-		return nil, err
-	}
-	compressor, err := newCompressor(codec)
+	compression, err := compressionOpt(cfg.Compression)
 	if err != nil {
 		return nil, err
 	}
@@ -94,6 +90,7 @@ func New(cfg Config) (*Kafka, error) {
 		kgo.RecordDeliveryTimeout(0),
 		kgo.UnknownTopicRetries(4),
 		kgo.ProducerLinger(cfg.Linger),
+		compression,
 		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}),
 		kgo.ProducerOnDataLossDetected(func(topic string, partition int32) {
 			cfg.Logger.Error("kafka reported data loss on a partition; events after the slot's confirmed position will be sent again",
@@ -104,13 +101,6 @@ func New(cfg Config) (*Kafka, error) {
 		}),
 		// No AllowAutoTopicCreation: a missing topic is a destination
 		// error to fix, never created implicitly.
-	}
-	if compressor != nil {
-		opts = append(opts, kgo.WithCompressor(compressor))
-	} else {
-		// Without a compressor franz-go would fall back to its default
-		// preference (snappy); none must mean none.
-		opts = append(opts, kgo.ProducerBatchCompression(kgo.NoCompression()))
 	}
 	k := &Kafka{cfg: cfg, log: cfg.Logger}
 	// A batch never exceeds its topic's max.message.bytes, so the broker
@@ -266,11 +256,10 @@ func (k *Kafka) ProduceTo(ev *outbox.Event, a Acker) {
 	k.ProduceIn(new(Envelope), ev, a)
 }
 
-// ProduceIn is ProduceTo with the caller's envelope, which must not be in
-// use by another event: it is overwritten, and it belongs to the sink
-// until a.Acked returns. The *kgo.Record passed to Acked is env's.
+// ProduceIn is ProduceTo with the caller's envelope, which must be new or
+// Cleared since its last use: it belongs to the sink until a.Acked
+// returns. The *kgo.Record passed to Acked is env's.
 func (k *Kafka) ProduceIn(env *Envelope, ev *outbox.Event, a Acker) {
-	env.Clear()
 	p := &env.p
 	if p.Context == nil {
 		p.Context = context.Background() // once: see produced

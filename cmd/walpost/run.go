@@ -192,11 +192,11 @@ func (f *forwarder) run(ctx context.Context) error {
 	}
 }
 
-// checkTopic checks that the default topic exists, creating it when
-// kafka.create_topic_partitions asks for it.
 // topicGrace is how long a missing topic is looked for again at start.
 const topicGrace = 2 * time.Second
 
+// checkTopic checks that the default topic exists, creating it when
+// kafka.create_topic_partitions asks for it.
 func (f *forwarder) checkTopic(ctx context.Context) error {
 	// Metadata requests are answered from a cache younger than
 	// MetadataMinAge (5 s by default): a topic that was missing a moment
