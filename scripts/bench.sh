@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # walpost's benchmark on the local stack: backlog drain, one big transaction
 # and steady rates, each with ~200-byte and ~2 KB payloads, against
-# pg_recvlogical, a raw producer (walpost's sink, no PostgreSQL) and
-# Debezium, in one run. Run by `make bench` (which builds bin/walpost and
+# pg_recvlogical, a raw producer (walpost's sink, no PostgreSQL), walpost's
+# stream alone (no Kafka) and Debezium, in one run. Run by `make bench` (which builds bin/walpost and
 # starts the stack first). See bench/README.md for what is measured.
 #
 # Environment (defaults in parentheses; `go run ./bench/drain -h` lists the
@@ -13,6 +13,7 @@
 #   BENCH_RATES (2000,10000,30000)  BENCH_STEADY_SECONDS (60)
 #   BENCH_STEADY_WRITERS (8)  BENCH_STEADY_TXN_SIZE (10)
 #   BENCH_DEBEZIUM (1; 0 skips it)  BENCH_RAW_PRODUCE (1; 0 skips it)
+#   BENCH_STREAM_ALONE (1; 0 skips it)
 #   BENCH_PARTITIONS (3)  BENCH_WALPOST (bin/walpost)  BENCH_PERF (off)
 #   BENCH_OUT (bench/results; empty writes no file)
 # Any other WALPOST_* variable (e.g. WALPOST_KAFKA_LINGER=10ms) is passed to

@@ -28,14 +28,16 @@ type caseResult struct {
 const (
 	rdRecvlogical = "pg_recvlogical"
 	rdRaw         = "raw produce"
+	rdStream      = "stream alone"
 	rdWalpost     = "walpost"
 )
 
 type roundResult struct {
-	order []string // readers in the order they ran
-	base  baseResult
-	raw   *rawResult // nil when the raw baseline is off
-	wp    walpostResult
+	order  []string // readers in the order they ran
+	base   baseResult
+	raw    *rawResult    // nil when the raw baseline is off
+	stream *streamResult // nil when the stream-alone baseline is off
+	wp     walpostResult
 }
 
 // runBacklogCase runs the drain or bigtxn workload with one payload size.
@@ -46,13 +48,14 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 	table, pub := "outbox_"+f.id+"_"+tag, "pub_"+f.id+"_"+tag
 	withDbz := e.dbzLibs != ""
 	dbzPub, dbzSlot, dbzTopic := "dbzpub_"+f.id+"_"+tag, "slot_"+f.id+"_"+tag+"_debezium", "topic_"+f.id+"_"+tag+"_debezium"
-	type names struct{ slotBase, slotWalpost, topic, rawTopic string }
+	type names struct{ slotBase, slotWalpost, slotStream, topic, rawTopic string }
 	rounds := make([]names, o.rounds)
 	for i := range rounds {
 		n := strconv.Itoa(i + 1)
 		rounds[i] = names{
 			slotBase:    "slot_" + f.id + "_" + tag + "_recvlogical_" + n,
 			slotWalpost: "slot_" + f.id + "_" + tag + "_walpost_" + n,
+			slotStream:  "slot_" + f.id + "_" + tag + "_stream_" + n,
 			topic:       "topic_" + f.id + "_" + tag + "_walpost_" + n,
 			rawTopic:    "topic_" + f.id + "_" + tag + "_raw_" + n,
 		}
@@ -96,6 +99,11 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 		}
 		if err := add(f.createSlot(ctx, rn.slotWalpost)); err != nil {
 			return nil, err
+		}
+		if o.stream {
+			if err := add(f.createSlot(ctx, rn.slotStream)); err != nil {
+				return nil, err
+			}
 		}
 		if err := add(f.createTopic(ctx, rn.topic, nil)); err != nil {
 			return nil, err
@@ -144,10 +152,14 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 	}
 
 	// --- rounds: each reader drains its own slot / topic ----------------
-	readers := []string{rdRecvlogical, rdWalpost}
+	readers := []string{rdRecvlogical}
 	if o.raw {
-		readers = []string{rdRecvlogical, rdRaw, rdWalpost}
+		readers = append(readers, rdRaw)
 	}
+	if o.stream {
+		readers = append(readers, rdStream)
+	}
+	readers = append(readers, rdWalpost)
 	c.rounds = make([]roundResult, o.rounds)
 	for i, rn := range rounds {
 		res := &c.rounds[i]
@@ -170,6 +182,14 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 				}
 				res.raw = &r
 				logf("%s %d B round %d: raw produce acknowledged in %s (%.0f events/s; rows loaded in %s)", wl, payloadSize, i+1, r.wall.Round(time.Millisecond), n/r.wall.Seconds(), r.loadDuration.Round(time.Millisecond))
+			case rdStream:
+				logf("%s %d B round %d: walpost's stream alone on %s until %s", wl, payloadSize, i+1, rn.slotStream, bl.endLSN)
+				r, err := e.runStreamAlone(ctx, table, pub, rn.slotStream, bl.endLSN, int64(events))
+				if err != nil {
+					return nil, fmt.Errorf("round %d: %w", i+1, err)
+				}
+				res.stream = &r
+				logf("%s %d B round %d: stream alone done in %s (%.0f events/s)", wl, payloadSize, i+1, r.wall.Round(time.Millisecond), n/r.wall.Seconds())
 			case rdWalpost:
 				logf("%s %d B round %d: walpost run until %s confirms %s", wl, payloadSize, i+1, rn.slotWalpost, bl.endLSN)
 				perf := o.perfOut

@@ -7,7 +7,8 @@
 //     logical slots, then drained by pg_recvlogical (the floor: the
 //     walsender decoding pgoutput for a client that discards the bytes), by
 //     a raw producer (the same records through walpost's sink with no
-//     PostgreSQL in the loop), by `walpost run` to Kafka, each round on its
+//     PostgreSQL in the loop), by walpost's stream alone (read, decode and
+//     checkpoint, no Kafka), by `walpost run` to Kafka, each round on its
 //     own slot and topic, and once by Debezium (Kafka Connect standalone
 //     with the Outbox Event Router) on its own slot and publication;
 //   - bigtxn: the same readers on one transaction of 200,000 rows;
@@ -68,6 +69,7 @@ type options struct {
 	steadyTxnSize int
 	debezium      bool
 	raw           bool
+	stream        bool
 	partitions    int
 	walpost       string
 	pgBin         string
@@ -158,7 +160,7 @@ func workloadList(s string) ([]string, error) {
 
 func main() {
 	var o options
-	var workloads, payloads, rates, produceOnly string
+	var workloads, payloads, rates, produceOnly, streamOnly string
 	// BENCH_PAYLOAD_BYTES (one size) is the knob of the first harness;
 	// BENCH_PAYLOADS wins when both are set.
 	defPayloads := "200,2048"
@@ -178,6 +180,7 @@ func main() {
 	flag.IntVar(&o.steadyTxnSize, "steady-txn-size", envInt("BENCH_STEADY_TXN_SIZE", 10), "steady: events per transaction (BENCH_STEADY_TXN_SIZE)")
 	flag.BoolVar(&o.debezium, "debezium", envBool("BENCH_DEBEZIUM", true), "drain, bigtxn: run Debezium once per workload and payload (BENCH_DEBEZIUM=0 skips it)")
 	flag.BoolVar(&o.raw, "raw-produce", envBool("BENCH_RAW_PRODUCE", true), "drain, bigtxn: run the raw-produce baseline each round (BENCH_RAW_PRODUCE=0 skips it)")
+	flag.BoolVar(&o.stream, "stream-alone", envBool("BENCH_STREAM_ALONE", true), "drain, bigtxn: run the stream-alone baseline (walpost's stream, no Kafka) each round (BENCH_STREAM_ALONE=0 skips it)")
 	flag.IntVar(&o.partitions, "partitions", envInt("BENCH_PARTITIONS", 3), "partitions of the benchmark topics (BENCH_PARTITIONS)")
 	flag.StringVar(&o.walpost, "walpost", envString("BENCH_WALPOST", "bin/walpost"), "walpost binary (BENCH_WALPOST)")
 	flag.StringVar(&o.pgBin, "pg-bin", envString("WALPOST_STACK_PG_BIN", ""), "directory holding pg_recvlogical (WALPOST_STACK_PG_BIN; else PATH)")
@@ -186,8 +189,16 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 4*time.Hour, "give up after this long")
 	flag.BoolVar(&o.keep, "keep", false, "keep the tables, publications, slots and topics")
 	flag.StringVar(&produceOnly, "produce-only", "", "internal: the raw-produce child process (a JSON spec)")
+	flag.StringVar(&streamOnly, "stream-only", "", "internal: the stream-alone child process (a JSON spec)")
 	flag.Parse()
 
+	if streamOnly != "" {
+		if err := streamChild(streamOnly); err != nil {
+			fmt.Fprintln(os.Stderr, "bench stream-only:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if produceOnly != "" {
 		if err := produceChild(produceOnly); err != nil {
 			fmt.Fprintln(os.Stderr, "bench produce-only:", err)
@@ -302,12 +313,15 @@ func run(ctx context.Context, o options) error {
 	}
 
 	// The raw producer uses walpost's effective producer settings (its
-	// defaults plus any WALPOST_* override in the environment).
-	if needsBacklog && o.raw {
+	// defaults plus any WALPOST_* override in the environment), the
+	// stream alone its in-flight bounds.
+	if needsBacklog && (o.raw || o.stream) {
 		if e.produce, err = walpostProducerSettings(ctx, e.walpostBin, f); err != nil {
 			return err
 		}
-		logf("raw produce baseline with walpost's settings: %s", e.produce.describe())
+		if o.raw {
+			logf("raw produce baseline with walpost's settings: %s", e.produce.describe())
+		}
 	}
 	switch {
 	case !needsBacklog:

@@ -21,27 +21,33 @@ const clkTck = 100
 
 // procCPU returns utime+stime of pid in seconds.
 func procCPU(pid int) (float64, error) {
+	total, _, err := procCPUSplit(pid)
+	return total, err
+}
+
+// procCPUSplit returns utime+stime and utime of pid in seconds.
+func procCPUSplit(pid int) (total, user float64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// comm (field 2) may contain spaces: split after its closing paren.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
+		return 0, 0, fmt.Errorf("unexpected /proc/%d/stat: %q", pid, s)
 	}
 	fields := strings.Fields(s[i+1:])
 	// fields[0] is field 3 (state); utime is field 14, stime field 15.
 	if len(fields) < 13 {
-		return 0, fmt.Errorf("short /proc/%d/stat: %q", pid, s)
+		return 0, 0, fmt.Errorf("short /proc/%d/stat: %q", pid, s)
 	}
 	ut, err1 := strconv.ParseInt(fields[11], 10, 64)
 	st, err2 := strconv.ParseInt(fields[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(ut+st) / clkTck, nil
+	return float64(ut+st) / clkTck, float64(ut) / clkTck, nil
 }
 
 // procMem returns VmRSS and VmHWM of pid in KiB.

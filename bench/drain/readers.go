@@ -112,6 +112,7 @@ type walpostResult struct {
 	wall       time.Duration // start until confirmed_flush_lsn ≥ end LSN
 	acked      time.Duration // start until the topic held every event
 	cpuSecs    float64       // utime+stime just before SIGTERM
+	userSecs   float64       // utime of cpuSecs
 	walsndSecs float64       // its walsender's CPU just before SIGTERM (-1: unknown)
 	busySecs   float64       // CPU seconds the whole machine was busy meanwhile
 	kafkaSecs  float64       // CPU seconds of the Kafka broker meanwhile (-1: unknown)
@@ -310,7 +311,7 @@ func (f *fixture) runWalpost(ctx context.Context, bin, table, publication, slot,
 	if cpu, ok := f.walsenderCPU(ctx, slot); ok {
 		res.walsndSecs = cpu
 	}
-	if res.cpuSecs, err = procCPU(p.pid()); err != nil {
+	if res.cpuSecs, res.userSecs, err = procCPUSplit(p.pid()); err != nil {
 		return res, p.fail(err)
 	}
 	if res.rssKiB, res.hwmKiB, err = procMem(p.pid()); err != nil {

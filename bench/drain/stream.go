@@ -1,0 +1,226 @@
+package main
+
+// The stream-alone baseline: walpost's replication stream (the same
+// replication.Stream `walpost run` uses: read, decode, build the events,
+// checkpoint tracking and status updates) draining its own slot, each
+// event released as soon as it is decoded, with no Kafka. It runs in a
+// child process (this binary with -stream-only) with walpost's runtime
+// settings, so its CPU time and peak RSS are read from /proc like
+// walpost's. Next to the raw producer it splits walpost's CPU into its
+// PostgreSQL half and its Kafka half.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/replication"
+)
+
+// memoryHeadroom mirrors cmd/walpost: `walpost run` sets a soft memory
+// limit of pipeline.max_inflight_bytes plus this.
+const memoryHeadroom = 24 << 20
+
+// streamSpec is the child's job, passed as JSON in -stream-only.
+type streamSpec struct {
+	URL               string `json:"url"`
+	Slot              string `json:"slot"`
+	Publication       string `json:"publication"`
+	Table             string `json:"table"`
+	EndLSN            string `json:"end_lsn"`
+	MaxInFlightEvents int    `json:"max_inflight_events"`
+	MaxInFlightBytes  int64  `json:"max_inflight_bytes"`
+}
+
+// streamReport is the child's "done" line.
+type streamReport struct {
+	Events int64 `json:"events"`
+	WallNs int64 `json:"wall_ns"` // process start → every event up to the end LSN released
+}
+
+type streamResult struct {
+	wall       time.Duration
+	cpuSecs    float64 // utime+stime of the child, start-up included
+	userSecs   float64
+	walsndSecs float64 // its walsender's CPU, last 50 ms sample (-1: unknown)
+	busySecs   float64
+	kafkaSecs  float64
+	hwmKiB     int64
+}
+
+// runStreamAlone re-executes this binary to drain slot with walpost's
+// stream and no Kafka, and checks it saw want events.
+func (e *env) runStreamAlone(ctx context.Context, table, publication, slot string, endLSN pglogrepl.LSN, want int64) (streamResult, error) {
+	var res streamResult
+	spec, err := json.Marshal(streamSpec{
+		URL: e.f.pgURL, Slot: slot, Publication: publication, Table: table, EndLSN: endLSN.String(),
+		MaxInFlightEvents: e.produce.MaxInFlightEvents, MaxInFlightBytes: e.produce.MaxInFlightBytes,
+	})
+	if err != nil {
+		return res, err
+	}
+	cmd := exec.CommandContext(ctx, e.self, "-stream-only", string(spec))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return res, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return res, err
+	}
+	busy0, kafka0 := machineBusy(), e.f.kafkaCPU()
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	fail := func(err error) (streamResult, error) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return res, fmt.Errorf("stream alone: %w", err)
+	}
+	// The walsender ends with the stream: sample its CPU meanwhile.
+	walsnd := make(chan float64, 1)
+	stopSampling := make(chan struct{})
+	go func() {
+		last := -1.0
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				walsnd <- last
+				return
+			case <-t.C:
+			}
+			if cpu, ok := e.f.walsenderCPU(ctx, slot); ok {
+				last = cpu
+			}
+		}
+	}()
+	lines := bufio.NewScanner(stdout)
+	ok := lines.Scan()
+	close(stopSampling)
+	res.walsndSecs = <-walsnd
+	if !ok {
+		return fail(fmt.Errorf("child ended without a result: %v", lines.Err()))
+	}
+	line, ok := strings.CutPrefix(lines.Text(), "done ")
+	if !ok {
+		return fail(fmt.Errorf("child said %q, want \"done …\"", lines.Text()))
+	}
+	res.busySecs, res.kafkaSecs = machineBusy()-busy0, since(kafka0, e.f.kafkaCPU())
+	var rep streamReport
+	if err := json.Unmarshal([]byte(line), &rep); err != nil {
+		return fail(fmt.Errorf("done line %q: %w", line, err))
+	}
+	pid := cmd.Process.Pid
+	if res.cpuSecs, res.userSecs, err = procCPUSplit(pid); err != nil {
+		return fail(err)
+	}
+	if _, res.hwmKiB, err = procMem(pid); err != nil {
+		return fail(err)
+	}
+	stdin.Close() // the child exits on EOF
+	if err := cmd.Wait(); err != nil {
+		return res, fmt.Errorf("stream alone: %w", err)
+	}
+	res.wall = time.Duration(rep.WallNs)
+	if rep.Events != want {
+		return res, fmt.Errorf("stream alone: decoded %d events, want %d", rep.Events, want)
+	}
+	return res, nil
+}
+
+// streamChild is the -stream-only process.
+func streamChild(specJSON string) error {
+	start := time.Now()
+	var spec streamSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return err
+	}
+	end, err := pglogrepl.ParseLSN(spec.EndLSN)
+	if err != nil {
+		return err
+	}
+	// What `walpost run` sets unless GOMAXPROCS / GOMEMLIMIT are given.
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(1)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(spec.MaxInFlightBytes + memoryHeadroom)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rcfg := replication.Config{
+		ConnString: spec.URL, Slot: spec.Slot, Publication: spec.Publication, Table: spec.Table,
+		StatusInterval: time.Second, ReceiveTimeout: 10 * time.Second, DrainTimeout: 10 * time.Second,
+	}
+	side, err := pgx.Connect(ctx, spec.URL)
+	if err != nil {
+		return err
+	}
+	defer side.Close(context.Background())
+	table, slot, err := replication.Prepare(ctx, side, rcfg)
+	if err != nil {
+		return err
+	}
+	conn, err := replication.ConnectReplication(ctx, spec.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	tracker := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{MaxEvents: spec.MaxInFlightEvents, MaxBytes: spec.MaxInFlightBytes})
+	var events atomic.Int64
+	stream := replication.NewStream(rcfg, conn, table, tracker, func(_ *outbox.Event, t checkpoint.Ticket) {
+		events.Add(1)
+		tracker.Done(t)
+	}, replication.Observer{})
+	var wall time.Duration
+	reached := make(chan struct{})
+	go func() {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if tracker.Confirmed() >= end {
+				wall = time.Since(start)
+				close(reached)
+				cancel()
+				return
+			}
+		}
+	}()
+	err = stream.Run(ctx)
+	select {
+	case <-reached:
+	default:
+		if err == nil {
+			err = errors.New("the stream ended before the end LSN")
+		}
+		return err
+	}
+	b, _ := json.Marshal(streamReport{Events: events.Load(), WallNs: wall.Nanoseconds()})
+	fmt.Println("done", string(b))
+	// Stay alive until the parent has read CPU and memory from /proc.
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return nil
+}
