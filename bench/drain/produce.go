@@ -150,6 +150,7 @@ type produceReport struct {
 type rawResult struct {
 	wall         time.Duration
 	cpuSecs      float64 // CPU of the child between "go" and "done"
+	userSecs     float64 // utime of cpuSecs
 	readyRSSKiB  int64   // VmRSS at "go": the pre-built events and the client
 	hwmKiB       int64   // VmHWM at the end
 	busySecs     float64
@@ -202,7 +203,7 @@ func (e *env) runRawProduce(ctx context.Context, rowsFile, topic string, commitL
 	}
 	res.loadDuration = time.Since(loadStart)
 	pid := cmd.Process.Pid
-	cpu0, err := procCPU(pid)
+	cpu0, user0, err := procCPUSplit(pid)
 	if err != nil {
 		return fail(err)
 	}
@@ -222,11 +223,11 @@ func (e *env) runRawProduce(ctx context.Context, rowsFile, topic string, commitL
 	if err := json.Unmarshal([]byte(line), &rep); err != nil {
 		return fail(fmt.Errorf("done line %q: %w", line, err))
 	}
-	cpu1, err := procCPU(pid)
+	cpu1, user1, err := procCPUSplit(pid)
 	if err != nil {
 		return fail(err)
 	}
-	res.cpuSecs = cpu1 - cpu0
+	res.cpuSecs, res.userSecs = cpu1-cpu0, user1-user0
 	if _, res.hwmKiB, err = procMem(pid); err != nil {
 		return fail(err)
 	}

@@ -187,7 +187,7 @@ func (c *caseResult) writeBacklogTable(b *strings.Builder, globalSkip string) {
 		}
 		fmt.Fprintf(b, "| raw produce: walpost's sink, same records, no PostgreSQL | %.2f s | %s | %s | %s | %s | – | %s | %s (%s before the clock: the pre-built events) |\n",
 			rawWall, rateS(rawWall), mbps(rawWall), ratio(wpRate, rate(rawWall)),
-			perM(c.med(func(x roundResult) float64 { return x.raw.cpuSecs }), n),
+			perMSplit(c.rawCPU(), c.med(func(x roundResult) float64 { return x.raw.userSecs }), n),
 			perM(c.med(func(x roundResult) float64 { return x.raw.kafkaSecs }), n), mib(hwm), mib(ready))
 	}
 	if c.hasStream() {
