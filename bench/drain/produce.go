@@ -163,46 +163,20 @@ type rawResult struct {
 // rowsFile to topic and checks the topic holds exactly want records.
 func (e *env) runRawProduce(ctx context.Context, rowsFile, topic string, commitLSN pglogrepl.LSN, want int64) (rawResult, error) {
 	var res rawResult
-	spec, err := json.Marshal(produceSpec{Rows: rowsFile, Events: int(want), Topic: topic, Brokers: e.f.brokers, CommitLSN: commitLSN.String(), Settings: e.produce})
-	if err != nil {
-		return res, err
-	}
-	cmd := exec.CommandContext(ctx, e.self, "-produce-only", string(spec))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return res, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return res, err
-	}
 	loadStart := time.Now()
-	if err := cmd.Start(); err != nil {
-		return res, err
-	}
-	fail := func(err error) (rawResult, error) {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	c, err := e.startChild(ctx, "-produce-only", produceSpec{Rows: rowsFile, Events: int(want), Topic: topic, Brokers: e.f.brokers, CommitLSN: commitLSN.String(), Settings: e.produce})
+	if err != nil {
 		return res, fmt.Errorf("raw producer: %w", err)
 	}
-	lines := bufio.NewScanner(stdout)
-	lines.Buffer(make([]byte, 64<<10), 1<<20)
-	next := func(prefix string) (string, error) {
-		if !lines.Scan() {
-			return "", fmt.Errorf("child ended before %q: %v", prefix, lines.Err())
-		}
-		rest, ok := strings.CutPrefix(lines.Text(), prefix+" ")
-		if !ok {
-			return "", fmt.Errorf("child said %q, want %q", lines.Text(), prefix)
-		}
-		return rest, nil
+	fail := func(err error) (rawResult, error) {
+		c.kill()
+		return res, fmt.Errorf("raw producer: %w", err)
 	}
-	if _, err := next("ready"); err != nil {
+	if _, err := c.next("ready"); err != nil {
 		return fail(err)
 	}
 	res.loadDuration = time.Since(loadStart)
-	pid := cmd.Process.Pid
+	pid := c.cmd.Process.Pid
 	cpu0, user0, err := procCPUSplit(pid)
 	if err != nil {
 		return fail(err)
@@ -211,18 +185,14 @@ func (e *env) runRawProduce(ctx context.Context, rowsFile, topic string, commitL
 		return fail(err)
 	}
 	busy0, kafka0 := machineBusy(), e.f.kafkaCPU()
-	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+	if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
 		return fail(err)
 	}
-	line, err := next("done")
-	if err != nil {
+	var rep produceReport
+	if err := c.done(&rep); err != nil {
 		return fail(err)
 	}
 	res.busySecs, res.kafkaSecs = machineBusy()-busy0, since(kafka0, e.f.kafkaCPU())
-	var rep produceReport
-	if err := json.Unmarshal([]byte(line), &rep); err != nil {
-		return fail(fmt.Errorf("done line %q: %w", line, err))
-	}
 	cpu1, user1, err := procCPUSplit(pid)
 	if err != nil {
 		return fail(err)
@@ -231,8 +201,7 @@ func (e *env) runRawProduce(ctx context.Context, rowsFile, topic string, commitL
 	if _, res.hwmKiB, err = procMem(pid); err != nil {
 		return fail(err)
 	}
-	stdin.Close() // the child exits on EOF
-	if err := cmd.Wait(); err != nil {
+	if err := c.finish(); err != nil {
 		return res, fmt.Errorf("raw producer: %w", err)
 	}
 	res.wall = time.Duration(rep.WallNs)
@@ -249,6 +218,76 @@ func (e *env) runRawProduce(ctx context.Context, rowsFile, topic string, commitL
 		return res, fmt.Errorf("topic %s holds %d records after the raw producer, want %d", topic, res.records, want)
 	}
 	return res, nil
+}
+
+// child is this binary re-executed as a baseline (-produce-only,
+// -stream-only): its spec as JSON in the flag, its report as lines on its
+// stdout; it exits when its stdin ends, so the parent can read its CPU and
+// memory from /proc first.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines *bufio.Scanner
+}
+
+func (e *env) startChild(ctx context.Context, flag string, spec any) (*child, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, e.self, flag, string(b))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := bufio.NewScanner(stdout)
+	lines.Buffer(make([]byte, 64<<10), 1<<20)
+	return &child{cmd: cmd, stdin: stdin, lines: lines}, nil
+}
+
+// next returns the rest of the child's next line, which must be prefix, a
+// space and the rest.
+func (c *child) next(prefix string) (string, error) {
+	if !c.lines.Scan() {
+		return "", fmt.Errorf("child ended before %q: %v", prefix, c.lines.Err())
+	}
+	rest, ok := strings.CutPrefix(c.lines.Text(), prefix+" ")
+	if !ok {
+		return "", fmt.Errorf("child said %q, want %q", c.lines.Text(), prefix)
+	}
+	return rest, nil
+}
+
+// done reads the child's "done" line into report (JSON).
+func (c *child) done(report any) error {
+	line, err := c.next("done")
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal([]byte(line), report); err != nil {
+		return fmt.Errorf("done line %q: %w", line, err)
+	}
+	return nil
+}
+
+// kill ends the child after a failure.
+func (c *child) kill() {
+	_ = c.cmd.Process.Kill()
+	_ = c.cmd.Wait()
+}
+
+// finish ends the child's stdin and waits for it to exit.
+func (c *child) finish() error {
+	c.stdin.Close()
+	return c.cmd.Wait()
 }
 
 // produceChild is the -produce-only process.

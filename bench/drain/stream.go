@@ -10,17 +10,14 @@ package main
 // PostgreSQL half and its Kafka half.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -67,30 +64,16 @@ type streamResult struct {
 // stream and no Kafka, and checks it saw want events.
 func (e *env) runStreamAlone(ctx context.Context, table, publication, slot string, endLSN pglogrepl.LSN, want int64) (streamResult, error) {
 	var res streamResult
-	spec, err := json.Marshal(streamSpec{
+	busy0, kafka0 := machineBusy(), e.f.kafkaCPU()
+	c, err := e.startChild(ctx, "-stream-only", streamSpec{
 		URL: e.f.pgURL, Slot: slot, Publication: publication, Table: table, EndLSN: endLSN.String(),
 		MaxInFlightEvents: e.produce.MaxInFlightEvents, MaxInFlightBytes: e.produce.MaxInFlightBytes,
 	})
 	if err != nil {
-		return res, err
-	}
-	cmd := exec.CommandContext(ctx, e.self, "-stream-only", string(spec))
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return res, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return res, err
-	}
-	busy0, kafka0 := machineBusy(), e.f.kafkaCPU()
-	if err := cmd.Start(); err != nil {
-		return res, err
+		return res, fmt.Errorf("stream alone: %w", err)
 	}
 	fail := func(err error) (streamResult, error) {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		c.kill()
 		return res, fmt.Errorf("stream alone: %w", err)
 	}
 	// The walsender ends with the stream: sample its CPU meanwhile.
@@ -112,31 +95,22 @@ func (e *env) runStreamAlone(ctx context.Context, table, publication, slot strin
 			}
 		}
 	}()
-	lines := bufio.NewScanner(stdout)
-	ok := lines.Scan()
+	var rep streamReport
+	err = c.done(&rep)
 	close(stopSampling)
 	res.walsndSecs = <-walsnd
-	if !ok {
-		return fail(fmt.Errorf("child ended without a result: %v", lines.Err()))
-	}
-	line, ok := strings.CutPrefix(lines.Text(), "done ")
-	if !ok {
-		return fail(fmt.Errorf("child said %q, want \"done …\"", lines.Text()))
+	if err != nil {
+		return fail(err)
 	}
 	res.busySecs, res.kafkaSecs = machineBusy()-busy0, since(kafka0, e.f.kafkaCPU())
-	var rep streamReport
-	if err := json.Unmarshal([]byte(line), &rep); err != nil {
-		return fail(fmt.Errorf("done line %q: %w", line, err))
-	}
-	pid := cmd.Process.Pid
+	pid := c.cmd.Process.Pid
 	if res.cpuSecs, res.userSecs, err = procCPUSplit(pid); err != nil {
 		return fail(err)
 	}
 	if _, res.hwmKiB, err = procMem(pid); err != nil {
 		return fail(err)
 	}
-	stdin.Close() // the child exits on EOF
-	if err := cmd.Wait(); err != nil {
+	if err := c.finish(); err != nil {
 		return res, fmt.Errorf("stream alone: %w", err)
 	}
 	res.wall = time.Duration(rep.WallNs)
