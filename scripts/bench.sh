@@ -2,8 +2,9 @@
 # walpost's benchmark on the local stack: backlog drain, one big transaction
 # and steady rates, each with ~200-byte and ~2 KB payloads, against
 # pg_recvlogical, a raw producer (walpost's sink, no PostgreSQL), walpost's
-# stream alone (no Kafka) and Debezium, in one run. Run by `make bench` (which builds bin/walpost and
-# starts the stack first). See bench/README.md for what is measured.
+# stream alone (no Kafka) and Debezium, in one run. Run by `make bench`
+# (which builds bin/walpost and starts the stack first). See
+# bench/README.md for what is measured.
 #
 # Environment (defaults in parentheses; `go run ./bench/drain -h` lists the
 # matching flags):

@@ -250,15 +250,10 @@ func (k *Kafka) Produce(ev *outbox.Event, done func(*kgo.Record, error)) {
 	k.ProduceIn(new(Envelope), ev, AckFunc(done))
 }
 
-// ProduceTo is Produce with the outcome going to a.Acked (which saves the
-// hot path a closure per event).
-func (k *Kafka) ProduceTo(ev *outbox.Event, a Acker) {
-	k.ProduceIn(new(Envelope), ev, a)
-}
-
-// ProduceIn is ProduceTo with the caller's envelope, which must be new or
-// Cleared since its last use: it belongs to the sink until a.Acked
-// returns. The *kgo.Record passed to Acked is env's.
+// ProduceIn is Produce with the outcome going to a.Acked (no closure per
+// event) and the caller's envelope, which must be new or Cleared since its
+// last use: it belongs to the sink until a.Acked returns. The *kgo.Record
+// passed to Acked is env's.
 func (k *Kafka) ProduceIn(env *Envelope, ev *outbox.Event, a Acker) {
 	p := &env.p
 	if p.Context == nil {

@@ -65,6 +65,33 @@ func (f *fixture) walsenderCPU(ctx context.Context, slot string) (float64, bool)
 	return cpu, err == nil
 }
 
+// sampleWalsender samples the CPU of the walsender holding slot every 50
+// ms, for readers whose walsender ends with them; stop ends the sampling
+// and returns the last sample (-1: none).
+func (f *fixture) sampleWalsender(ctx context.Context, slot string) (stop func() float64) {
+	quit, last := make(chan struct{}), make(chan float64, 1)
+	go func() {
+		cpu := -1.0
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				last <- cpu
+				return
+			case <-t.C:
+			}
+			if c, ok := f.walsenderCPU(ctx, slot); ok {
+				cpu = c
+			}
+		}
+	}()
+	return func() float64 {
+		close(quit)
+		return <-last
+	}
+}
+
 // runRecvlogical drains slot with pg_recvlogical up to endLSN, where it
 // exits by itself.
 func (f *fixture) runRecvlogical(ctx context.Context, bin, slot, publication string, endLSN pglogrepl.LSN) (baseResult, error) {
@@ -80,23 +107,9 @@ func (f *fixture) runRecvlogical(ctx context.Context, bin, slot, publication str
 	if err := cmd.Start(); err != nil {
 		return baseResult{}, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	walsnd := -1.0
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	var err error
-wait:
-	for {
-		select {
-		case err = <-done:
-			break wait
-		case <-tick.C:
-			if cpu, ok := f.walsenderCPU(ctx, slot); ok {
-				walsnd = cpu
-			}
-		}
-	}
+	stopSampling := f.sampleWalsender(ctx, slot)
+	err := cmd.Wait()
+	walsnd := stopSampling()
 	wall := time.Since(start)
 	busy, kafka := machineBusy()-busy0, since(kafka0, f.kafkaCPU())
 	if err != nil {

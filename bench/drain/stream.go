@@ -76,29 +76,10 @@ func (e *env) runStreamAlone(ctx context.Context, table, publication, slot strin
 		c.kill()
 		return res, fmt.Errorf("stream alone: %w", err)
 	}
-	// The walsender ends with the stream: sample its CPU meanwhile.
-	walsnd := make(chan float64, 1)
-	stopSampling := make(chan struct{})
-	go func() {
-		last := -1.0
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopSampling:
-				walsnd <- last
-				return
-			case <-t.C:
-			}
-			if cpu, ok := e.f.walsenderCPU(ctx, slot); ok {
-				last = cpu
-			}
-		}
-	}()
+	stopSampling := e.f.sampleWalsender(ctx, slot)
 	var rep streamReport
 	err = c.done(&rep)
-	close(stopSampling)
-	res.walsndSecs = <-walsnd
+	res.walsndSecs = stopSampling()
 	if err != nil {
 		return fail(err)
 	}
