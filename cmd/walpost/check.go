@@ -13,8 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 func newCheckCommand() *cobra.Command {
@@ -25,7 +28,7 @@ func newCheckCommand() *cobra.Command {
 			"earlier failure makes it moot) and exits 1 when any check fails.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfigFor(cmd, needAll)
+			cfg, err := loadConfigFor(cmd, config.NeedAll)
 			if err != nil {
 				return err
 			}
@@ -46,19 +49,19 @@ type checker struct {
 func (c *checker) ok(name, detail string) { fmt.Fprintf(c.w, "OK    %-14s %s\n", name, detail) }
 func (c *checker) fail(name string, err error) {
 	c.failed++
-	fmt.Fprintf(c.w, "FAIL  %-14s %s\n", name, Redact(err.Error()))
+	fmt.Fprintf(c.w, "FAIL  %-14s %s\n", name, redact.String(err.Error()))
 }
 func (c *checker) skip(name, why string) { fmt.Fprintf(c.w, "SKIP  %-14s %s\n", name, why) }
 
 // runChecks runs every pre-flight check and returns the number that failed.
-func runChecks(ctx context.Context, cfg *Config, w io.Writer) int {
+func runChecks(ctx context.Context, cfg *config.Config, w io.Writer) int {
 	c := &checker{w: w}
 	checkPostgres(ctx, cfg, c)
 	checkKafka(ctx, cfg, c)
 	return c.failed
 }
 
-func checkPostgres(ctx context.Context, cfg *Config, c *checker) {
+func checkPostgres(ctx context.Context, cfg *config.Config, c *checker) {
 	names := []string{"wal_level", "replication", "outbox", "publication", "slot", "capacity", "poison_table"}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -203,8 +206,8 @@ func checkPublicationOps(ctx context.Context, conn *pgx.Conn, pub string, table 
 	return nil
 }
 
-func checkKafka(ctx context.Context, cfg *Config, c *checker) {
-	cl, err := newKafkaClient(cfg, kgo.DialTimeout(5*time.Second))
+func checkKafka(ctx context.Context, cfg *config.Config, c *checker) {
+	cl, err := kafka.NewClient(cfg.Kafka, kgo.DialTimeout(5*time.Second))
 	if err != nil {
 		c.fail("kafka", err)
 		c.skip("topic", "no Kafka client")

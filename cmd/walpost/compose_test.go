@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/walpost/walpost/config"
 )
 
 // The container files cannot be run here (no Docker); these tests check what
@@ -170,7 +172,7 @@ func (s composeService) args() []string {
 func TestComposeWalpostVariablesAreConfigKeys(t *testing.T) {
 	c := readCompose(t)
 	known := map[string]bool{}
-	for _, k := range configKeys() {
+	for _, k := range config.Keys() {
 		known[k.Env] = true
 	}
 	seen := 0
@@ -206,7 +208,7 @@ func TestComposeWalpostConfigValidates(t *testing.T) {
 					t.Setenv(k, v)
 				}
 			}
-			cfg, err := loadConfigFor(testCommand(t), needAll)
+			cfg, err := loadConfigFor(testCommand(t), config.NeedAll)
 			if err != nil {
 				t.Fatalf("the variables of service %s do not validate: %v", name, err)
 			}

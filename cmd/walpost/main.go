@@ -14,6 +14,9 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -44,11 +47,11 @@ func main() {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(os.Stderr, "walpost:", Redact(ee.err.Error()))
+			fmt.Fprintln(os.Stderr, "walpost:", redact.String(ee.err.Error()))
 		}
 		os.Exit(ee.code)
 	}
-	fmt.Fprintln(os.Stderr, "walpost:", Redact(err.Error()))
+	fmt.Fprintln(os.Stderr, "walpost:", redact.String(err.Error()))
 	os.Exit(1)
 }
 
@@ -81,7 +84,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	addConfigFlags(root.PersistentFlags())
+	config.AddFlags(root.PersistentFlags())
 	root.AddCommand(
 		newRunCommand(),
 		newMigrateCommand(),
@@ -110,7 +113,7 @@ func newVersionCommand() *cobra.Command {
 }
 
 // newLogger builds the process logger from config.
-func newLogger(w io.Writer, cfg LogConfig) *slog.Logger {
+func newLogger(w io.Writer, cfg config.Log) *slog.Logger {
 	var level slog.Level
 	switch strings.ToLower(cfg.Level) {
 	case "debug":

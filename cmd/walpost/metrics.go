@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 )
 
@@ -175,7 +176,7 @@ func (m *metrics) onAck(defaultTopic string) func(topic string, commit time.Time
 }
 
 // ready says whether walpost makes progress, and why not.
-func (m *metrics) ready(cfg *Config) (bool, string) {
+func (m *metrics) ready(cfg *config.Config) (bool, string) {
 	st := m.currentState()
 	if st != stateStreaming && st != stateBackpressured {
 		return false, "not streaming: state " + st
@@ -237,7 +238,7 @@ func (m *metrics) monitorSlot(ctx context.Context, pool *pgxpool.Pool, slot stri
 }
 
 // serveHTTP serves /metrics, /healthz and /readyz until ctx ends.
-func serveHTTP(ctx context.Context, cfg *Config, reg *prometheus.Registry, m *metrics, log *slog.Logger) error {
+func serveHTTP(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, m *metrics, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	// Go's profiler, for performance investigations (go tool pprof

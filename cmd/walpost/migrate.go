@@ -6,6 +6,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/migrations"
 )
 
@@ -15,21 +17,21 @@ func newMigrateCommand() *cobra.Command {
 		Short: "Create or upgrade the outbox, poison_outbox and the publication (idempotent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfigFor(cmd, needPostgres)
+			cfg, err := loadConfigFor(cmd, config.NeedPostgres)
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
 			res, err := migrations.Up(ctx, cfg.Postgres.URL, nil)
 			if err != nil {
-				return fmt.Errorf("migrate: %s", Redact(err.Error()))
+				return redact.Error(fmt.Errorf("migrate: %w", err))
 			}
 			// The migration creates walpost_outbox; a differently named
 			// publication from config is created here, before any slot.
 			if cfg.Postgres.Publication != "walpost_outbox" {
 				conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
 				if err != nil {
-					return fmt.Errorf("migrate: connect: %s", Redact(err.Error()))
+					return redact.Error(fmt.Errorf("migrate: connect: %w", err))
 				}
 				defer conn.Close(ctx)
 				var exists bool

@@ -12,8 +12,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 func init() { extraCommands = append(extraCommands, newPoisonCommand) }
@@ -27,10 +30,10 @@ func newPoisonCommand() *cobra.Command {
 	return cmd
 }
 
-func openPoisonStore(cmd *cobra.Command, cfg *Config) (*poison.Store, func(), error) {
+func openPoisonStore(cmd *cobra.Command, cfg *config.Config) (*poison.Store, func(), error) {
 	pool, err := pgxpool.New(cmd.Context(), cfg.Postgres.URL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("postgres.url: %s", Redact(err.Error()))
+		return nil, nil, redact.Error(fmt.Errorf("postgres.url: %w", err))
 	}
 	return poison.NewStore(pool, cfg.Postgres.PoisonTable), pool.Close, nil
 }
@@ -43,7 +46,7 @@ func newPoisonListCommand() *cobra.Command {
 		Short: "List quarantined events in created_at order",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfigFor(cmd, needPostgres)
+			cfg, err := loadConfigFor(cmd, config.NeedPostgres)
 			if err != nil {
 				return err
 			}
@@ -54,7 +57,7 @@ func newPoisonListCommand() *cobra.Command {
 			defer closeFn()
 			rows, err := store.List(cmd.Context(), poison.Filter{All: true, Limit: limit})
 			if err != nil {
-				return fmt.Errorf("%s", Redact(err.Error()))
+				return redact.Error(fmt.Errorf("%w", err))
 			}
 			return writePoisonList(cmd.OutOrStdout(), rows, asJSON)
 		},
@@ -137,7 +140,7 @@ func newPoisonReplayCommand() *cobra.Command {
 			if all == (len(keys) > 0) {
 				return errors.New("give either --all or one or more --key")
 			}
-			cfg, err := loadConfigFor(cmd, needAll)
+			cfg, err := loadConfigFor(cmd, config.NeedAll)
 			if err != nil {
 				return err
 			}
@@ -149,7 +152,7 @@ func newPoisonReplayCommand() *cobra.Command {
 			ctx := cmd.Context()
 			rows, err := store.List(ctx, poison.Filter{Keys: keys, All: force})
 			if err != nil {
-				return fmt.Errorf("%s", Redact(err.Error()))
+				return redact.Error(fmt.Errorf("%w", err))
 			}
 			out := cmd.OutOrStdout()
 			if len(keys) > 0 {
@@ -168,7 +171,7 @@ func newPoisonReplayCommand() *cobra.Command {
 				return nil
 			}
 			logger := newLogger(cmd.ErrOrStderr(), cfg.Log)
-			kopts, err := kafkaOpts(cfg)
+			kopts, err := kafka.ClientOpts(cfg.Kafka)
 			if err != nil {
 				return err
 			}

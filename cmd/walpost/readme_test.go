@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/walpost/walpost/config"
 )
 
 // TestREADMEConfigTable: the README's configuration table is exactly what
@@ -22,7 +24,7 @@ func TestREADMEConfigTable(t *testing.T) {
 	}
 	start += strings.Index(s[start:], "\n") + 1
 	var want bytes.Buffer
-	writeReference(&want)
+	config.WriteReference(&want)
 	if got := s[start:end]; got != want.String() {
 		t.Fatalf("README config table is stale; regenerate it with `walpost config --reference`.\nREADME:\n%s\nstruct:\n%s", got, want.String())
 	}

@@ -22,9 +22,12 @@ import (
 	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 func newRunCommand() *cobra.Command {
@@ -33,7 +36,7 @@ func newRunCommand() *cobra.Command {
 		Short: "Forward outbox inserts from the replication slot to Kafka (foreground)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfigFor(cmd, needAll)
+			cfg, err := loadConfigFor(cmd, config.NeedAll)
 			if err != nil {
 				return err
 			}
@@ -57,7 +60,7 @@ func newRunCommand() *cobra.Command {
 				err = herr
 			}
 			if err != nil {
-				logger.Error("walpost stopped", "err", Redact(err.Error()))
+				logger.Error("walpost stopped", "err", redact.String(err.Error()))
 				return &exitError{code: 1, err: err}
 			}
 			return nil
@@ -68,7 +71,7 @@ func newRunCommand() *cobra.Command {
 // forwarder composes the replication stream, the checkpoint tracker and the
 // Kafka sink, and restarts sessions after recoverable failures.
 type forwarder struct {
-	cfg   *Config
+	cfg   *config.Config
 	log   *slog.Logger
 	reg   *prometheus.Registry
 	m     *metrics
@@ -95,14 +98,14 @@ func (f *forwarder) run(ctx context.Context) error {
 		f.m.setState(stateReconnecting)
 		f.m.reconnects.WithLabelValues("kafka").Inc()
 		wait := backoff/2 + rand.N(backoff/2+1)
-		f.log.Warn("kafka not reachable; retrying", "brokers", strings.Join(cfg.Kafka.Brokers, ","), "err", Redact(err.Error()), "retry_in", wait.String())
+		f.log.Warn("kafka not reachable; retrying", "brokers", strings.Join(cfg.Kafka.Brokers, ","), "err", redact.String(err.Error()), "retry_in", wait.String())
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
 			return nil
 		}
 	}
-	kopts, err := kafkaOpts(cfg)
+	kopts, err := kafka.ClientOpts(cfg.Kafka)
 	if err != nil {
 		return err
 	}
@@ -167,15 +170,15 @@ func (f *forwarder) run(ctx context.Context) error {
 		switch {
 		case errors.As(err, new(*poison.DestinationError)):
 			f.m.setState(stateReconnecting)
-			f.log.Error("forwarding stopped: fix the destination; walpost retries and resumes from the slot", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
+			f.log.Error("forwarding stopped: fix the destination; walpost retries and resumes from the slot", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String())
 			backoff = min(backoff*2, 30*time.Second)
 		case errors.Is(err, replication.ErrSlotActive):
 			f.m.setState(stateWaitingForSlot)
-			f.log.Info("slot is held by another process; standing by", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
+			f.log.Info("slot is held by another process; standing by", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String())
 			backoff = min(backoff*2, 5*time.Second)
 		default:
 			f.m.setState(stateReconnecting)
-			f.log.Warn("session failed; reconnecting", "slot", cfg.Postgres.Slot, "err", Redact(err.Error()), "retry_in", wait.String())
+			f.log.Warn("session failed; reconnecting", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String())
 			backoff = min(backoff*2, 30*time.Second)
 		}
 		// Records of the failed session stay in the client and keep their
@@ -201,7 +204,7 @@ func (f *forwarder) checkTopic(ctx context.Context) error {
 	// Metadata requests are answered from a cache younger than
 	// MetadataMinAge (5 s by default): a topic that was missing a moment
 	// ago would stay missing for that long.
-	cl, err := newKafkaClient(f.cfg, kgo.MetadataMinAge(100*time.Millisecond))
+	cl, err := kafka.NewClient(f.cfg.Kafka, kgo.MetadataMinAge(100*time.Millisecond))
 	if err != nil {
 		return err
 	}
@@ -335,7 +338,7 @@ func (f *forwarder) heartbeat(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 		if _, err := f.pool.Exec(ctx, `SELECT pg_logical_emit_message(false, 'walpost-heartbeat', '')`); err != nil && ctx.Err() == nil {
-			f.log.Warn("heartbeat failed", "err", Redact(err.Error()))
+			f.log.Warn("heartbeat failed", "err", redact.String(err.Error()))
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/walpost/walpost/config"
 )
 
 // memoryHeadroom is what walpost needs beside its in-flight events: the
@@ -18,7 +20,7 @@ const memoryHeadroom = 24 << 20
 // size; with it the heap stays near what the pipeline bounds. The live
 // data never exceeds the limit by design (the pipeline pauses first), so
 // the collector does not thrash. It returns the limit set, or -1.
-func applyMemoryLimit(cfg *Config, log *slog.Logger) int64 {
+func applyMemoryLimit(cfg *config.Config, log *slog.Logger) int64 {
 	if v, ok := os.LookupEnv("GOMEMLIMIT"); ok && v != "" {
 		log.Debug("memory limit from GOMEMLIMIT", "GOMEMLIMIT", v)
 		return -1

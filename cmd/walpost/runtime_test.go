@@ -6,13 +6,15 @@ import (
 	"runtime"
 	"runtime/debug"
 	"testing"
+
+	"github.com/walpost/walpost/config"
 )
 
 func TestApplyMemoryLimit(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(before) })
 	log := slog.New(slog.DiscardHandler)
-	cfg := &Config{}
+	cfg := &config.Config{}
 	cfg.Pipeline.MaxInFlightBytes = 16 << 20
 
 	t.Setenv("GOMEMLIMIT", "")

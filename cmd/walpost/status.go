@@ -18,8 +18,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/replication"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 func init() { extraCommands = append(extraCommands, newStatusCommand) }
@@ -36,7 +39,7 @@ func newStatusCommand() *cobra.Command {
 			"command still exits 0; it exits 1 only when PostgreSQL is unreachable or the config is invalid.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfigFor(cmd, needPostgres)
+			cfg, err := loadConfigFor(cmd, config.NeedPostgres)
 			if err != nil {
 				return err
 			}
@@ -145,7 +148,7 @@ const statusTimeout = 10 * time.Second
 
 // gatherStatus reads everything status shows. It fails only when
 // PostgreSQL cannot be reached; every other problem ends up in the report.
-func gatherStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
+func gatherStatus(ctx context.Context, cfg *config.Config) (*statusReport, error) {
 	r := &statusReport{Notes: []string{}}
 	// Kafka runs alongside PostgreSQL: an unreachable broker costs its
 	// timeout once, not on top of the database queries.
@@ -168,23 +171,23 @@ func gatherStatus(ctx context.Context, cfg *Config) (*statusReport, error) {
 	return r, nil
 }
 
-func gatherPostgresStatus(ctx context.Context, cfg *Config, r *statusReport) error {
+func gatherPostgresStatus(ctx context.Context, cfg *config.Config, r *statusReport) error {
 	pcfg, err := pgxpool.ParseConfig(cfg.Postgres.URL)
 	if err != nil {
-		return fmt.Errorf("postgres.url: %s", Redact(err.Error()))
+		return redact.Error(fmt.Errorf("postgres.url: %w", err))
 	}
 	pcfg.MaxConns = 2
 	cctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(cctx, pcfg)
 	if err != nil {
-		return fmt.Errorf("postgres.url: %s", Redact(err.Error()))
+		return redact.Error(fmt.Errorf("postgres.url: %w", err))
 	}
 	defer pool.Close()
 	pc, err := pool.Acquire(cctx)
 	if err != nil {
 		return fmt.Errorf("cannot connect to PostgreSQL (%s); fix: check host, port, user, password and database in postgres.url (WALPOST_POSTGRES_URL)",
-			Redact(replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication).Error()))
+			redact.String(replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication).Error()))
 	}
 	defer pc.Release()
 	conn := pc.Conn()
@@ -195,12 +198,14 @@ func gatherPostgresStatus(ctx context.Context, cfg *Config, r *statusReport) err
 		       (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)::text`).
 		Scan(&r.Postgres.Database, &r.Postgres.Version, &r.Postgres.InRecovery, &current)
 	if err != nil {
-		return fmt.Errorf("query PostgreSQL: %s", Redact(err.Error()))
+		return redact.Error(fmt.Errorf("query PostgreSQL: %w", err))
 	}
 	r.Postgres.CurrentWALLSN = current
 
-	note := func(format string, args ...any) { r.Notes = append(r.Notes, Redact(fmt.Sprintf(format, args...))) }
-	errStr := func(err error) *string { s := Redact(err.Error()); return &s }
+	note := func(format string, args ...any) {
+		r.Notes = append(r.Notes, redact.String(fmt.Sprintf(format, args...)))
+	}
+	errStr := func(err error) *string { s := redact.String(err.Error()); return &s }
 
 	// Slot.
 	r.Slot = readStatusSlot(cctx, conn, cfg.Postgres.Slot)
@@ -274,7 +279,7 @@ func readStatusSlot(ctx context.Context, conn *pgx.Conn, name string) statusSlot
 		return s
 	}
 	if err != nil {
-		msg := Redact(fmt.Sprintf("read slot %q: %s", name, err))
+		msg := redact.String(fmt.Sprintf("read slot %q: %s", name, err))
 		s.Error = &msg
 		return s
 	}
@@ -292,7 +297,7 @@ func readStatusOutbox(ctx context.Context, conn *pgx.Conn, table replication.Tab
 		FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 		WHERE c.oid = to_regclass($1)`, table.String()).Scan(&reltuples, &liveTup)
 	if err != nil {
-		msg := Redact(fmt.Sprintf("estimate rows of %s: %s", table, err))
+		msg := redact.String(fmt.Sprintf("estimate rows of %s: %s", table, err))
 		o.Error = &msg
 		return
 	}
@@ -322,7 +327,7 @@ func readStatusPublication(ctx context.Context, conn *pgx.Conn, name string) sta
 		return p
 	}
 	if err != nil {
-		msg := Redact(fmt.Sprintf("read publication %q: %s", name, err))
+		msg := redact.String(fmt.Sprintf("read publication %q: %s", name, err))
 		p.Error = &msg
 		return p
 	}
@@ -344,7 +349,7 @@ func readStatusPublication(ctx context.Context, conn *pgx.Conn, name string) sta
 		}
 	}
 	if err != nil {
-		msg := Redact(fmt.Sprintf("read tables of publication %q: %s", name, err))
+		msg := redact.String(fmt.Sprintf("read tables of publication %q: %s", name, err))
 		p.Error = &msg
 	}
 	return p
@@ -352,7 +357,7 @@ func readStatusPublication(ctx context.Context, conn *pgx.Conn, name string) sta
 
 // gatherKafkaStatus reads the default topic's partitions and end offsets
 // within timeout; a failure is the section's error, never the command's.
-func gatherKafkaStatus(ctx context.Context, cfg *Config, timeout time.Duration) statusKafka {
+func gatherKafkaStatus(ctx context.Context, cfg *config.Config, timeout time.Duration) statusKafka {
 	k := statusKafka{Brokers: append([]string{}, cfg.Kafka.Brokers...), Topic: cfg.Kafka.Topic}
 	fail := func(format string, args ...any) statusKafka {
 		msg := fmt.Sprintf(format, args...)
@@ -362,7 +367,7 @@ func gatherKafkaStatus(ctx context.Context, cfg *Config, timeout time.Duration) 
 	if len(cfg.Kafka.Brokers) == 0 {
 		return fail("kafka.brokers (WALPOST_KAFKA_BROKERS) is not set")
 	}
-	cl, err := newKafkaClient(cfg, kgo.DialTimeout(timeout/2), kgo.RetryTimeout(timeout))
+	cl, err := kafka.NewClient(cfg.Kafka, kgo.DialTimeout(timeout/2), kgo.RetryTimeout(timeout))
 	if err != nil {
 		return fail("%s", err)
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/config"
 )
 
 // -update rewrites the golden files. Another test file of this package may
@@ -190,8 +192,8 @@ func TestStatusBytes(t *testing.T) {
 	}
 }
 
-func statusKafkaConfig(brokers []string, topic string) *Config {
-	return &Config{Kafka: KafkaConfig{Brokers: brokers, Topic: topic, ClientID: "walpost-test"}}
+func statusKafkaConfig(brokers []string, topic string) *config.Config {
+	return &config.Config{Kafka: config.Kafka{Brokers: brokers, Topic: topic, ClientID: "walpost-test"}}
 }
 
 // TestStatusKafka reads partitions and end offsets from a fake cluster.

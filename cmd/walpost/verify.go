@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/integration"
+	"github.com/walpost/walpost/internal/redact"
 )
 
 func init() { extraCommands = append(extraCommands, newVerifyCommand) }
@@ -45,7 +46,7 @@ delivery is at-least-once); 1 when events were lost, out of order, or the run wa
 interrupted; 2 when the test could not run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfigFor(cmd, needAll)
+			cfg, err := loadConfigFor(cmd, config.NeedAll)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
@@ -72,7 +73,7 @@ func runVerify(ctx context.Context, lt *integration.LeakTest, out, errw io.Write
 	res, err := lt.Run(ctx)
 	stop()
 	if err != nil {
-		return &exitError{code: 2, err: errors.New(Redact(err.Error()))}
+		return &exitError{code: 2, err: redact.Error(err)}
 	}
 	if asJSON {
 		err = res.WriteJSON(out)

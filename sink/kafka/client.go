@@ -1,4 +1,7 @@
-package main
+// Package kafka is walpost's Kafka side built on franz-go: the connection
+// options every Kafka client of walpost uses (TLS, SASL) and, in sink.go,
+// the producing sink.
+package kafka
 
 import (
 	"crypto/tls"
@@ -12,13 +15,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/walpost/walpost/config"
 )
 
-// kafkaOpts are the connection options (TLS, SASL) every Kafka client of
-// walpost uses: the forwarder, check, status, verify and poison replay.
-func kafkaOpts(cfg *Config) ([]kgo.Opt, error) {
+// ClientOpts are the connection options (TLS, SASL) every Kafka client of
+// walpost uses: the forwarder, check, status, verify and poison replay. An
+// unreadable CA, certificate or key file is an error naming its key.
+func ClientOpts(cfg config.Kafka) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
-	t := cfg.Kafka.TLS
+	t := cfg.TLS
 	if t.Enabled {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented as testing only
 		if t.CAFile != "" {
@@ -41,7 +47,7 @@ func kafkaOpts(cfg *Config) ([]kgo.Opt, error) {
 		}
 		opts = append(opts, kgo.Dialer((&tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: tc}).DialContext))
 	}
-	s := cfg.Kafka.SASL
+	s := cfg.SASL
 	switch strings.ToUpper(s.Mechanism) {
 	case "":
 	case "PLAIN":
@@ -54,12 +60,13 @@ func kafkaOpts(cfg *Config) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
-// newKafkaClient is a plain client with walpost's connection options.
-func newKafkaClient(cfg *Config, extra ...kgo.Opt) (*kgo.Client, error) {
-	opts, err := kafkaOpts(cfg)
+// NewClient is a plain client (seed brokers, client id, ClientOpts) for
+// admin requests and consumers; extra options come last.
+func NewClient(cfg config.Kafka, extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, err := ClientOpts(cfg)
 	if err != nil {
 		return nil, err
 	}
-	opts = append([]kgo.Opt{kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.ClientID(cfg.Kafka.ClientID)}, opts...)
+	opts = append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID(cfg.ClientID)}, opts...)
 	return kgo.NewClient(append(opts, extra...)...)
 }

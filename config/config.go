@@ -1,0 +1,508 @@
+// Package config is walpost's typed configuration: every key with its
+// default, unit and environment variable (WALPOST_*), loaded from defaults,
+// an optional file, the environment and command-line flags (in rising
+// precedence) by Load, and checked by Validate. Defaults are applied once,
+// here: the packages that take a *Config (forwarder, sink/kafka, status,
+// preflight, verify) read its fields as they are.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/walpost/walpost/internal/redact"
+)
+
+// Config is walpost's whole configuration. Every field carries its key, its
+// default and its unit; the README's configuration table is checked against
+// this struct by TestREADMEConfigTable.
+type Config struct {
+	Postgres Postgres `mapstructure:"postgres"`
+	Kafka    Kafka    `mapstructure:"kafka"`
+	Pipeline Pipeline `mapstructure:"pipeline"`
+	Poison   Poison   `mapstructure:"poison"`
+	HTTP     HTTP     `mapstructure:"http"`
+	Log      Log      `mapstructure:"log"`
+	Lint     Lint     `mapstructure:"lint"`
+}
+
+// Postgres is the source side.
+type Postgres struct {
+	// URL is the connection string (postgres://user:pass@host:port/db?sslmode=…).
+	// The role needs REPLICATION and SELECT on the outbox table. Required.
+	URL string `mapstructure:"url" doc:"PostgreSQL connection URL; the role needs REPLICATION. TLS via sslmode/sslrootcert in the URL." default:"(required)"`
+	// Slot is the logical replication slot walpost owns. Default "walpost".
+	Slot string `mapstructure:"slot" doc:"Logical replication slot (pgoutput); created when missing." default:"walpost"`
+	// Publication covers exactly the outbox table, inserts only. Default "walpost_outbox".
+	Publication string `mapstructure:"publication" doc:"Publication that covers exactly the outbox table with publish = 'insert'." default:"walpost_outbox"`
+	// Table is the outbox table, optionally schema-qualified. Default "outbox".
+	Table string `mapstructure:"table" doc:"Outbox table (schema-qualified or in the search_path)." default:"outbox"`
+	// PoisonTable receives records Kafka keeps refusing. Default "poison_outbox".
+	PoisonTable string `mapstructure:"poison_table" doc:"Quarantine table for records Kafka keeps refusing." default:"poison_outbox"`
+	// HeartbeatInterval, when above 0, emits pg_logical_emit_message on the
+	// side connection so the slot advances on a database without writes.
+	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval" doc:"Emit a logical heartbeat message this often so the slot advances on an idle database (duration); 0 disables." default:"0s"`
+	// ReceiveTimeout ends a replication session that heard nothing from
+	// the server for this long (a half-open connection).
+	ReceiveTimeout time.Duration `mapstructure:"receive_timeout" doc:"Reconnect when the server sent nothing for this long although asked to reply (duration, above postgres.status_interval)." default:"30s"`
+	// StatusInterval is the longest time between two standby status updates.
+	// Must stay below the server's wal_sender_timeout. Default 10s.
+	StatusInterval time.Duration `mapstructure:"status_interval" doc:"Longest interval between standby status updates (duration, ≤ 10s)." default:"10s"`
+}
+
+// Kafka is the destination side.
+type Kafka struct {
+	// Brokers are the seed brokers, host:port, comma-separated in the
+	// environment. Required.
+	Brokers []string `mapstructure:"brokers" doc:"Seed brokers, host:port, comma-separated in the environment." default:"(required)"`
+	// Topic receives rows whose topic column is NULL. Default "outbox".
+	Topic string `mapstructure:"topic" doc:"Topic for rows whose topic column is NULL." default:"outbox"`
+	// CreateTopicPartitions, when above 0, makes walpost run create the
+	// default topic with that many partitions if it is missing.
+	CreateTopicPartitions int `mapstructure:"create_topic_partitions" doc:"Create kafka.topic with this many partitions when missing; 0 never creates it." default:"0"`
+	// ClientID is the Kafka client id. Default "walpost".
+	ClientID string `mapstructure:"client_id" doc:"Kafka client.id." default:"walpost"`
+	// Linger is how long the producer waits to fill a batch. Default 5ms.
+	Linger time.Duration `mapstructure:"linger" doc:"Producer linger per partition batch (duration)." default:"5ms"`
+	// Compression is none, gzip, snappy, lz4 or zstd. Default "snappy":
+	// of Kafka's fast codecs it compresses outbox rows as well as lz4 at
+	// about 1.5 times the speed (franz-go's snappy is assembly).
+	Compression string `mapstructure:"compression" doc:"Batch compression: none, gzip, snappy, lz4 or zstd." default:"snappy"`
+	// MaxMessageBytes bounds one record batch; a record larger than this is
+	// refused before it is sent. 0 reads the topic's max.message.bytes.
+	MaxMessageBytes int `mapstructure:"max_message_bytes" doc:"Largest record batch in bytes; 0 uses the topic's max.message.bytes." default:"0"`
+	// FlushTimeout bounds the final flush on shutdown. Default 30s.
+	FlushTimeout time.Duration `mapstructure:"flush_timeout" doc:"How long shutdown waits for outstanding acks (duration)." default:"30s"`
+	TLS          TLS           `mapstructure:"tls"`
+	SASL         SASL          `mapstructure:"sasl"`
+}
+
+// TLS configures TLS to the brokers.
+type TLS struct {
+	Enabled            bool   `mapstructure:"enabled" doc:"Connect to the brokers over TLS." default:"false"`
+	CAFile             string `mapstructure:"ca_file" doc:"PEM file of the CA that signed the brokers' certificates; empty uses the system roots." default:""`
+	CertFile           string `mapstructure:"cert_file" doc:"PEM client certificate for mutual TLS." default:""`
+	KeyFile            string `mapstructure:"key_file" doc:"PEM key of the client certificate." default:""`
+	ServerName         string `mapstructure:"server_name" doc:"Expected server name, when it differs from the broker host." default:""`
+	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify" doc:"Skip certificate verification (testing only)." default:"false"`
+}
+
+// SASL configures SASL authentication to the brokers.
+type SASL struct {
+	Mechanism string `mapstructure:"mechanism" doc:"Empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512." default:""`
+	Username  string `mapstructure:"username" doc:"SASL user." default:""`
+	Password  string `mapstructure:"password" doc:"SASL password (never logged)." default:""`
+}
+
+// Pipeline bounds memory between the slot and the broker.
+type Pipeline struct {
+	// MaxInFlightEvents caps events read from the slot and not yet handled.
+	MaxInFlightEvents int `mapstructure:"max_inflight_events" doc:"Events read but not yet acked or quarantined before the reader pauses." default:"20000"`
+	// MaxInFlightBytes caps their payload bytes.
+	MaxInFlightBytes int64 `mapstructure:"max_inflight_bytes" doc:"Bytes of those events before the reader pauses (bytes)." default:"16777216"`
+}
+
+// Poison governs quarantine of records Kafka keeps refusing.
+type Poison struct {
+	// MaxAttempts is how many times a record-level failure is tried before
+	// the record goes to the poison table. Default 5.
+	MaxAttempts int `mapstructure:"max_attempts" doc:"Produce attempts for a record-level failure before quarantine (≥ 1)." default:"5"`
+	// Backoff is the first pause between attempts; it doubles each time.
+	Backoff time.Duration `mapstructure:"backoff" doc:"First pause between attempts, doubled each time (duration)." default:"200ms"`
+	// MaxRate is the number of quarantined records within RateWindow that
+	// stops walpost (a systematic failure must not drain the outbox).
+	MaxRate int `mapstructure:"max_rate" doc:"Quarantined records within poison.rate_window that stop walpost." default:"100"`
+	// RateWindow is the window of MaxRate.
+	RateWindow time.Duration `mapstructure:"rate_window" doc:"Window for poison.max_rate (duration)." default:"1m"`
+}
+
+// HTTP serves metrics and health.
+type HTTP struct {
+	// Listen is the address of /metrics, /healthz and /readyz; empty turns
+	// the server off.
+	Listen string `mapstructure:"listen" doc:"Address for /metrics, /healthz and /readyz; empty disables." default:":9187"`
+	// ReadyStallTimeout: /readyz fails when events are pending and the
+	// confirmed LSN has not moved for this long.
+	ReadyStallTimeout time.Duration `mapstructure:"ready_stall_timeout" doc:"/readyz fails when events are pending and the confirmed LSN has not moved for this long (duration)." default:"60s"`
+	// ReadyMaxRetainedBytes: /readyz fails when the slot retains more WAL.
+	ReadyMaxRetainedBytes int64 `mapstructure:"ready_max_retained_bytes" doc:"/readyz fails when the slot retains more WAL than this (bytes); 0 disables the check." default:"0"`
+}
+
+// Log shapes the logs.
+type Log struct {
+	Level  string `mapstructure:"level" doc:"debug, info, warn or error." default:"info"`
+	Format string `mapstructure:"format" doc:"text or json." default:"text"`
+}
+
+// Lint configures `walpost lint`.
+type Lint struct {
+	Disable []string `mapstructure:"disable" doc:"Lint rules to skip (id or name)." default:"[]"`
+}
+
+// flagKeys maps command-line flags to config keys; flags win over the
+// environment, which wins over the file.
+var flagKeys = map[string]string{
+	"postgres-url":  "postgres.url",
+	"slot":          "postgres.slot",
+	"publication":   "postgres.publication",
+	"kafka-brokers": "kafka.brokers",
+	"kafka-topic":   "kafka.topic",
+	"http-listen":   "http.listen",
+	"log-level":     "log.level",
+	"log-format":    "log.format",
+}
+
+// AddFlags adds the flags every walpost command has (--config and the
+// shortcuts of the most used keys) to fs.
+func AddFlags(fs *pflag.FlagSet) {
+	fs.String("config", "", "config file (YAML, TOML or JSON)")
+	fs.String("postgres-url", "", "PostgreSQL URL (postgres.url)")
+	fs.String("slot", "", "replication slot (postgres.slot)")
+	fs.String("publication", "", "publication (postgres.publication)")
+	fs.String("kafka-brokers", "", "comma-separated brokers (kafka.brokers)")
+	fs.String("kafka-topic", "", "default topic (kafka.topic)")
+	fs.String("http-listen", "", "metrics/health address (http.listen)")
+	fs.String("log-level", "", "log level (log.level)")
+	fs.String("log-format", "", "log format (log.format)")
+}
+
+// Key is one configuration key: its dotted name, its WALPOST_* variable,
+// its default and its documentation.
+type Key struct {
+	Key, Env, Default, Doc string
+	Type                   reflect.Type
+}
+
+// Keys walks Config and returns every key with its default and doc, in
+// declaration order.
+func Keys() []Key {
+	var out []Key
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			key := f.Tag.Get("mapstructure")
+			if prefix != "" {
+				key = prefix + "." + key
+			}
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, key)
+				continue
+			}
+			out = append(out, Key{
+				Key:     key,
+				Env:     "WALPOST_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_")),
+				Default: f.Tag.Get("default"),
+				Doc:     f.Tag.Get("doc"),
+				Type:    f.Type,
+			})
+		}
+	}
+	walk(reflect.TypeOf(Config{}), "")
+	return out
+}
+
+// newViper builds the one viper instance of a command: defaults, then the
+// file, then WALPOST_* variables, then flags.
+func newViper(fs *pflag.FlagSet, env bool) (*viper.Viper, error) {
+	v := viper.New()
+	for _, k := range Keys() {
+		switch {
+		case k.Default == "(required)":
+			v.SetDefault(k.Key, "")
+		case k.Type.Kind() == reflect.Slice:
+			v.SetDefault(k.Key, []string{})
+		default:
+			v.SetDefault(k.Key, k.Default)
+		}
+	}
+	// An empty variable is a value (WALPOST_HTTP_LISTEN= turns the server
+	// off), not an absent one.
+	if env {
+		v.AllowEmptyEnv(true)
+		v.SetEnvPrefix("WALPOST")
+		v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+		v.AutomaticEnv()
+	}
+	if fs != nil {
+		for flag, key := range flagKeys {
+			if f := fs.Lookup(flag); f != nil {
+				if err := v.BindPFlag(key, f); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if f := fs.Lookup("config"); f != nil && f.Value.String() != "" {
+			v.SetConfigFile(f.Value.String())
+			if err := v.ReadInConfig(); err != nil {
+				return nil, fmt.Errorf("read config file %s: %w", f.Value.String(), err)
+			}
+		}
+	}
+	return v, nil
+}
+
+// Needs says which connection settings a command requires.
+type Needs int
+
+const (
+	NeedPostgres Needs = 1 << iota
+	NeedKafka
+	NeedNothing Needs = 0
+	NeedAll           = NeedPostgres | NeedKafka
+)
+
+// Load reads, decodes and validates the configuration: defaults, then the
+// file named by the --config flag of fs, then WALPOST_* variables, then the
+// flags of fs (AddFlags) that were set. fs may be nil (defaults and
+// environment only). need says which connection settings are required.
+func Load(fs *pflag.FlagSet, need Needs) (*Config, error) {
+	v, err := newViper(fs, true)
+	if err != nil {
+		return nil, err
+	}
+	return decode(v, need)
+}
+
+// Default returns the configuration of the documented defaults, ignoring
+// the environment; postgres.url and kafka.brokers are empty. Library users
+// start from it and set what they need, then call Validate.
+func Default() *Config {
+	v, err := newViper(nil, false)
+	if err != nil {
+		panic(err) // no file, no flags: cannot fail
+	}
+	cfg, err := decode(v, NeedNothing)
+	if err != nil {
+		panic(fmt.Sprintf("config: the documented defaults do not validate: %v", err))
+	}
+	return cfg
+}
+
+func decode(v *viper.Viper, need Needs) (*Config, error) {
+	var cfg Config
+	var md mapstructure.Metadata
+	err := v.Unmarshal(&cfg, func(dc *mapstructure.DecoderConfig) {
+		dc.ErrorUnused = true
+		dc.Metadata = &md
+		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationNeedsUnit, dc.DecodeHook)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("invalid config: %s", describeDecodeError(err))
+	}
+	// Env variables arrive as strings; a comma-separated broker list must
+	// become several entries.
+	var brokers []string
+	for _, b := range cfg.Kafka.Brokers {
+		for _, p := range strings.Split(b, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				brokers = append(brokers, p)
+			}
+		}
+	}
+	cfg.Kafka.Brokers = brokers
+	if err := cfg.ValidateFor(need); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+var unusedKeyRE = regexp.MustCompile(`(?:'([^']*)' )?has invalid keys: ([^\n]*)`)
+
+// durationNeedsUnit refuses a bare number for a duration ("10" would be
+// 10ns); durations are written with a unit, e.g. "10s".
+func durationNeedsUnit(from, to reflect.Type, data any) (any, error) {
+	if to != reflect.TypeOf(time.Duration(0)) {
+		return data, nil
+	}
+	switch from.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return nil, fmt.Errorf("duration %v Needs a unit, e.g. \"10s\" or \"200ms\"", data)
+	}
+	return data, nil
+}
+
+func describeDecodeError(err error) string {
+	msg := err.Error()
+	ms := unusedKeyRE.FindAllStringSubmatch(msg, -1)
+	if ms == nil {
+		return msg
+	}
+	var unknown []string
+	for _, m := range ms {
+		for _, k := range strings.Split(m[2], ",") {
+			k = strings.TrimSpace(k)
+			if m[1] != "" {
+				k = m[1] + "." + k
+			}
+			unknown = append(unknown, k)
+		}
+	}
+	known := make([]string, 0)
+	for _, k := range Keys() {
+		known = append(known, k.Key)
+	}
+	sort.Strings(known)
+	return fmt.Sprintf("unknown key(s) %s in the config file; known keys: %s", strings.Join(unknown, ", "), strings.Join(known, ", "))
+}
+
+// Error names the key, the offending value and what is allowed.
+type Error struct {
+	Key, Value, Allowed string
+}
+
+func (e *Error) Error() string {
+	env := "WALPOST_" + strings.ToUpper(strings.ReplaceAll(e.Key, ".", "_"))
+	return fmt.Sprintf("invalid config: %s (%s) = %q: %s", e.Key, env, e.Value, e.Allowed)
+}
+
+// Validate checks every value, requiring postgres.url and kafka.brokers,
+// and returns all problems at once.
+func (c *Config) Validate() error { return c.ValidateFor(NeedAll) }
+
+// ValidateFor checks every value, requiring the connection settings in
+// need, and returns all problems at once (each an *Error).
+func (c *Config) ValidateFor(need Needs) error {
+	var errs []error
+	bad := func(key, value, allowed string) {
+		errs = append(errs, &Error{Key: key, Value: value, Allowed: allowed})
+	}
+	if c.Postgres.URL == "" {
+		if need&NeedPostgres != 0 {
+			bad("postgres.url", "", "required: a PostgreSQL URL such as postgres://user:pass@host:5432/db")
+		}
+	} else if _, err := pgconn.ParseConfig(c.Postgres.URL); err != nil {
+		bad("postgres.url", redact.String(c.Postgres.URL), "not a valid PostgreSQL connection string: "+redact.String(err.Error()))
+	}
+	if !slotRE.MatchString(c.Postgres.Slot) {
+		bad("postgres.slot", c.Postgres.Slot, "a slot name: lower-case letters, digits and _ (at most 63)")
+	}
+	if !qident.MatchString(c.Postgres.Publication) {
+		bad("postgres.publication", c.Postgres.Publication, "an unquoted identifier")
+	}
+	if !qident.MatchString(c.Postgres.Table) {
+		bad("postgres.table", c.Postgres.Table, "a table name, optionally schema-qualified")
+	}
+	if !qident.MatchString(c.Postgres.PoisonTable) {
+		bad("postgres.poison_table", c.Postgres.PoisonTable, "a table name, optionally schema-qualified")
+	}
+	if c.Postgres.StatusInterval <= 0 || c.Postgres.StatusInterval > 10*time.Second {
+		bad("postgres.status_interval", c.Postgres.StatusInterval.String(), "a duration above 0 and at most 10s")
+	}
+	if len(c.Kafka.Brokers) == 0 && need&NeedKafka != 0 {
+		bad("kafka.brokers", "", "required: at least one host:port")
+	}
+	for _, b := range c.Kafka.Brokers {
+		host, port, err := net.SplitHostPort(b)
+		if err != nil || host == "" {
+			bad("kafka.brokers", b, "host:port, e.g. 127.0.0.1:9092")
+			continue
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			bad("kafka.brokers", b, "a port between 1 and 65535")
+		}
+	}
+	if !validTopic(c.Kafka.Topic) {
+		bad("kafka.topic", c.Kafka.Topic, "a Kafka topic name: 1-249 characters of [a-zA-Z0-9._-]")
+	}
+	if c.Postgres.ReceiveTimeout <= c.Postgres.StatusInterval {
+		bad("postgres.receive_timeout", c.Postgres.ReceiveTimeout.String(), "a duration above postgres.status_interval ("+c.Postgres.StatusInterval.String()+")")
+	}
+	if c.Postgres.HeartbeatInterval < 0 {
+		bad("postgres.heartbeat_interval", c.Postgres.HeartbeatInterval.String(), "0 (off) or a positive duration")
+	}
+	if c.HTTP.ReadyStallTimeout <= 0 {
+		bad("http.ready_stall_timeout", c.HTTP.ReadyStallTimeout.String(), "a positive duration")
+	}
+	if c.HTTP.ReadyMaxRetainedBytes < 0 {
+		bad("http.ready_max_retained_bytes", strconv.FormatInt(c.HTTP.ReadyMaxRetainedBytes, 10), "0 (off) or a byte count")
+	}
+	if c.Kafka.CreateTopicPartitions < 0 {
+		bad("kafka.create_topic_partitions", strconv.Itoa(c.Kafka.CreateTopicPartitions), "0 (never create) or a partition count")
+	}
+	if c.Kafka.ClientID == "" {
+		bad("kafka.client_id", "", "a non-empty client id")
+	}
+	if c.Kafka.Linger < 0 || c.Kafka.Linger > time.Minute {
+		bad("kafka.linger", c.Kafka.Linger.String(), "a duration between 0 and 1m")
+	}
+	switch c.Kafka.Compression {
+	case "none", "gzip", "snappy", "lz4", "zstd":
+	default:
+		bad("kafka.compression", c.Kafka.Compression, "one of none, gzip, snappy, lz4, zstd")
+	}
+	if c.Kafka.MaxMessageBytes < 0 {
+		bad("kafka.max_message_bytes", strconv.Itoa(c.Kafka.MaxMessageBytes), "0 (use the topic's max.message.bytes) or a positive byte count")
+	}
+	if c.Kafka.FlushTimeout <= 0 {
+		bad("kafka.flush_timeout", c.Kafka.FlushTimeout.String(), "a positive duration")
+	}
+	switch strings.ToUpper(c.Kafka.SASL.Mechanism) {
+	case "":
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.Kafka.SASL.Username == "" {
+			bad("kafka.sasl.username", "", "required with kafka.sasl.mechanism")
+		}
+	default:
+		bad("kafka.sasl.mechanism", c.Kafka.SASL.Mechanism, "empty, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+	}
+	if (c.Kafka.TLS.CertFile == "") != (c.Kafka.TLS.KeyFile == "") {
+		bad("kafka.tls.cert_file", c.Kafka.TLS.CertFile, "cert_file and key_file go together")
+	}
+	if c.Pipeline.MaxInFlightEvents < 1 {
+		bad("pipeline.max_inflight_events", strconv.Itoa(c.Pipeline.MaxInFlightEvents), "at least 1")
+	}
+	if c.Pipeline.MaxInFlightBytes < 1024 {
+		bad("pipeline.max_inflight_bytes", strconv.FormatInt(c.Pipeline.MaxInFlightBytes, 10), "at least 1024 bytes")
+	}
+	if c.Poison.MaxAttempts < 1 {
+		bad("poison.max_attempts", strconv.Itoa(c.Poison.MaxAttempts), "at least 1")
+	}
+	if c.Poison.Backoff < 0 {
+		bad("poison.backoff", c.Poison.Backoff.String(), "a duration ≥ 0")
+	}
+	if c.Poison.MaxRate < 1 {
+		bad("poison.max_rate", strconv.Itoa(c.Poison.MaxRate), "at least 1")
+	}
+	if c.Poison.RateWindow <= 0 {
+		bad("poison.rate_window", c.Poison.RateWindow.String(), "a positive duration")
+	}
+	if c.HTTP.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+			bad("http.listen", c.HTTP.Listen, "host:port or :port, or empty to disable")
+		}
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", c.Log.Level, "one of debug, info, warn, error")
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", c.Log.Format, "text or json")
+	}
+	return errors.Join(errs...)
+}
+
+var (
+	slotRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+	qident = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_$]{0,62}\.)?[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+)
+
+var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
+
+func validTopic(t string) bool { return topicRE.MatchString(t) && t != "." && t != ".." }
