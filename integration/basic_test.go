@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // TestDecodeFromRealSlot decodes outbox inserts from a real logical slot.
@@ -59,7 +59,7 @@ func TestDecodeFromRealSlot(t *testing.T) {
 			}()
 		}
 	}
-	st := replication.NewStream(rcfg, conn, table, tracker, emit, replication.Observer{})
+	st := replication.NewStream(rcfg, conn, table, tracker, replication.HandlerFuncs{EmitFunc: emit}, replication.Observer{})
 	if err := st.Run(sctx); err != nil {
 		t.Fatal(err)
 	}
@@ -83,11 +83,11 @@ func TestDecodeFromRealSlot(t *testing.T) {
 	}
 }
 
-// TestProduceConsumeRealBroker produces through sink.Kafka and reads the
+// TestProduceConsumeRealBroker produces through kafka.Sink and reads the
 // record back from the real broker.
 func TestProduceConsumeRealBroker(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 3})
-	k, err := sink.New(sink.Config{Brokers: brokers, DefaultTopic: f.Topic})
+	k, err := kafka.New(kafka.Config{Brokers: brokers, DefaultTopic: f.Topic})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,9 +95,7 @@ func TestProduceConsumeRealBroker(t *testing.T) {
 	commit := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	ev := &outbox.Event{ID: "00000000-0000-0000-0000-000000000001", IdempotencyKey: "key-1", Payload: []byte(`{"x": 1}`),
 		CreatedAt: "2026-11-29 12:00:00.5+00", EventType: "thing.done", Headers: []byte(`{"h": "v"}`), CommitLSN: 0x16B3748, CommitTime: commit}
-	errc := make(chan error, 1)
-	k.Produce(ev, func(_ *kgo.Record, err error) { errc <- err })
-	if err := <-errc; err != nil {
+	if err := sink.ProduceSync(t.Context(), k, ev); err != nil {
 		t.Fatal(err)
 	}
 	recs := f.consumeAll(t, 1, 30*time.Second)

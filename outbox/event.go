@@ -1,7 +1,7 @@
 // Package outbox defines the event walpost moves: one inserted row of the
 // outbox table together with the transaction that committed it. The
-// replication package produces events, the sink and poison packages consume
-// them; only the wiring in cmd/walpost joins the two sides.
+// replication package produces events, sinks and the poison package consume
+// them; only the forwarder joins the two sides.
 package outbox
 
 import (
@@ -40,6 +40,10 @@ type Event struct {
 	// ReceivedAt is when walpost read the event from the slot (the start
 	// of its produce latency); zero when not read from a slot.
 	ReceivedAt time.Time
+
+	// Replayed marks an event re-sent from the poison table (walpost
+	// poison replay); its record carries the header replayed_from_poison.
+	Replayed bool
 }
 
 // Size is the approximate number of bytes the event holds in memory, used to

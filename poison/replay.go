@@ -7,18 +7,15 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
 )
 
-// HeaderReplayed marks a record re-produced from the poison table.
-const HeaderReplayed = "replayed_from_poison"
-
-// Record builds the Kafka record of a poison row: the original key, value
-// and headers, plus replayed_from_poison.
-func Record(r Row) (*kgo.Record, *outbox.Event, error) {
+// Event rebuilds the event of a poison row for a replay: the original key,
+// payload, headers and partition key, Replayed set (so its record carries
+// replayed_from_poison), and the replay time as its commit time.
+func Event(r Row) *outbox.Event {
 	ev := &outbox.Event{
 		ID:             r.OutboxID,
 		IdempotencyKey: r.IdempotencyKey,
@@ -26,6 +23,7 @@ func Record(r Row) (*kgo.Record, *outbox.Event, error) {
 		CreatedAt:      r.CreatedAt.UTC().Format(time.RFC3339Nano),
 		Topic:          r.Topic,
 		CommitTime:     time.Now(),
+		Replayed:       true,
 	}
 	if r.PartitionKey != nil {
 		ev.PartitionKey, ev.HasPartition = *r.PartitionKey, true
@@ -37,12 +35,7 @@ func Record(r Row) (*kgo.Record, *outbox.Event, error) {
 		ev.Headers = []byte(*r.Headers)
 	}
 	ev.CommitLSN, _ = pglogrepl.ParseLSN(r.CommitLSN)
-	rec, err := sink.BuildRecord(ev, r.Topic)
-	if err != nil {
-		return nil, ev, err
-	}
-	rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderReplayed, Value: []byte("true")})
-	return rec, ev, nil
+	return ev
 }
 
 // ReplayResult counts what a replay did.
@@ -52,10 +45,11 @@ type ReplayResult struct {
 	Errors           map[string]string
 }
 
-// Replayer re-produces poison rows through the idempotent producer.
+// Replayer re-produces poison rows through a sink (walpost's idempotent
+// Kafka producer).
 type Replayer struct {
 	Store  *Store
-	Sink   *sink.Kafka
+	Sink   sink.Sink
 	Logger *slog.Logger
 	// Out receives one line per row (may be nil).
 	Out func(line string)
@@ -80,7 +74,7 @@ func (p *Replayer) Replay(ctx context.Context, rows []Row, dryRun bool) (ReplayR
 			if ctx.Err() != nil {
 				return res, ctx.Err()
 			}
-			_, class := sink.Classify(err)
+			_, class := sink.KindOf(err)
 			res.Failed++
 			res.Errors[row.IdempotencyKey] = err.Error()
 			out(fmt.Sprintf("FAILED %s to %s: %v", row.IdempotencyKey, row.Topic, err))
@@ -100,19 +94,5 @@ func (p *Replayer) Replay(ctx context.Context, rows []Row, dryRun bool) (ReplayR
 }
 
 func (p *Replayer) replayOne(ctx context.Context, row Row) error {
-	rec, ev, err := Record(row)
-	if err != nil {
-		return err
-	}
-	if err := p.Sink.CheckSize(rec); err != nil {
-		return err
-	}
-	ch := make(chan error, 1)
-	p.Sink.ProduceRecord(rec, ev.PartitionKey, ev.HasPartition, func(_ *kgo.Record, err error) { ch <- err })
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return sink.ProduceSync(ctx, p.Sink, Event(row))
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/poison"
-	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 func strPtr(s string) *string { return &s }
@@ -90,7 +90,7 @@ func TestRecord(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := time.Now()
-			rec, ev, err := poison.Record(tt.row)
+			rec, ev, err := record(tt.row)
 			if err != nil {
 				t.Fatalf("Record: %v", err)
 			}
@@ -135,7 +135,7 @@ func TestRecordMatchesOriginal(t *testing.T) {
 		CommitTime:     time.Date(2026, 11, 29, 22, 50, 52, 0, time.UTC),
 	}
 	const defaultTopic = "walpost.events"
-	orig, err := sink.BuildRecord(ev, defaultTopic)
+	orig, err := kafka.BuildRecord(ev, defaultTopic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,11 +148,11 @@ func TestRecordMatchesOriginal(t *testing.T) {
 		PartitionKey: &ev.PartitionKey, EventType: &ev.EventType, Payload: string(ev.Payload),
 		Headers: strPtr(string(ev.Headers)), CreatedAt: created, CommitLSN: ev.CommitLSN.String(),
 	}
-	rec, back, err := poison.Record(row)
+	rec, back, err := record(row)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := append(headersOf(orig), header{poison.HeaderReplayed, "true"})
+	want := append(headersOf(orig), header{kafka.HeaderReplayed, "true"})
 	got := headersOf(rec)
 	if rec.Topic != orig.Topic || string(rec.Key) != string(orig.Key) || string(rec.Value) != string(orig.Value) || len(got) != len(want) {
 		t.Fatalf("replayed %s/%s=%s %v\nwant     %s/%s=%s %v", rec.Topic, rec.Key, rec.Value, got, orig.Topic, orig.Key, orig.Value, want)
@@ -171,14 +171,22 @@ func TestRecordMatchesOriginal(t *testing.T) {
 // Record says why, and classifies as INVALID_HEADERS.
 func TestRecordInvalidHeaders(t *testing.T) {
 	row := poison.Row{IdempotencyKey: "k", Topic: "t", Payload: "{}", Headers: strPtr(`{"a": 1}`), CommitLSN: "0/1"}
-	rec, ev, err := poison.Record(row)
-	if !errors.Is(err, sink.ErrInvalidHeaders) || rec != nil {
+	rec, ev, err := record(row)
+	if !errors.Is(err, kafka.ErrInvalidHeaders) || rec != nil {
 		t.Fatalf("Record = %v, %v; want no record and ErrInvalidHeaders", rec, err)
 	}
 	if ev == nil || ev.IdempotencyKey != "k" {
 		t.Errorf("event %+v, want the row's event for the error report", ev)
 	}
-	if _, class := sink.Classify(err); class != "INVALID_HEADERS" {
+	if _, class := kafka.Classify(err); class != "INVALID_HEADERS" {
 		t.Errorf("class %q, want INVALID_HEADERS", class)
 	}
+}
+
+// record is the Kafka record a replay of r sends: the event of the row,
+// built by the Kafka sink.
+func record(r poison.Row) (*kgo.Record, *outbox.Event, error) {
+	ev := poison.Event(r)
+	rec, err := kafka.BuildRecord(ev, r.Topic)
+	return rec, ev, err
 }

@@ -14,10 +14,36 @@ import (
 	"github.com/walpost/walpost/outbox"
 )
 
-// EmitFunc hands one event on (to the sink). It must not block for long;
-// the tracker's limits bound how many events are outstanding. The ticket
-// is passed to Tracker.Done once the event is handled.
-type EmitFunc func(ev *outbox.Event, t checkpoint.Ticket)
+// Handler receives what the stream reads, on the stream's goroutine.
+type Handler interface {
+	// Emit hands one event on (to the sink). It must not block for long;
+	// the tracker's limits bound how many events are outstanding. The
+	// ticket is passed to Tracker.Done once the event is handled.
+	Emit(ev *outbox.Event, t checkpoint.Ticket)
+	// Commit reports the end of a PostgreSQL transaction whose events
+	// were all emitted: end is its end LSN, the position that confirms
+	// it. It comes after the transaction's last Emit and before the next
+	// transaction's first, also for a transaction without outbox
+	// events.
+	Commit(end pglogrepl.LSN)
+}
+
+// HandlerFuncs adapts two functions to Handler; a nil Commit ignores
+// transaction ends.
+type HandlerFuncs struct {
+	EmitFunc   func(ev *outbox.Event, t checkpoint.Ticket)
+	CommitFunc func(end pglogrepl.LSN)
+}
+
+// Emit calls h.EmitFunc.
+func (h HandlerFuncs) Emit(ev *outbox.Event, t checkpoint.Ticket) { h.EmitFunc(ev, t) }
+
+// Commit calls h.CommitFunc when set.
+func (h HandlerFuncs) Commit(end pglogrepl.LSN) {
+	if h.CommitFunc != nil {
+		h.CommitFunc(end)
+	}
+}
 
 // Observer receives progress for metrics and health; any field may be nil.
 type Observer struct {
@@ -38,7 +64,7 @@ type Stream struct {
 	conn    *pgconn.PgConn
 	table   TableName
 	tracker *checkpoint.Tracker
-	emit    EmitFunc
+	h       Handler
 	obs     Observer
 
 	rels       map[uint32]*relation
@@ -62,10 +88,10 @@ const statusTick = 200 * time.Millisecond
 
 // NewStream prepares a session on an open replication connection conn. The
 // tracker starts at the slot's confirmed position.
-func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkpoint.Tracker, emit EmitFunc, obs Observer) *Stream {
+func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkpoint.Tracker, h Handler, obs Observer) *Stream {
 	cfg.defaults()
 	return &Stream{
-		cfg: cfg, conn: conn, table: table, tracker: tracker, emit: emit, obs: obs,
+		cfg: cfg, conn: conn, table: table, tracker: tracker, h: h, obs: obs,
 		rels: map[uint32]*relation{}, warned: map[pglogrepl.MessageType]bool{},
 		lowat: lowatOf(conn),
 	}
@@ -293,7 +319,7 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		if s.obs.Received != nil {
 			s.obs.Received(ev)
 		}
-		s.emit(ev, t)
+		s.h.Emit(ev, t)
 		return nil
 	}
 	// Every other message goes through pglogrepl (inserts never get here).
@@ -328,6 +354,9 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		if s.txn == nil {
 			return &DecodeError{LSN: xld.WALStart, Err: errors.New("commit outside a transaction")}
 		}
+		// The handler learns where the transaction ends before the tracker
+		// can confirm it.
+		s.h.Commit(m.TransactionEndLSN)
 		if err := s.tracker.Seal(s.txn, m.TransactionEndLSN); err != nil {
 			return err
 		}

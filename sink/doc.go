@@ -1,19 +1,30 @@
-// Package sink produces outbox events to Kafka with an idempotent franz-go
-// producer.
+// Package sink is the contract between walpost's pipeline and a
+// destination, in the words of CockroachDB's changefeed sinks:
 //
-// Contract (after CockroachDB's changefeed sinks): Produce is asynchronous
-// and reports each event's outcome exactly once through its callback;
-// Flush waits until every produced event has an outcome; Close promises
-// nothing about events without one. Callbacks run on franz-go's promise
-// goroutine, serially, and must never block: they only record outcomes.
+//   - Produce is asynchronous: it enqueues one event and returns; the
+//     event's outcome is reported exactly once to its Acker, nil on the
+//     destination's acknowledgement. Produce never blocks for long (the
+//     pipeline bounds what is in flight) and never drops an event without
+//     reporting it.
+//   - Flush blocks until every event produced before the call has an
+//     outcome, or ctx ends.
+//   - Close releases the sink; it promises nothing about events without an
+//     outcome (they may or may not have been delivered, and their Ackers
+//     may be called with an error).
 //
-// Durability options are set explicitly, never left to library defaults
-// (DESIGN §4): idempotent writes, acks=all, unlimited record retries, no
-// delivery timeout, no idempotent produce cancellation. Transient broker
-// errors (network, NOT_LEADER, REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS) are
-// therefore retried inside the client and never reach a callback.
+// Ackers run on the sink's own goroutines and must never block: they only
+// record outcomes.
 //
-// Invariant 3 (DESIGN §2): records of one partition are appended in the
-// order Produce was called, since franz-go keeps per-partition order for an
-// idempotent producer.
+// A failed outcome is classified by behaviour, not by the destination's
+// error codes: the sink wraps it in an *Error whose Kind says what the
+// pipeline does with the event (KindOf reads it): retry the session
+// (Transient), isolate and eventually quarantine the record (Record), or
+// stop forwarding until an operator fixes the destination (Destination,
+// Unknown).
+//
+// Invariant INV-3 (DESIGN.md): a sink keeps the order in which Produce was
+// called for the events of one partition.
+//
+// The Kafka implementation lives in sink/kafka; Discard acknowledges every
+// event at once (benchmarks, tests).
 package sink

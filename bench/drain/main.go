@@ -249,7 +249,7 @@ type env struct {
 	walpostBin  string
 	recvlogical string
 	self        string // this binary, re-executed for the raw producer
-	produce     producerSettings
+	produce     string // producerSettings of this run
 	dbzLibs     string // "" when Debezium does not run
 	dbzSkip     string // why Debezium does not run
 }
@@ -316,11 +316,13 @@ func run(ctx context.Context, o options) error {
 	// defaults plus any WALPOST_* override in the environment), the
 	// stream alone its in-flight bounds.
 	if needsBacklog && (o.raw || o.stream) {
-		if e.produce, err = walpostProducerSettings(ctx, e.walpostBin, f); err != nil {
+		cfg, err := walpostConfig()
+		if err != nil {
 			return err
 		}
+		e.produce = producerSettings(cfg)
 		if o.raw {
-			logf("raw produce baseline with walpost's settings: %s", e.produce.describe())
+			logf("raw produce baseline with walpost's settings: %s", e.produce)
 		}
 	}
 	switch {

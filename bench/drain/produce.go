@@ -1,7 +1,8 @@
 package main
 
 // The raw-produce baseline: the backlog's records produced through
-// walpost's own sink (sink.New with the settings `walpost run` would use)
+// walpost's own Kafka sink (kafka.New from the configuration `walpost run`
+// reads)
 // to a fresh topic, with no PostgreSQL in the loop. It runs in a child
 // process (this binary with -produce-only) so its CPU time and peak RSS are
 // read from /proc like walpost's. The child loads the rows (dumped once per
@@ -20,123 +21,45 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
-// producerSettings are the parts of walpost's configuration that shape its
-// producer and its in-flight bounds, as `walpost config` prints them.
-type producerSettings struct {
-	ClientID          string        `json:"client_id"`
-	Linger            time.Duration `json:"linger"`
-	Compression       string        `json:"compression"`
-	MaxMessageBytes   int           `json:"max_message_bytes"`
-	MaxInFlightEvents int           `json:"max_inflight_events"`
-	MaxInFlightBytes  int64         `json:"max_inflight_bytes"`
-	// Unused lists kafka.* and pipeline.* keys the harness does not
-	// apply to the raw producer (connection settings, and any key added to
-	// walpost after this harness was written).
-	Unused []string `json:"-"`
+// producerSettings describes what shapes walpost's producer and its
+// in-flight bounds in this run: walpost's configuration (its defaults plus
+// any WALPOST_* override in the environment), read with config.Load as
+// `walpost run` reads it.
+func producerSettings(cfg *config.Config) string {
+	return fmt.Sprintf("linger %s, compression %s, max_message_bytes %d, max in flight %d events / %d bytes, acks=all, idempotent",
+		cfg.Kafka.Linger, cfg.Kafka.Compression, cfg.Kafka.MaxMessageBytes, cfg.Pipeline.MaxInFlightEvents, cfg.Pipeline.MaxInFlightBytes)
 }
 
-func (s producerSettings) describe() string {
-	d := fmt.Sprintf("linger %s, compression %s, max_message_bytes %d, max in flight %d events / %d bytes, acks=all, idempotent",
-		s.Linger, s.Compression, s.MaxMessageBytes, s.MaxInFlightEvents, s.MaxInFlightBytes)
-	if len(s.Unused) > 0 {
-		d += "; not applied: " + strings.Join(s.Unused, ", ")
-	}
-	return d
-}
-
-// knownProducerKeys are the keys walpostProducerSettings reads or knows
-// not to matter for a producer on the local stack.
-var knownProducerKeys = []string{
-	"kafka.client_id", "kafka.linger", "kafka.compression", "kafka.max_message_bytes",
-	"pipeline.max_inflight_events", "pipeline.max_inflight_bytes",
-	"kafka.brokers", "kafka.topic", "kafka.create_topic_partitions", "kafka.flush_timeout",
-}
-
-// walpostProducerSettings runs `walpost config` with the environment
-// `walpost run` gets in this benchmark and reads the producer settings from
-// it, so the raw baseline follows walpost's defaults and any WALPOST_*
-// override.
-func walpostProducerSettings(ctx context.Context, walpostBin string, f *fixture) (producerSettings, error) {
-	var s producerSettings
-	cmd := exec.CommandContext(ctx, walpostBin, "config")
-	cmd.Env, _ = f.walpostEnv("outbox", "walpost_outbox", "walpost", "outbox")
-	out, err := cmd.CombinedOutput()
+// walpostConfig is walpost's configuration from this process's
+// environment, which the children inherit and walpost gets too.
+func walpostConfig() (*config.Config, error) {
+	cfg, err := config.Load(nil, config.NeedNothing)
 	if err != nil {
-		return s, fmt.Errorf("walpost config: %v\n%s", err, out)
+		return nil, fmt.Errorf("walpost's configuration from the environment: %w", err)
 	}
-	kv := map[string]string{}
-	for _, l := range strings.Split(string(out), "\n") {
-		if k, v, ok := strings.Cut(l, " = "); ok {
-			kv[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
-	}
-	get := func(k string) (string, error) {
-		v, ok := kv[k]
-		if !ok {
-			return "", fmt.Errorf("walpost config prints no %s", k)
-		}
-		return v, nil
-	}
-	var errs []error
-	num := func(k string) int64 {
-		v, err := get(k)
-		if err != nil {
-			errs = append(errs, err)
-			return 0
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s = %q: %w", k, v, err))
-		}
-		return n
-	}
-	var v string
-	if v, err = get("kafka.linger"); err == nil {
-		s.Linger, err = time.ParseDuration(v)
-	}
-	errs = append(errs, err)
-	s.ClientID, err = get("kafka.client_id")
-	errs = append(errs, err)
-	s.Compression, err = get("kafka.compression")
-	errs = append(errs, err)
-	s.MaxMessageBytes = int(num("kafka.max_message_bytes"))
-	s.MaxInFlightEvents = int(num("pipeline.max_inflight_events"))
-	s.MaxInFlightBytes = num("pipeline.max_inflight_bytes")
-	if err := errors.Join(errs...); err != nil {
-		return s, err
-	}
-	for k := range kv {
-		if (strings.HasPrefix(k, "kafka.") || strings.HasPrefix(k, "pipeline.")) && !slices.Contains(knownProducerKeys, k) &&
-			!strings.HasPrefix(k, "kafka.tls.") && !strings.HasPrefix(k, "kafka.sasl.") {
-			s.Unused = append(s.Unused, k)
-		}
-	}
-	sort.Strings(s.Unused)
-	return s, nil
+	return cfg, nil
 }
 
 // produceSpec is the child's job, passed as JSON in -produce-only.
 type produceSpec struct {
-	Rows      string           `json:"rows"`   // file written by dumpRows
-	Events    int              `json:"events"` // rows in it
-	Topic     string           `json:"topic"`
-	Brokers   []string         `json:"brokers"`
-	CommitLSN string           `json:"commit_lsn"` // for the commit_lsn header (the backlog's end LSN)
-	Settings  producerSettings `json:"settings"`
+	Rows      string   `json:"rows"`   // file written by dumpRows
+	Events    int      `json:"events"` // rows in it
+	Topic     string   `json:"topic"`
+	Brokers   []string `json:"brokers"`
+	CommitLSN string   `json:"commit_lsn"` // for the commit_lsn header (the backlog's end LSN)
 }
 
 // produceReport is the child's "done" line.
@@ -164,7 +87,7 @@ type rawResult struct {
 func (e *env) runRawProduce(ctx context.Context, rowsFile, topic string, commitLSN pglogrepl.LSN, want int64) (rawResult, error) {
 	var res rawResult
 	loadStart := time.Now()
-	c, err := e.startChild(ctx, "-produce-only", produceSpec{Rows: rowsFile, Events: int(want), Topic: topic, Brokers: e.f.brokers, CommitLSN: commitLSN.String(), Settings: e.produce})
+	c, err := e.startChild(ctx, "-produce-only", produceSpec{Rows: rowsFile, Events: int(want), Topic: topic, Brokers: e.f.brokers, CommitLSN: commitLSN.String()})
 	if err != nil {
 		return res, fmt.Errorf("raw producer: %w", err)
 	}
@@ -304,18 +227,18 @@ func produceChild(specJSON string) error {
 	if err != nil {
 		return err
 	}
-	set := spec.Settings
-	// The same sink.Config cmd/walpost/run.go builds, without the metrics
-	// hooks.
-	k, err := sink.New(sink.Config{
-		Brokers:            spec.Brokers,
-		DefaultTopic:       spec.Topic,
-		ClientID:           set.ClientID,
-		Linger:             set.Linger,
-		Compression:        set.Compression,
-		MaxMessageBytes:    set.MaxMessageBytes,
-		MaxBufferedRecords: set.MaxInFlightEvents + 1024,
-	})
+	cfg, err := walpostConfig()
+	if err != nil {
+		return err
+	}
+	// The producer `walpost run` builds from the same configuration,
+	// without the metrics hooks.
+	kcfg, err := kafka.ConfigFrom(cfg)
+	if err != nil {
+		return err
+	}
+	kcfg.Brokers, kcfg.DefaultTopic = spec.Brokers, spec.Topic
+	k, err := kafka.New(kcfg)
 	if err != nil {
 		return err
 	}
@@ -329,7 +252,7 @@ func produceChild(specJSON string) error {
 	}
 	k.Client().ForceMetadataRefresh()
 	if len(events) > 0 {
-		r, err := sink.BuildRecord(&events[0], spec.Topic)
+		r, err := kafka.BuildRecord(&events[0], spec.Topic)
 		if err != nil {
 			return err
 		}
@@ -363,14 +286,14 @@ func produceChild(specJSON string) error {
 		ev := &events[i]
 		size := int64(ev.Size())
 		mu.Lock()
-		for nEvents > 0 && ((set.MaxInFlightEvents > 0 && nEvents >= set.MaxInFlightEvents) ||
-			(set.MaxInFlightBytes > 0 && nBytes+size > set.MaxInFlightBytes)) {
+		for nEvents > 0 && ((nEvents >= cfg.Pipeline.MaxInFlightEvents) ||
+			(nBytes+size > cfg.Pipeline.MaxInFlightBytes)) {
 			cond.Wait()
 		}
 		nEvents++
 		nBytes += size
 		mu.Unlock()
-		k.Produce(ev, func(_ *kgo.Record, err error) {
+		k.Produce(ev, sink.AckFunc(func(_ sink.Result, err error) {
 			mu.Lock()
 			nEvents--
 			nBytes -= size
@@ -387,7 +310,7 @@ func produceChild(specJSON string) error {
 			}
 			mu.Unlock()
 			cond.Signal()
-		})
+		}))
 	}
 	if total == 0 {
 		lastAck = start

@@ -15,7 +15,7 @@ type report struct {
 	loadBefore string
 	loadAfter  string
 	ncpu       int
-	produce    producerSettings
+	produce    string // producerSettings of this run
 	dbzSkip    string
 }
 
@@ -311,7 +311,7 @@ func (r report) markdown() string {
 		b.WriteString("- pg_recvlogical: `--start --plugin=pgoutput -o proto_version=1 -o publication_names=… -f /dev/null --no-loop --endpos=<end LSN>` on its own slot; it exits by itself at the end LSN.\n")
 	}
 	if o.raw && backlogs {
-		fmt.Fprintf(&b, "- raw produce: a child process loads the backlog's rows (read once from the table, in key order), builds the outbox events in memory, then, clock started, produces them through `sink.New` with walpost's effective settings (%s) and the same in-flight bounds, to a fresh topic, until the last acknowledgement. No PostgreSQL in the loop: the ceiling of walpost's Kafka side on this machine. Its CPU counts from the first produce; its peak RSS includes the pre-built events.\n", r.produce.describe())
+		fmt.Fprintf(&b, "- raw produce: a child process loads the backlog's rows (read once from the table, in key order), builds the outbox events in memory, then, clock started, produces them through `kafka.New` built from walpost's effective configuration (%s) and the same in-flight bounds, to a fresh topic, until the last acknowledgement. No PostgreSQL in the loop: the ceiling of walpost's Kafka side on this machine. Its CPU counts from the first produce; its peak RSS includes the pre-built events.\n", r.produce)
 	}
 	if o.stream && backlogs {
 		b.WriteString("- stream alone: a child process runs walpost's replication stream (`replication.Stream`, as in `walpost run`: read, decode, events built, checkpoint tracking, status updates) on its own slot with walpost's in-flight bounds, one CPU and memory limit, and releases each event as soon as it is decoded: no Kafka. Time and CPU (utime+stime, start-up included) until every event up to the end LSN was released. With the raw producer it splits walpost's CPU into a PostgreSQL half and a Kafka half.\n")

@@ -1,13 +1,13 @@
 package main
 
-// The stream-alone baseline: walpost's replication stream (the same
-// replication.Stream `walpost run` uses: read, decode, build the events,
-// checkpoint tracking and status updates) draining its own slot, each
-// event released as soon as it is decoded, with no Kafka. It runs in a
-// child process (this binary with -stream-only) with walpost's runtime
-// settings, so its CPU time and peak RSS are read from /proc like
-// walpost's. Next to the raw producer it splits walpost's CPU into its
-// PostgreSQL half and its Kafka half.
+// The stream-alone baseline: walpost's pipeline (forwarder.New, the same
+// composition `walpost run` runs: read, decode, build the events, the
+// isolator, checkpoint tracking and status updates) draining its own slot
+// into sink.Discard, which acknowledges each event as soon as it is
+// handed on: no Kafka. It runs in a child process (this binary with
+// -stream-only) with walpost's runtime settings, so its CPU time and peak
+// RSS are read from /proc like walpost's. Next to the raw producer it
+// splits walpost's CPU into its PostgreSQL half and its Kafka half.
 
 import (
 	"context"
@@ -15,33 +15,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 
-	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/forwarder"
 	"github.com/walpost/walpost/outbox"
-	"github.com/walpost/walpost/replication"
+	"github.com/walpost/walpost/sink"
 )
-
-// memoryHeadroom mirrors cmd/walpost: `walpost run` sets a soft memory
-// limit of pipeline.max_inflight_bytes plus this.
-const memoryHeadroom = 24 << 20
 
 // streamSpec is the child's job, passed as JSON in -stream-only.
 type streamSpec struct {
-	URL               string `json:"url"`
-	Slot              string `json:"slot"`
-	Publication       string `json:"publication"`
-	Table             string `json:"table"`
-	EndLSN            string `json:"end_lsn"`
-	MaxInFlightEvents int    `json:"max_inflight_events"`
-	MaxInFlightBytes  int64  `json:"max_inflight_bytes"`
+	URL         string `json:"url"`
+	Slot        string `json:"slot"`
+	Publication string `json:"publication"`
+	Table       string `json:"table"`
+	EndLSN      string `json:"end_lsn"`
 }
 
 // streamReport is the child's "done" line.
@@ -67,7 +59,6 @@ func (e *env) runStreamAlone(ctx context.Context, table, publication, slot strin
 	busy0, kafka0 := machineBusy(), e.f.kafkaCPU()
 	c, err := e.startChild(ctx, "-stream-only", streamSpec{
 		URL: e.f.pgURL, Slot: slot, Publication: publication, Table: table, EndLSN: endLSN.String(),
-		MaxInFlightEvents: e.produce.MaxInFlightEvents, MaxInFlightBytes: e.produce.MaxInFlightBytes,
 	})
 	if err != nil {
 		return res, fmt.Errorf("stream alone: %w", err)
@@ -112,39 +103,23 @@ func streamChild(specJSON string) error {
 	if err != nil {
 		return err
 	}
+	cfg, err := walpostConfig()
+	if err != nil {
+		return err
+	}
+	cfg.Postgres.URL, cfg.Postgres.Slot, cfg.Postgres.Publication, cfg.Postgres.Table = spec.URL, spec.Slot, spec.Publication, spec.Table
+	cfg.HTTP.Listen = ""
+	log := slog.New(slog.DiscardHandler)
 	// What `walpost run` sets unless GOMAXPROCS / GOMEMLIMIT are given.
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(spec.MaxInFlightBytes + memoryHeadroom)
-	}
+	forwarder.ApplyMemoryLimit(cfg, log)
+	forwarder.ApplyProcs(log)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rcfg := replication.Config{
-		ConnString: spec.URL, Slot: spec.Slot, Publication: spec.Publication, Table: spec.Table,
-		StatusInterval: time.Second, ReceiveTimeout: 10 * time.Second, DrainTimeout: 10 * time.Second,
-	}
-	side, err := pgx.Connect(ctx, spec.URL)
+	var counted countingSink
+	f, err := forwarder.New(cfg, forwarder.Deps{Logger: log, Sink: &counted})
 	if err != nil {
 		return err
 	}
-	defer side.Close(context.Background())
-	table, slot, err := replication.Prepare(ctx, side, rcfg)
-	if err != nil {
-		return err
-	}
-	conn, err := replication.ConnectReplication(ctx, spec.URL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
-	tracker := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{MaxEvents: spec.MaxInFlightEvents, MaxBytes: spec.MaxInFlightBytes})
-	var events atomic.Int64
-	stream := replication.NewStream(rcfg, conn, table, tracker, func(_ *outbox.Event, t checkpoint.Ticket) {
-		events.Add(1)
-		tracker.Done(t)
-	}, replication.Observer{})
 	var wall time.Duration
 	reached := make(chan struct{})
 	go func() {
@@ -156,7 +131,7 @@ func streamChild(specJSON string) error {
 				return
 			case <-t.C:
 			}
-			if tracker.Confirmed() >= end {
+			if f.Confirmed() >= end {
 				wall = time.Since(start)
 				close(reached)
 				cancel()
@@ -164,18 +139,28 @@ func streamChild(specJSON string) error {
 			}
 		}
 	}()
-	err = stream.Run(ctx)
+	err = f.Run(ctx)
 	select {
 	case <-reached:
 	default:
 		if err == nil {
-			err = errors.New("the stream ended before the end LSN")
+			err = errors.New("the forwarder ended before the end LSN")
 		}
 		return err
 	}
-	b, _ := json.Marshal(streamReport{Events: events.Load(), WallNs: wall.Nanoseconds()})
+	b, _ := json.Marshal(streamReport{Events: counted.n.Load(), WallNs: wall.Nanoseconds()})
 	fmt.Println("done", string(b))
 	// Stay alive until the parent has read CPU and memory from /proc.
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return nil
 }
+
+// countingSink is sink.Discard, counting the events.
+type countingSink struct{ n atomic.Int64 }
+
+func (c *countingSink) Produce(ev *outbox.Event, a sink.Acker) {
+	c.n.Add(1)
+	sink.Discard.Produce(ev, a)
+}
+func (c *countingSink) Flush(ctx context.Context) error { return sink.Discard.Flush(ctx) }
+func (c *countingSink) Close()                          {}

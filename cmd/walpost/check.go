@@ -16,7 +16,6 @@ import (
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/replication"
-	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
 )
 
@@ -226,9 +225,9 @@ func checkKafka(ctx context.Context, cfg *config.Config, c *checker) {
 		return
 	}
 	c.ok("kafka", fmt.Sprintf("%d broker(s) reachable via %v", len(brokers), cfg.Kafka.Brokers))
-	info, err := sink.DescribeTopic(cctx, cl, cfg.Kafka.Topic)
+	info, err := kafka.DescribeTopic(cctx, cl, cfg.Kafka.Topic)
 	if err != nil {
-		if errors.Is(err, sink.ErrTopicMissing) && cfg.Kafka.CreateTopicPartitions > 0 {
+		if errors.Is(err, kafka.ErrTopicMissing) && cfg.Kafka.CreateTopicPartitions > 0 {
 			c.ok("topic", fmt.Sprintf("%q does not exist yet; walpost run creates it with %d partition(s) (kafka.create_topic_partitions)", cfg.Kafka.Topic, cfg.Kafka.CreateTopicPartitions))
 			return
 		}

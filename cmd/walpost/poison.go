@@ -15,7 +15,6 @@ import (
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
-	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
 )
 
@@ -171,16 +170,15 @@ func newPoisonReplayCommand() *cobra.Command {
 				return nil
 			}
 			logger := newLogger(cmd.ErrOrStderr(), cfg.Log)
-			kopts, err := kafka.ClientOpts(cfg.Kafka)
+			kcfg, err := kafka.ConfigFrom(cfg)
 			if err != nil {
 				return err
 			}
-			k, err := sink.New(sink.Config{
-				Opts:    kopts,
-				Brokers: cfg.Kafka.Brokers, DefaultTopic: cfg.Kafka.Topic, ClientID: cfg.Kafka.ClientID + "-replay",
-				Linger: 0, Compression: cfg.Kafka.Compression, MaxMessageBytes: cfg.Kafka.MaxMessageBytes,
-				Logger: logger.With("component", "kafka"),
-			})
+			// One record at a time: no linger, and a client id of its own.
+			kcfg.ClientID += "-replay"
+			kcfg.Linger, kcfg.MaxBufferedRecords = 0, 0
+			kcfg.Logger = logger.With("component", "kafka")
+			k, err := kafka.New(kcfg)
 			if err != nil {
 				return err
 			}

@@ -70,3 +70,30 @@ func NewClient(cfg config.Kafka, extra ...kgo.Opt) (*kgo.Client, error) {
 	opts = append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID(cfg.ClientID)}, opts...)
 	return kgo.NewClient(append(opts, extra...)...)
 }
+
+// ConfigFrom is the producer configuration of walpost's configuration:
+// brokers, default topic, client id, linger, compression, size limit, the
+// TLS/SASL options, and a client buffer above the pipeline's in-flight
+// bound so Produce never blocks. Callers add Logger, OnDataLoss and
+// ProducerOpts.
+func ConfigFrom(c *config.Config) (Config, error) {
+	opts, err := ClientOpts(c.Kafka)
+	if err != nil {
+		return Config{}, err
+	}
+	return Config{
+		Brokers:            c.Kafka.Brokers,
+		DefaultTopic:       c.Kafka.Topic,
+		ClientID:           c.Kafka.ClientID,
+		Linger:             c.Kafka.Linger,
+		Compression:        c.Kafka.Compression,
+		MaxMessageBytes:    c.Kafka.MaxMessageBytes,
+		MaxBufferedRecords: c.Pipeline.MaxInFlightEvents + bufferHeadroom,
+		Opts:               opts,
+	}, nil
+}
+
+// bufferHeadroom is how many records the client buffers beyond the
+// pipeline's in-flight bound (held events released after a failure are
+// produced while the failed ones are still counted).
+const bufferHeadroom = 1024

@@ -1,4 +1,4 @@
-package sink_test
+package kafka_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // TestClassify: each error class of DESIGN §4 maps to its Kind and names
@@ -34,11 +35,11 @@ func TestClassify(t *testing.T) {
 		{kerr.CorruptMessage, sink.Record, "CORRUPT_MESSAGE"},
 		{kerr.InvalidTimestamp, sink.Record, "INVALID_TIMESTAMP"},
 		{kerr.PolicyViolation, sink.Record, "POLICY_VIOLATION"},
-		{sink.ErrRecordTooLarge, sink.Record, "MESSAGE_TOO_LARGE"},
-		{fmt.Errorf("%w (record of about 2000 bytes, topic %q allows 1024)", sink.ErrRecordTooLarge, "t"), sink.Record, "MESSAGE_TOO_LARGE"},
-		{sink.ErrInvalidHeaders, sink.Record, "INVALID_HEADERS"},
-		{fmt.Errorf("%w: header %q is %T", sink.ErrInvalidHeaders, "a", 1.0), sink.Record, "INVALID_HEADERS"},
-		{sink.ErrEmptyKey, sink.Record, "EMPTY_KEY"},
+		{kafka.ErrRecordTooLarge, sink.Record, "MESSAGE_TOO_LARGE"},
+		{fmt.Errorf("%w (record of about 2000 bytes, topic %q allows 1024)", kafka.ErrRecordTooLarge, "t"), sink.Record, "MESSAGE_TOO_LARGE"},
+		{kafka.ErrInvalidHeaders, sink.Record, "INVALID_HEADERS"},
+		{fmt.Errorf("%w: header %q is %T", kafka.ErrInvalidHeaders, "a", 1.0), sink.Record, "INVALID_HEADERS"},
+		{kafka.ErrEmptyKey, sink.Record, "EMPTY_KEY"},
 
 		// Destination: halt and alert, never poison.
 		{kerr.TopicAuthorizationFailed, sink.Destination, "TOPIC_AUTHORIZATION_FAILED"},
@@ -71,14 +72,14 @@ func TestClassify(t *testing.T) {
 	for _, tt := range tests {
 		for _, err := range []error{tt.err, fmt.Errorf("produce to %q: %w", "orders", tt.err)} {
 			t.Run(err.Error(), func(t *testing.T) {
-				kind, class := sink.Classify(err)
+				kind, class := kafka.Classify(err)
 				if kind != tt.kind || class != tt.class {
 					t.Errorf("Classify(%v) = %s, %q; want %s, %q", err, kind, class, tt.kind, tt.class)
 				}
 			})
 		}
 	}
-	if kind, class := sink.Classify(nil); kind != sink.Transient || class != "" {
+	if kind, class := kafka.Classify(nil); kind != sink.Transient || class != "" {
 		t.Errorf("Classify(nil) = %s, %q; want transient, \"\"", kind, class)
 	}
 }
@@ -95,7 +96,7 @@ func TestClassifyRequestLevelIsNeverRecord(t *testing.T) {
 		kerr.InvalidProducerEpoch,     // fenced producer
 		kerr.UnsupportedForMessageFormat,
 	} {
-		if kind, class := sink.Classify(err); kind == sink.Record {
+		if kind, class := kafka.Classify(err); kind == sink.Record {
 			t.Errorf("Classify(%v) = %s, %q: a request-level error would poison every record", err, kind, class)
 		}
 	}
@@ -126,7 +127,7 @@ func TestExplain(t *testing.T) {
 		{kerr.UnknownTopicID, []string{`topic "orders.v1" does not exist`, "create it"}},
 	}
 	for _, tt := range tests {
-		got := sink.Explain(tt.err, topic)
+		got := kafka.Explain(tt.err, topic)
 		if !errors.Is(got, tt.err) {
 			t.Errorf("Explain(%v) = %v, which no longer wraps the cause", tt.err, got)
 		}
@@ -136,8 +137,8 @@ func TestExplain(t *testing.T) {
 			}
 		}
 	}
-	for _, err := range []error{kerr.InvalidRecord, sink.ErrInvalidHeaders, errors.New("plain")} {
-		if got := sink.Explain(err, topic); got != err {
+	for _, err := range []error{kerr.InvalidRecord, kafka.ErrInvalidHeaders, errors.New("plain")} {
+		if got := kafka.Explain(err, topic); got != err {
 			t.Errorf("Explain(%v) = %v, want it unchanged", err, got)
 		}
 	}
@@ -179,10 +180,10 @@ func (b *batchSizes) get(key string) (int, bool) {
 }
 
 // produceOne produces r alone and waits for its outcome.
-func produceOne(t *testing.T, k *sink.Kafka, r *kgo.Record) error {
+func produceOne(t *testing.T, k *kafka.Sink, r *kgo.Record) error {
 	t.Helper()
 	ch := make(chan error, 1)
-	k.ProduceRecord(r, "", false, func(_ *kgo.Record, err error) { ch <- err })
+	k.ProduceRecord(r, func(err error) { ch <- err })
 	select {
 	case err := <-ch:
 		return err
@@ -221,7 +222,7 @@ func TestCheckSize(t *testing.T) {
 		t.Fatalf("create topic: %v", err)
 	}
 
-	k, err := sink.New(sink.Config{Brokers: c.ListenAddrs(), DefaultTopic: "small", Compression: "none", Linger: time.Millisecond})
+	k, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), DefaultTopic: "small", Compression: "none", Linger: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,8 +230,8 @@ func TestCheckSize(t *testing.T) {
 
 	record := func(key string, size int) *kgo.Record {
 		r := &kgo.Record{Topic: "small", Key: []byte(key), Headers: []kgo.RecordHeader{{Key: "idempotency_key", Value: []byte(key)}}}
-		r.Value = []byte(strings.Repeat("x", size-sink.RecordSize(r)))
-		if got := sink.RecordSize(r); got != size {
+		r.Value = []byte(strings.Repeat("x", size-kafka.RecordSize(r)))
+		if got := kafka.RecordSize(r); got != size {
 			t.Fatalf("RecordSize = %d, want %d", got, size)
 		}
 		return r
@@ -246,10 +247,10 @@ func TestCheckSize(t *testing.T) {
 
 	over := record("over", limit+1)
 	err = k.CheckSize(over)
-	if !errors.Is(err, sink.ErrRecordTooLarge) || !errors.Is(err, kerr.MessageTooLarge) {
+	if !errors.Is(err, kafka.ErrRecordTooLarge) || !errors.Is(err, kerr.MessageTooLarge) {
 		t.Fatalf("CheckSize(limit+1) = %v, want ErrRecordTooLarge wrapping MESSAGE_TOO_LARGE", err)
 	}
-	if kind, class := sink.Classify(err); kind != sink.Record || class != "MESSAGE_TOO_LARGE" {
+	if kind, class := kafka.Classify(err); kind != sink.Record || class != "MESSAGE_TOO_LARGE" {
 		t.Errorf("Classify(%v) = %s, %q; want record, MESSAGE_TOO_LARGE", err, kind, class)
 	}
 	for _, w := range []string{`"small"`, fmt.Sprint(limit)} {
@@ -261,10 +262,10 @@ func TestCheckSize(t *testing.T) {
 	// Produce runs the pre-check: the event fails at once, nothing is sent.
 	ev := &outbox.Event{IdempotencyKey: "big-event", Payload: []byte(`"` + strings.Repeat("y", limit) + `"`)}
 	ch := make(chan error, 1)
-	k.Produce(ev, func(_ *kgo.Record, err error) { ch <- err })
+	k.Produce(ev, sink.AckFunc(func(_ sink.Result, err error) { ch <- err }))
 	select {
 	case err := <-ch:
-		if !errors.Is(err, sink.ErrRecordTooLarge) {
+		if !errors.Is(err, kafka.ErrRecordTooLarge) {
 			t.Errorf("Produce of an oversized event: %v, want ErrRecordTooLarge", err)
 		}
 	default:
@@ -278,7 +279,7 @@ func TestCheckSize(t *testing.T) {
 	}
 
 	// Config.MaxMessageBytes takes precedence over the topic.
-	k2, err := sink.New(sink.Config{Brokers: c.ListenAddrs(), DefaultTopic: "small", MaxMessageBytes: 1000})
+	k2, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), DefaultTopic: "small", MaxMessageBytes: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +287,7 @@ func TestCheckSize(t *testing.T) {
 	if err := k2.CheckSize(record("cfg-ok", 1000)); err != nil {
 		t.Errorf("CheckSize(1000) with MaxMessageBytes 1000 = %v", err)
 	}
-	if err := k2.CheckSize(record("cfg-over", 1001)); !errors.Is(err, sink.ErrRecordTooLarge) {
+	if err := k2.CheckSize(record("cfg-over", 1001)); !errors.Is(err, kafka.ErrRecordTooLarge) {
 		t.Errorf("CheckSize(1001) with MaxMessageBytes 1000 = %v, want ErrRecordTooLarge", err)
 	}
 }
@@ -302,7 +303,7 @@ func TestRecordSizeIsAnUpperBound(t *testing.T) {
 	defer c.Close()
 	sizes := &batchSizes{n: map[string]int{}}
 	c.ControlKey(int16(kmsg.Produce), sizes.control)
-	k, err := sink.New(sink.Config{Brokers: c.ListenAddrs(), DefaultTopic: "sizes", Compression: "none"})
+	k, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), DefaultTopic: "sizes", Compression: "none"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +322,7 @@ func TestRecordSizeIsAnUpperBound(t *testing.T) {
 			if n >= 0 {
 				r.Value = []byte(strings.Repeat("z", n))
 			}
-			est := sink.RecordSize(r)
+			est := kafka.RecordSize(r)
 			if err := produceOne(t, k, r); err != nil {
 				t.Fatalf("produce %s: %v", key, err)
 			}
@@ -364,7 +365,7 @@ func TestCheckSizeDoesNotDescribePerRecordWhenDescribeFails(t *testing.T) {
 		mu.Unlock()
 		return resp, nil, true
 	})
-	k, err := sink.New(sink.Config{Brokers: c.ListenAddrs(), DefaultTopic: "denied"})
+	k, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), DefaultTopic: "denied"})
 	if err != nil {
 		t.Fatal(err)
 	}

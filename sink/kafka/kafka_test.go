@@ -1,4 +1,4 @@
-package sink_test
+package kafka_test
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // Every test of the package must leave no goroutine behind: the Kafka
@@ -38,15 +39,15 @@ func newCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	return c
 }
 
-func newKafka(t *testing.T, c *kfake.Cluster, cfg sink.Config) *sink.Kafka {
+func newKafka(t *testing.T, c *kfake.Cluster, cfg kafka.Config) *kafka.Sink {
 	t.Helper()
 	cfg.Brokers = c.ListenAddrs()
 	if cfg.DefaultTopic == "" {
 		cfg.DefaultTopic = testTopic
 	}
-	k, err := sink.New(cfg)
+	k, err := kafka.New(cfg)
 	if err != nil {
-		t.Fatalf("sink.New: %v", err)
+		t.Fatalf("kafka.New: %v", err)
 	}
 	t.Cleanup(k.Close)
 	return k
@@ -66,7 +67,7 @@ type outcome struct {
 func TestKafkaProduce(t *testing.T) {
 	const n = 1000
 	c := newCluster(t)
-	k := newKafka(t, c, sink.Config{})
+	k := newKafka(t, c, kafka.Config{})
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	pks := make([]string, 25)
@@ -96,16 +97,14 @@ func TestKafkaProduce(t *testing.T) {
 	var mu sync.Mutex
 	outcomes := make([]outcome, n)
 	for i, ev := range events {
-		k.Produce(ev, func(r *kgo.Record, err error) {
+		k.Produce(ev, sink.AckFunc(func(r sink.Result, err error) {
 			mu.Lock()
 			defer mu.Unlock()
 			o := &outcomes[i]
 			o.calls++
 			o.err = err
-			if r != nil {
-				o.partition, o.offset = r.Partition, r.Offset
-			}
-		})
+			o.partition, o.offset = r.Partition, r.Offset
+		}))
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -175,7 +174,7 @@ func TestKafkaProduce(t *testing.T) {
 	// The consumed records carry the envelope.
 	for _, rs := range got {
 		for _, r := range rs {
-			if len(r.Headers) < 4 || r.Headers[0].Key != sink.HeaderIdempotencyKey || string(r.Headers[0].Value) != string(r.Key) {
+			if len(r.Headers) < 4 || r.Headers[0].Key != kafka.HeaderIdempotencyKey || string(r.Headers[0].Value) != string(r.Key) {
 				t.Fatalf("record %q: headers %v", r.Key, r.Headers)
 			}
 		}
@@ -217,36 +216,39 @@ func consumeAll(t *testing.T, c *kfake.Cluster, topic string, n int) map[int32][
 // A row whose record cannot be built is reported at once, exactly once.
 func TestKafkaProduceUnbuildable(t *testing.T) {
 	c := newCluster(t)
-	k := newKafka(t, c, sink.Config{})
+	k := newKafka(t, c, kafka.Config{})
 	calls := 0
 	var got error
-	k.Produce(&outbox.Event{ID: "x", Payload: []byte("{}")}, func(r *kgo.Record, err error) {
+	k.Produce(&outbox.Event{ID: "x", Payload: []byte("{}")}, sink.AckFunc(func(r sink.Result, err error) {
 		calls++
 		got = err
-		if r != nil {
-			t.Errorf("record %v with a build error", r)
+		if r.Partition != -1 {
+			t.Errorf("result %+v with a build error, want partition -1", r)
 		}
-	})
-	if calls != 1 || !errors.Is(got, sink.ErrEmptyKey) {
+		if kind, class := sink.KindOf(err); kind != sink.Record || class != "EMPTY_KEY" {
+			t.Errorf("build error classified %s/%s, want record/EMPTY_KEY", kind, class)
+		}
+	}))
+	if calls != 1 || !errors.Is(got, kafka.ErrEmptyKey) {
 		t.Errorf("callback called %d times with %v, want once with ErrEmptyKey", calls, got)
 	}
-	k.Produce(&outbox.Event{ID: "y", IdempotencyKey: "k", Payload: []byte("{}"), Headers: []byte(`{"a": 1}`)}, func(_ *kgo.Record, err error) {
+	k.Produce(&outbox.Event{ID: "y", IdempotencyKey: "k", Payload: []byte("{}"), Headers: []byte(`{"a": 1}`)}, sink.AckFunc(func(_ sink.Result, err error) {
 		calls++
 		got = err
-	})
-	if calls != 2 || !errors.Is(got, sink.ErrInvalidHeaders) {
+	}))
+	if calls != 2 || !errors.Is(got, kafka.ErrInvalidHeaders) {
 		t.Errorf("callback called %d times with %v, want once more with ErrInvalidHeaders", calls, got)
 	}
 }
 
 func TestDescribeTopic(t *testing.T) {
 	c := newCluster(t)
-	k := newKafka(t, c, sink.Config{})
+	k := newKafka(t, c, kafka.Config{})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 
 	t.Run("seeded topic: broker default max.message.bytes", func(t *testing.T) {
-		info, err := sink.DescribeTopic(ctx, k.Client(), testTopic)
+		info, err := kafka.DescribeTopic(ctx, k.Client(), testTopic)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +267,7 @@ func TestDescribeTopic(t *testing.T) {
 		if err != nil {
 			t.Fatalf("create topic: %v", err)
 		}
-		info, err := sink.DescribeTopic(ctx, k.Client(), "big")
+		info, err := kafka.DescribeTopic(ctx, k.Client(), "big")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,19 +277,19 @@ func TestDescribeTopic(t *testing.T) {
 	})
 
 	t.Run("unknown topic", func(t *testing.T) {
-		info, err := sink.DescribeTopic(ctx, k.Client(), "no-such-topic")
-		if !errors.Is(err, sink.ErrTopicMissing) {
+		info, err := kafka.DescribeTopic(ctx, k.Client(), "no-such-topic")
+		if !errors.Is(err, kafka.ErrTopicMissing) {
 			t.Fatalf("DescribeTopic(no-such-topic) = %+v, %v; want ErrTopicMissing", info, err)
 		}
 	})
 
 	t.Run("CreateTopic is idempotent", func(t *testing.T) {
 		for range 2 {
-			if err := sink.CreateTopic(ctx, k.Client(), "made", 2); err != nil {
+			if err := kafka.CreateTopic(ctx, k.Client(), "made", 2); err != nil {
 				t.Fatal(err)
 			}
 		}
-		info, err := sink.DescribeTopic(ctx, k.Client(), "made")
+		info, err := kafka.DescribeTopic(ctx, k.Client(), "made")
 		if err != nil || info.Partitions != 2 {
 			t.Errorf("DescribeTopic(made) = %+v, %v", info, err)
 		}
@@ -295,12 +297,12 @@ func TestDescribeTopic(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	for _, cfg := range []sink.Config{
+	for _, cfg := range []kafka.Config{
 		{DefaultTopic: "t"},
 		{Brokers: []string{"127.0.0.1:1"}},
 		{Brokers: []string{"127.0.0.1:1"}, DefaultTopic: "t", Compression: "brotli"},
 	} {
-		if k, err := sink.New(cfg); err == nil {
+		if k, err := kafka.New(cfg); err == nil {
 			k.Close()
 			t.Errorf("New(%+v) succeeded", cfg)
 		}
@@ -311,11 +313,11 @@ func TestNewValidates(t *testing.T) {
 // instead of the client creating the topic or retrying forever.
 func TestKafkaProduceMissingTopic(t *testing.T) {
 	c := newCluster(t)
-	k := newKafka(t, c, sink.Config{})
+	k := newKafka(t, c, kafka.Config{})
 	done := make(chan error, 2)
-	k.Produce(&outbox.Event{ID: "x", IdempotencyKey: "k", Payload: []byte("{}"), Topic: "no-such-topic"}, func(_ *kgo.Record, err error) {
+	k.Produce(&outbox.Event{ID: "x", IdempotencyKey: "k", Payload: []byte("{}"), Topic: "no-such-topic"}, sink.AckFunc(func(_ sink.Result, err error) {
 		done <- err
-	})
+	}))
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	if err := k.Flush(ctx); err != nil {
@@ -332,8 +334,8 @@ func TestKafkaProduceMissingTopic(t *testing.T) {
 	if len(done) != 0 {
 		t.Errorf("callback called again with %v", <-done)
 	}
-	info, err := sink.DescribeTopic(ctx, k.Client(), "no-such-topic")
-	if !errors.Is(err, sink.ErrTopicMissing) {
+	info, err := kafka.DescribeTopic(ctx, k.Client(), "no-such-topic")
+	if !errors.Is(err, kafka.ErrTopicMissing) {
 		t.Errorf("the topic was created: %+v, %v", info, err)
 	}
 }
@@ -342,7 +344,7 @@ func TestKafkaProduceMissingTopic(t *testing.T) {
 // alone: its neighbours on the same partition are delivered, in order.
 func TestKafkaSizePreCheck(t *testing.T) {
 	c := newCluster(t)
-	k := newKafka(t, c, sink.Config{})
+	k := newKafka(t, c, kafka.Config{})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	limit := "2048"
@@ -358,11 +360,11 @@ func TestKafkaSizePreCheck(t *testing.T) {
 	errs := make([][]error, len(payloads))
 	for i, p := range payloads {
 		ev := &outbox.Event{ID: fmt.Sprint(i), IdempotencyKey: fmt.Sprintf("size-%d", i), Payload: []byte(p), Topic: "small"}
-		k.Produce(ev, func(_ *kgo.Record, err error) {
+		k.Produce(ev, sink.AckFunc(func(_ sink.Result, err error) {
 			mu.Lock()
 			errs[i] = append(errs[i], err)
 			mu.Unlock()
-		})
+		}))
 	}
 	if err := k.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
@@ -377,7 +379,7 @@ func TestKafkaSizePreCheck(t *testing.T) {
 	if errs[0][0] != nil || errs[2][0] != nil {
 		t.Errorf("neighbours of the large record failed: %v, %v", errs[0][0], errs[2][0])
 	}
-	if !errors.Is(errs[1][0], sink.ErrRecordTooLarge) || !errors.Is(errs[1][0], kerr.MessageTooLarge) {
+	if !errors.Is(errs[1][0], kafka.ErrRecordTooLarge) || !errors.Is(errs[1][0], kerr.MessageTooLarge) {
 		t.Errorf("large record: %v, want ErrRecordTooLarge (MESSAGE_TOO_LARGE)", errs[1][0])
 	}
 	got := consumeAll(t, c, "small", 2)
@@ -407,13 +409,13 @@ func TestCompressionCodecs(t *testing.T) {
 		want uint8 // the record batch's compression attribute
 	}{{"", 2}, {"snappy", 2}, {"lz4", 3}, {"zstd", 4}, {"gzip", 1}, {"none", 0}} {
 		h := &batchCodecs{}
-		k := newKafka(t, c, sink.Config{Compression: tc.name, ProducerOpts: []kgo.Opt{kgo.WithHooks(h)}})
+		k := newKafka(t, c, kafka.Config{Compression: tc.name, ProducerOpts: []kgo.Opt{kgo.WithHooks(h)}})
 		ev := &outbox.Event{
 			ID: "1", IdempotencyKey: "codec-" + tc.name, CreatedAt: "2026-11-30 04:42:00+00",
 			Payload: []byte(`{"note": "` + strings.Repeat("compressible text ", 50) + `"}`),
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := k.ProduceSync(ctx, ev)
+		err := sink.ProduceSync(ctx, k, ev)
 		cancel()
 		if err != nil {
 			t.Fatalf("compression %q: produce: %v", tc.name, err)

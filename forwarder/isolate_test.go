@@ -1,4 +1,4 @@
-package poison_test
+package forwarder_test
 
 import (
 	"context"
@@ -19,12 +19,13 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/forwarder"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/poison"
-	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
-// Fault-injection tests of the Isolator: a real sink.Kafka against kfake, a
+// Fault-injection tests of the Isolator: a real kafka.Sink against kfake, a
 // real checkpoint.Tracker, and an in-memory Quarantine. A ControlKey on
 // Produce decodes every partition's record batch and decides, per batch,
 // whether the broker refuses it. The refusal itself is a one-shot kfake
@@ -131,16 +132,16 @@ type harnessOpts struct {
 	// onOrderViolation is Config.OnOrderViolation.
 	onOrderViolation func(topic string, partition int32)
 	// wrap, when set, wraps the real tracker given to the Isolator.
-	wrap func(*checkpoint.Tracker) poison.Tracker
+	wrap func(*checkpoint.Tracker) forwarder.Tracker
 }
 
 type harness struct {
 	t   *testing.T
 	c   *kfake.Cluster
-	k   *sink.Kafka
+	k   *kafka.Sink
 	tr  *checkpoint.Tracker
 	q   *fakeQuarantine
-	iso *poison.Isolator
+	iso *forwarder.Isolator
 
 	cancel  context.CancelFunc
 	runDone chan struct{}
@@ -161,7 +162,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	h := &harness{t: t, c: c, seenN: map[string]int{}, rule: o.rule, runDone: make(chan struct{})}
 	c.ControlKey(int16(kmsg.Produce), h.control)
 
-	k, err := sink.New(sink.Config{
+	k, err := kafka.New(kafka.Config{
 		Brokers:      c.ListenAddrs(),
 		DefaultTopic: testTopic,
 		Compression:  "none",
@@ -169,16 +170,16 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	})
 	if err != nil {
 		c.Close()
-		t.Fatalf("sink.New: %v", err)
+		t.Fatalf("kafka.New: %v", err)
 	}
 	h.k = k
 	h.tr = checkpoint.New(0, checkpoint.Limits{})
 	h.q = &fakeQuarantine{failFirst: o.failPuts}
-	var tracker poison.Tracker = h.tr
+	var tracker forwarder.Tracker = h.tr
 	if o.wrap != nil {
 		tracker = o.wrap(h.tr)
 	}
-	h.iso = poison.NewIsolator(poison.Config{
+	h.iso = forwarder.NewIsolator(forwarder.IsolatorConfig{
 		MaxAttempts:      maxAttempts,
 		Backoff:          2 * time.Millisecond,
 		MaxRate:          o.maxRate,
@@ -663,9 +664,9 @@ func TestIsolatorDestinationErrorHalts(t *testing.T) {
 
 	h.emit(txns)
 	err := h.wait(10 * time.Second)
-	var de *poison.DestinationError
+	var de *forwarder.DestinationError
 	if !errors.As(err, &de) {
-		t.Fatalf("Run = %v, want a *poison.DestinationError", err)
+		t.Fatalf("Run = %v, want a *forwarder.DestinationError", err)
 	}
 	if de.Class != "TOPIC_AUTHORIZATION_FAILED" || de.Topic != testTopic || !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Errorf("DestinationError{Class %q Topic %q} (%v), want TOPIC_AUTHORIZATION_FAILED on %q", de.Class, de.Topic, err, testTopic)
@@ -699,8 +700,8 @@ func TestIsolatorBreakerTrips(t *testing.T) {
 
 	h.emit(txns)
 	err := h.wait(10 * time.Second)
-	if !errors.Is(err, poison.ErrBreaker) {
-		t.Fatalf("Run = %v, want an error wrapping poison.ErrBreaker", err)
+	if !errors.Is(err, forwarder.ErrBreaker) {
+		t.Fatalf("Run = %v, want an error wrapping forwarder.ErrBreaker", err)
 	}
 	if got := entryKeys(h.q.Entries()); !slices.Equal(got, bad) {
 		t.Errorf("quarantined %v, want %v (in emit order)", got, bad)
@@ -756,7 +757,7 @@ func TestIsolatorOrderHoldsWhenFailurePromiseIsLate(t *testing.T) {
 	var violations []int32
 	h := newHarness(t, harnessOpts{
 		rule: failKey(a, 1, kerr.InvalidRecord),
-		wrap: func(tr *checkpoint.Tracker) poison.Tracker { g.Tracker = tr; return g },
+		wrap: func(tr *checkpoint.Tracker) forwarder.Tracker { g.Tracker = tr; return g },
 		onOrderViolation: func(_ string, part int32) {
 			vmu.Lock()
 			violations = append(violations, part)

@@ -1,5 +1,5 @@
 //go:build !race
 
-package poison_test
+package forwarder_test
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package poison
+package forwarder
 
 import (
 	"cmp"
@@ -11,10 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/jackc/pglogrepl"
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/sink"
 )
 
@@ -31,22 +32,15 @@ type DestinationError struct {
 
 func (e *DestinationError) Error() string {
 	return fmt.Sprintf("kafka refuses topic %q (%s) for event %q; nothing is quarantined and the slot does not move past it: %v",
-		e.Topic, e.Class, e.Key, sink.Explain(e.Err, e.Topic))
+		e.Topic, e.Class, e.Key, e.Err)
 }
 
 func (e *DestinationError) Unwrap() error { return e.Err }
 
-// Producer is what the Isolator needs of the sink.
-type Producer interface {
-	ProduceIn(env *sink.Envelope, ev *outbox.Event, a sink.Acker)
-	ProduceSync(ctx context.Context, ev *outbox.Event) error
-	Flush(ctx context.Context) error
-}
-
 // Quarantine stores an event that keeps failing; Put returns once it is
-// durable.
+// durable (poison.Store).
 type Quarantine interface {
-	Put(ctx context.Context, e Entry) error
+	Put(ctx context.Context, e poison.Entry) error
 }
 
 // Tracker is what the Isolator needs of the checkpoint tracker.
@@ -55,8 +49,8 @@ type Tracker interface {
 	SetPaused(bool)
 }
 
-// Config tunes the Isolator.
-type Config struct {
+// IsolatorConfig tunes the Isolator.
+type IsolatorConfig struct {
 	MaxAttempts  int           // attempts before quarantine; default 5
 	Backoff      time.Duration // first pause between attempts, doubled each time; default 200ms
 	MaxRate      int           // quarantined events within RateWindow that trip the breaker; default 100
@@ -78,8 +72,8 @@ type Config struct {
 
 // Isolator routes events to the sink and settles failed ones.
 type Isolator struct {
-	cfg     Config
-	prod    Producer
+	cfg     IsolatorConfig
+	prod    sink.Sink
 	store   Quarantine
 	tracker Tracker
 
@@ -110,7 +104,7 @@ type item struct {
 }
 
 // NewIsolator wires an Isolator; Run must run for failures to be settled.
-func NewIsolator(cfg Config, prod Producer, store Quarantine, tracker Tracker) *Isolator {
+func NewIsolator(cfg IsolatorConfig, prod sink.Sink, store Quarantine, tracker Tracker) *Isolator {
 	if cfg.MaxAttempts < 1 {
 		cfg.MaxAttempts = 5
 	}
@@ -143,13 +137,16 @@ func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 	i.produce(it, ev.ReceivedAt)
 }
 
-// pending is a produced event awaiting its outcome: its own callback and
-// the sink's envelope in one allocation, reused through pendings once an
-// acknowledged event is done with.
+// Commit is the end of a PostgreSQL transaction; in at-least-once delivery
+// the isolator has nothing to do with it (the tracker confirms the
+// transaction once its events are acknowledged).
+func (i *Isolator) Commit(pglogrepl.LSN) {}
+
+// pending is a produced event awaiting its outcome, its own callback,
+// reused through pendings once an acknowledged event is done with.
 type pending struct {
-	env sink.Envelope
-	i   *Isolator
-	it  item
+	i  *Isolator
+	it item
 	// What OnAck needs, copied while the event is in the cache: reading
 	// the event itself at the ack, milliseconds later, was a cache miss
 	// per event.
@@ -171,11 +168,11 @@ func (i *Isolator) produce(it item, start time.Time) {
 		}
 		p.start, p.commit, p.topic = start, it.ev.CommitTime, it.ev.Topic
 	}
-	i.prod.ProduceIn(&p.env, it.ev, p)
+	i.prod.Produce(it.ev, p)
 }
 
 // Acked handles the outcome of one produced event.
-func (p *pending) Acked(r *kgo.Record, err error) {
+func (p *pending) Acked(r sink.Result, err error) {
 	i, it := p.i, p.it
 	if err == nil {
 		// Invariant 1: the ack releases the event.
@@ -184,12 +181,8 @@ func (p *pending) Acked(r *kgo.Record, err error) {
 			now := time.Now()
 			i.cfg.OnAck(p.topic, p.commit, now.Sub(p.start), now)
 		}
-		if r != nil {
-			i.checkOrder(r, it)
-		}
-		// Nothing refers to p any more (the sink is done with its
-		// envelope once Acked returns, and r is the envelope's record).
-		p.env.Clear()
+		i.checkOrder(r, it)
+		// Nothing refers to p any more: the sink calls Acked once.
 		p.i, p.it, p.topic = nil, item{}, ""
 		pendings.Put(p)
 		return
@@ -200,7 +193,7 @@ func (p *pending) Acked(r *kgo.Record, err error) {
 	it.err = err
 	i.fmu.Lock()
 	i.failed = append(i.failed, it)
-	if r != nil && r.Partition >= 0 {
+	if r.Partition >= 0 {
 		tp := topicPartition{r.Topic, r.Partition}
 		if s, ok := i.unsettled[tp]; !ok || it.seq < s {
 			if i.unsettled == nil {
@@ -239,7 +232,7 @@ func (i *Isolator) Run(ctx context.Context) error {
 // a refused batch asynchronously, so a record of the same partition emitted
 // in the moment before the report is appended ahead of the refused record's
 // re-sent neighbours. It is logged with its key and counted.
-func (i *Isolator) checkOrder(r *kgo.Record, it item) {
+func (i *Isolator) checkOrder(r sink.Result, it item) {
 	if !i.anyUnset.Load() {
 		return
 	}
@@ -302,7 +295,7 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 		topic = i.cfg.DefaultTopic
 	}
 	for {
-		kind, class := sink.Classify(err)
+		kind, class := sink.KindOf(err)
 		switch kind {
 		case sink.Record:
 			if attempts >= i.cfg.MaxAttempts {
@@ -320,7 +313,7 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 				it.ev.IdempotencyKey, topic, kind, class, err)
 		}
 		attempts++
-		err = i.prod.ProduceSync(ctx, it.ev)
+		err = sink.ProduceSync(ctx, i.prod, it.ev)
 		if err == nil {
 			i.tracker.Done(it.ticket)
 			return nil
@@ -335,7 +328,7 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 // never moves past the event meanwhile (Invariant 1), and the event is
 // never dropped (Invariant 2).
 func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attempts int, cause error, class string) error {
-	e := Entry{Event: it.ev, Topic: topic, Attempts: attempts, LastError: cause.Error(), ErrorClass: class}
+	e := poison.Entry{Event: it.ev, Topic: topic, Attempts: attempts, LastError: cause.Error(), ErrorClass: class}
 	backoff := i.cfg.Backoff
 	for {
 		err := i.store.Put(ctx, e)

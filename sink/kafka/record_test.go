@@ -1,4 +1,4 @@
-package sink_test
+package kafka_test
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/outbox"
-	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -104,7 +104,7 @@ func TestBuildRecordGolden(t *testing.T) {
 	for _, c := range cases {
 		ev := baseEvent()
 		c.edit(&ev)
-		r, err := sink.BuildRecord(&ev, defaultTopic)
+		r, err := kafka.BuildRecord(&ev, defaultTopic)
 		if err != nil {
 			t.Fatalf("%s: BuildRecord: %v", c.name, err)
 		}
@@ -167,7 +167,7 @@ func TestBuildRecordContract(t *testing.T) {
 	ev.Topic = "orders"
 	ev.EventType = "OrderCreated"
 	ev.Headers = []byte(`{"b": "2", "a": "1"}`)
-	r, err := sink.BuildRecord(&ev, defaultTopic)
+	r, err := kafka.BuildRecord(&ev, defaultTopic)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestBuildRecordContract(t *testing.T) {
 		}
 	}
 	ev.Topic = ""
-	if r, _ := sink.BuildRecord(&ev, defaultTopic); r.Topic != defaultTopic {
+	if r, _ := kafka.BuildRecord(&ev, defaultTopic); r.Topic != defaultTopic {
 		t.Errorf("no row topic: topic %q, want %q", r.Topic, defaultTopic)
 	}
 	if got := pglogrepl.LSN(0x16B3748).String(); got != "0/16B3748" {
@@ -208,23 +208,23 @@ func TestBuildRecordErrors(t *testing.T) {
 		want    error
 		mention string
 	}{
-		{"empty idempotency key", func(e *outbox.Event) { e.IdempotencyKey = "" }, sink.ErrEmptyKey, ""},
-		{"headers an array", func(e *outbox.Event) { e.Headers = []byte(`["a", "b"]`) }, sink.ErrInvalidHeaders, ""},
-		{"headers a string", func(e *outbox.Event) { e.Headers = []byte(`"a"`) }, sink.ErrInvalidHeaders, ""},
-		{"headers a number", func(e *outbox.Event) { e.Headers = []byte(`42`) }, sink.ErrInvalidHeaders, ""},
-		{"headers a boolean", func(e *outbox.Event) { e.Headers = []byte(`true`) }, sink.ErrInvalidHeaders, ""},
-		{"headers not JSON", func(e *outbox.Event) { e.Headers = []byte(`{"a": `) }, sink.ErrInvalidHeaders, ""},
-		{"header value a number", func(e *outbox.Event) { e.Headers = []byte(`{"ok": "x", "retries": 3}`) }, sink.ErrInvalidHeaders, `"retries"`},
-		{"header value null", func(e *outbox.Event) { e.Headers = []byte(`{"a": null}`) }, sink.ErrInvalidHeaders, `"a"`},
-		{"header value an object", func(e *outbox.Event) { e.Headers = []byte(`{"a": {"b": "c"}}`) }, sink.ErrInvalidHeaders, `"a"`},
-		{"header value an array", func(e *outbox.Event) { e.Headers = []byte(`{"a": ["x"]}`) }, sink.ErrInvalidHeaders, `"a"`},
-		{"header value a boolean", func(e *outbox.Event) { e.Headers = []byte(`{"a": false}`) }, sink.ErrInvalidHeaders, `"a"`},
+		{"empty idempotency key", func(e *outbox.Event) { e.IdempotencyKey = "" }, kafka.ErrEmptyKey, ""},
+		{"headers an array", func(e *outbox.Event) { e.Headers = []byte(`["a", "b"]`) }, kafka.ErrInvalidHeaders, ""},
+		{"headers a string", func(e *outbox.Event) { e.Headers = []byte(`"a"`) }, kafka.ErrInvalidHeaders, ""},
+		{"headers a number", func(e *outbox.Event) { e.Headers = []byte(`42`) }, kafka.ErrInvalidHeaders, ""},
+		{"headers a boolean", func(e *outbox.Event) { e.Headers = []byte(`true`) }, kafka.ErrInvalidHeaders, ""},
+		{"headers not JSON", func(e *outbox.Event) { e.Headers = []byte(`{"a": `) }, kafka.ErrInvalidHeaders, ""},
+		{"header value a number", func(e *outbox.Event) { e.Headers = []byte(`{"ok": "x", "retries": 3}`) }, kafka.ErrInvalidHeaders, `"retries"`},
+		{"header value null", func(e *outbox.Event) { e.Headers = []byte(`{"a": null}`) }, kafka.ErrInvalidHeaders, `"a"`},
+		{"header value an object", func(e *outbox.Event) { e.Headers = []byte(`{"a": {"b": "c"}}`) }, kafka.ErrInvalidHeaders, `"a"`},
+		{"header value an array", func(e *outbox.Event) { e.Headers = []byte(`{"a": ["x"]}`) }, kafka.ErrInvalidHeaders, `"a"`},
+		{"header value a boolean", func(e *outbox.Event) { e.Headers = []byte(`{"a": false}`) }, kafka.ErrInvalidHeaders, `"a"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := baseEvent()
 			tc.edit(&ev)
-			r, err := sink.BuildRecord(&ev, defaultTopic)
+			r, err := kafka.BuildRecord(&ev, defaultTopic)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
@@ -260,7 +260,7 @@ func TestRFC3339(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.pg, func(t *testing.T) {
-			got := sink.RFC3339(tc.pg)
+			got := kafka.RFC3339(tc.pg)
 			if got != tc.want {
 				t.Fatalf("RFC3339(%q) = %q, want %q", tc.pg, got, tc.want)
 			}
@@ -269,7 +269,7 @@ func TestRFC3339(t *testing.T) {
 	// The conversion keeps the instant.
 	instant := time.Date(2026, 11, 29, 22, 50, 51, 123456000, time.UTC)
 	for _, pg := range []string{"2026-11-29 22:50:51.123456+00", "2026-11-30 04:20:51.123456+05:30", "2026-11-29 19:50:51.123456-03"} {
-		got, err := time.Parse(time.RFC3339Nano, sink.RFC3339(pg))
+		got, err := time.Parse(time.RFC3339Nano, kafka.RFC3339(pg))
 		if err != nil || !got.Equal(instant) {
 			t.Errorf("RFC3339(%q) = %s (%v), want the instant %s", pg, got, err, instant)
 		}

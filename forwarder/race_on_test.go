@@ -1,6 +1,6 @@
 //go:build race
 
-package poison_test
+package forwarder_test
 
 // raceEnabled: the race detector makes sync.Pool drop items at random.
 const raceEnabled = true

@@ -1,30 +1,27 @@
-package poison_test
+package forwarder_test
 
 import (
 	"context"
 	"testing"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/forwarder"
 	"github.com/walpost/walpost/outbox"
-	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/sink"
 )
 
-// ackingProducer acknowledges every event at once with the envelope's
-// record, as the sink does on success.
+// ackingProducer acknowledges every event at once, as a sink does on
+// success.
 type ackingProducer struct {
 	acked int
-	rec   kgo.Record
 }
 
-func (p *ackingProducer) ProduceIn(_ *sink.Envelope, _ *outbox.Event, a sink.Acker) {
+func (p *ackingProducer) Produce(ev *outbox.Event, a sink.Acker) {
 	p.acked++
-	a.Acked(&p.rec, nil)
+	a.Acked(sink.Result{Topic: ev.Topic, Partition: 0, Offset: int64(p.acked)}, nil)
 }
-func (p *ackingProducer) ProduceSync(context.Context, *outbox.Event) error { return nil }
-func (p *ackingProducer) Flush(context.Context) error                      { return nil }
+func (p *ackingProducer) Flush(context.Context) error { return nil }
+func (p *ackingProducer) Close()                      {}
 
 type doneTracker struct{ done int }
 
@@ -32,14 +29,14 @@ func (t *doneTracker) Done(checkpoint.Ticket) { t.done++ }
 func (t *doneTracker) SetPaused(bool)         {}
 
 // TestIsolatorReusesPending: an acknowledged event's per-event state (its
-// callback and the sink's envelope) is reused for the next event, so
+// callback) is reused for the next event, so
 // emitting allocates nothing of the Isolator's own.
 func TestIsolatorReusesPending(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector drops sync.Pool items at random")
 	}
 	prod, tr := &ackingProducer{}, &doneTracker{}
-	iso := poison.NewIsolator(poison.Config{}, prod, nil, tr)
+	iso := forwarder.NewIsolator(forwarder.IsolatorConfig{}, prod, nil, tr)
 	ev := &outbox.Event{IdempotencyKey: "k", Payload: []byte(`{}`)}
 	iso.Emit(ev, checkpoint.Ticket{}) // warm the pool
 	allocs := testing.AllocsPerRun(1000, func() { iso.Emit(ev, checkpoint.Ticket{}) })

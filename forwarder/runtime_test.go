@@ -1,4 +1,4 @@
-package main
+package forwarder
 
 import (
 	"log/slog"
@@ -19,7 +19,7 @@ func TestApplyMemoryLimit(t *testing.T) {
 
 	t.Setenv("GOMEMLIMIT", "")
 	debug.SetMemoryLimit(math.MaxInt64)
-	if got := applyMemoryLimit(cfg, log); got != 40<<20 {
+	if got := ApplyMemoryLimit(cfg, log); got != 40<<20 {
 		t.Fatalf("limit %d, want %d (in-flight bytes + headroom)", got, 40<<20)
 	}
 	if cur := debug.SetMemoryLimit(-1); cur != 40<<20 {
@@ -29,7 +29,7 @@ func TestApplyMemoryLimit(t *testing.T) {
 	// An operator's GOMEMLIMIT wins.
 	t.Setenv("GOMEMLIMIT", "100MiB")
 	debug.SetMemoryLimit(math.MaxInt64)
-	if got := applyMemoryLimit(cfg, log); got != -1 {
+	if got := ApplyMemoryLimit(cfg, log); got != -1 {
 		t.Fatalf("with GOMEMLIMIT set: %d, want -1", got)
 	}
 	if cur := debug.SetMemoryLimit(-1); cur != math.MaxInt64 {
@@ -44,7 +44,7 @@ func TestApplyProcs(t *testing.T) {
 
 	t.Setenv("GOMAXPROCS", "")
 	runtime.GOMAXPROCS(4)
-	if got := applyProcs(log); got != 1 {
+	if got := ApplyProcs(log); got != 1 {
 		t.Fatalf("applyProcs = %d, want 1", got)
 	}
 	if cur := runtime.GOMAXPROCS(0); cur != 1 {
@@ -54,7 +54,7 @@ func TestApplyProcs(t *testing.T) {
 	// An operator's GOMAXPROCS wins.
 	t.Setenv("GOMAXPROCS", "3")
 	runtime.GOMAXPROCS(3)
-	if got := applyProcs(log); got != -1 {
+	if got := ApplyProcs(log); got != -1 {
 		t.Fatalf("with GOMAXPROCS set: %d, want -1", got)
 	}
 	if cur := runtime.GOMAXPROCS(0); cur != 3 {

@@ -1,4 +1,4 @@
-package sink
+package kafka
 
 import (
 	"encoding/json"
@@ -32,6 +32,9 @@ const (
 	HeaderCommitLSN      = "commit_lsn"
 	HeaderCreatedAt      = "created_at"
 	HeaderEventType      = "event_type"
+	// HeaderReplayed ("true") marks a record re-sent from the poison table
+	// (outbox.Event.Replayed); it comes after every other header.
+	HeaderReplayed = "replayed_from_poison"
 )
 
 // BuildRecord turns an event into its Kafka record (DESIGN §5): topic = the
@@ -116,6 +119,9 @@ func buildInto(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTo
 			}
 			hs = append(hs, kgo.RecordHeader{Key: k, Value: view(extra[k].(string))})
 		}
+	}
+	if ev.Replayed {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderReplayed, Value: []byte("true")})
 	}
 	r.Topic = topic
 	r.Key = view(ev.IdempotencyKey)

@@ -1,26 +1,16 @@
-package main
+package forwarder
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/walpost/walpost/checkpoint"
-	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 )
 
@@ -36,8 +26,9 @@ const (
 
 var allStates = []string{stateStarting, stateStreaming, stateBackpressured, stateWaitingForSlot, stateReconnecting, stateStopped}
 
-// metrics are walpost's Prometheus series (README "Metrics"). The
-// registry is injected; nil registers nothing (tests).
+// metrics are walpost's Prometheus series (README "Metrics"), its state
+// machine and the progress readiness reads. The registry is injected; nil
+// registers nothing (tests).
 type metrics struct {
 	received     prometheus.Counter
 	produced     *prometheus.CounterVec
@@ -175,108 +166,9 @@ func (m *metrics) onAck(defaultTopic string) func(topic string, commit time.Time
 	}
 }
 
-// ready says whether walpost makes progress, and why not.
-func (m *metrics) ready(cfg *config.Config) (bool, string) {
-	st := m.currentState()
-	if st != stateStreaming && st != stateBackpressured {
-		return false, "not streaming: state " + st
-	}
-	if t := m.tracker.Load(); t != nil {
-		if events, _ := t.InFlight(); events > 0 || t.Pending() {
-			stalled := time.Since(time.Unix(0, m.movedAt.Load()))
-			if stalled > cfg.HTTP.ReadyStallTimeout {
-				return false, fmt.Sprintf("events are pending (%d in flight) and the confirmed LSN has not moved for %s (http.ready_stall_timeout %s)",
-					events, stalled.Round(time.Second), cfg.HTTP.ReadyStallTimeout)
-			}
-		}
-	}
-	if limit := cfg.HTTP.ReadyMaxRetainedBytes; limit > 0 {
-		if r := m.retainedB.Load(); r > limit {
-			return false, fmt.Sprintf("the slot retains %d bytes of WAL, above http.ready_max_retained_bytes %d", r, limit)
-		}
-	}
-	return true, "streaming"
-}
-
-// monitorSlot polls the slot's lag, retained WAL and wal_status.
-func (m *metrics) monitorSlot(ctx context.Context, pool *pgxpool.Pool, slot string, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		var lag, retained *int64
-		var status *string
-		err := pool.QueryRow(ctx, `
-			SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
-			       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status
-			FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lag, &retained, &status)
-		if err == nil {
-			if lag != nil {
-				m.lagBytes.Set(float64(*lag))
-			}
-			if retained != nil {
-				m.retained.Set(float64(*retained))
-				m.retainedB.Store(*retained)
-			}
-			if status != nil {
-				for _, s := range []string{"reserved", "extended", "unreserved", "lost"} {
-					v := 0.0
-					if s == *status {
-						v = 1
-					}
-					m.walStatus.WithLabelValues(s).Set(v)
-				}
-			}
-		} else if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-			log.Debug("slot monitor", "slot", slot, "err", err.Error())
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// serveHTTP serves /metrics, /healthz and /readyz until ctx ends.
-func serveHTTP(ctx context.Context, cfg *config.Config, reg *prometheus.Registry, m *metrics, log *slog.Logger) error {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	// Go's profiler, for performance investigations (go tool pprof
-	// http://HOST/debug/pprof/profile).
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, reason := m.ready(cfg)
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_, _ = w.Write([]byte(reason + "\n"))
-	})
-	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
-	if err != nil {
-		return fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	log.Info("serving metrics and health", "addr", ln.Addr().String())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-func newRegistry() *prometheus.Registry {
+// NewRegistry is a metrics registry with the Go runtime and process
+// collectors, as walpost serves it.
+func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg

@@ -1,4 +1,4 @@
-package sink
+package kafka
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/sink"
 )
 
 // Config configures the producer.
@@ -50,8 +51,9 @@ type Config struct {
 	ProducerOpts []kgo.Opt
 }
 
-// Kafka is the producing side.
-type Kafka struct {
+// Sink produces outbox events to Kafka with an idempotent producer; it
+// implements sink.Sink.
+type Sink struct {
 	cfg    Config
 	client *kgo.Client
 	admin  *kgo.Client // topic descriptions for the size limits
@@ -60,7 +62,7 @@ type Kafka struct {
 }
 
 // New creates the client. It does not contact the brokers.
-func New(cfg Config) (*Kafka, error) {
+func New(cfg Config) (*Sink, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("sink: no brokers")
 	}
@@ -102,7 +104,7 @@ func New(cfg Config) (*Kafka, error) {
 		// No AllowAutoTopicCreation: a missing topic is a destination
 		// error to fix, never created implicitly.
 	}
-	k := &Kafka{cfg: cfg, log: cfg.Logger}
+	k := &Sink{cfg: cfg, log: cfg.Logger}
 	// A batch never exceeds its topic's max.message.bytes, so the broker
 	// never refuses a batch of small records for its size.
 	opts = append(opts, kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
@@ -132,7 +134,7 @@ func New(cfg Config) (*Kafka, error) {
 // defaultMaxMessageBytes is Kafka's default max.message.bytes.
 const defaultMaxMessageBytes = 1048588
 
-func (k *Kafka) fallbackLimit() int {
+func (k *Sink) fallbackLimit() int {
 	if k.cfg.MaxMessageBytes > 0 {
 		return k.cfg.MaxMessageBytes
 	}
@@ -141,7 +143,7 @@ func (k *Kafka) fallbackLimit() int {
 
 // limitFor returns the record size limit of topic: Config.MaxMessageBytes
 // when set, else the topic's max.message.bytes (read once and cached).
-func (k *Kafka) limitFor(topic string) int {
+func (k *Sink) limitFor(topic string) int {
 	if k.cfg.MaxMessageBytes > 0 {
 		return k.cfg.MaxMessageBytes
 	}
@@ -199,73 +201,53 @@ func codec(name string) (kgo.CompressionCodec, error) {
 }
 
 // Client returns the underlying client (for admin commands and tests).
-func (k *Kafka) Client() *kgo.Client { return k.client }
+func (k *Sink) Client() *kgo.Client { return k.client }
 
 // produced travels in Record.Context: it carries the partition key to the
 // partitioner and the outcome's receiver to the promise, and holds the
-// record and its headers. franz-go does not touch a record once its
-// promise has returned, except that a goroutine waiting for an unknown
-// topic may still call Done on the context of the first record it was
-// started for: the embedded Context is therefore set once and never
-// written again, which lets an Envelope be reused.
+// record and its headers, so an event costs no allocation of the sink's:
+// produced values are pooled and reused once their promise has returned.
+// franz-go does not touch a record once its promise has returned, except
+// that a goroutine waiting for an unknown topic may still call Done on the
+// context of the first record it was started for: the embedded Context is
+// therefore set once and never written again.
 type produced struct {
 	context.Context
 	pk    string
 	hasPK bool
-	done  Acker
+	done  sink.Acker
 	rec   kgo.Record
 	hdrs  [5]kgo.RecordHeader // the contract's headers; a row's own headers may add more
 }
 
-// Envelope is the sink's per-event state: the record, its headers and the
-// receiver of the outcome. ProduceIn lets a caller embed it in its own
-// per-event state, one allocation for both, and reuse it once Acked has
-// returned.
-type Envelope struct{ p produced }
+var produceds = sync.Pool{New: func() any { return &produced{Context: context.Background()} }}
 
-// Clear drops the envelope's references to its event, so a pooled
-// envelope holds no memory of the events it carried.
-func (e *Envelope) Clear() {
-	p := &e.p
+// release drops p's references to its event and returns it to the pool.
+func (p *produced) release() {
 	p.pk, p.hasPK, p.done = "", false, nil
 	p.rec = kgo.Record{}
 	p.hdrs = [len(p.hdrs)]kgo.RecordHeader{}
+	produceds.Put(p)
 }
 
-// Acker receives the outcome of one produced event.
-type Acker interface {
-	Acked(r *kgo.Record, err error)
-}
+var _ sink.Sink = (*Sink)(nil)
 
-// AckFunc adapts a function to Acker.
-type AckFunc func(*kgo.Record, error)
-
-// Acked calls f.
-func (f AckFunc) Acked(r *kgo.Record, err error) { f(r, err) }
-
-// Produce sends ev asynchronously; done is called exactly once with the
-// outcome (nil on ack). A record that cannot be built is reported to done
-// at once. done must not block.
-func (k *Kafka) Produce(ev *outbox.Event, done func(*kgo.Record, error)) {
-	k.ProduceIn(new(Envelope), ev, AckFunc(done))
-}
-
-// ProduceIn is Produce with the outcome going to a.Acked (no closure per
-// event) and the caller's envelope, which must be new or Cleared since its
-// last use: it belongs to the sink until a.Acked returns. The *kgo.Record
-// passed to Acked is env's.
-func (k *Kafka) ProduceIn(env *Envelope, ev *outbox.Event, a Acker) {
-	p := &env.p
-	if p.Context == nil {
-		p.Context = context.Background() // once: see produced
-	}
+// Produce sends ev asynchronously; a.Acked is called exactly once with the
+// outcome (nil on ack), an error being a *sink.Error. A record that cannot
+// be built, or that is larger than its topic allows, is reported to a at
+// once, on the calling goroutine, without touching its neighbours.
+func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
+	p := produceds.Get().(*produced)
 	r := &p.rec
 	if err := buildInto(r, p.hdrs[:0], ev, k.cfg.DefaultTopic); err != nil {
-		a.Acked(nil, err)
+		p.release()
+		a.Acked(sink.Result{Topic: topicOf(ev, k.cfg.DefaultTopic), Partition: -1, Offset: -1}, classified(err, ""))
 		return
 	}
 	if err := k.CheckSize(r); err != nil {
-		a.Acked(r, err)
+		topic := r.Topic
+		p.release()
+		a.Acked(sink.Result{Topic: topic, Partition: -1, Offset: -1}, classified(err, topic))
 		return
 	}
 	p.pk, p.hasPK, p.done = ev.PartitionKey, ev.HasPartition, a
@@ -273,46 +255,50 @@ func (k *Kafka) ProduceIn(env *Envelope, ev *outbox.Event, a Acker) {
 	k.client.Produce(context.Background(), r, promise)
 }
 
+func topicOf(ev *outbox.Event, defaultTopic string) string {
+	if ev.Topic != "" {
+		return ev.Topic
+	}
+	return defaultTopic
+}
+
 // CheckSize is the size pre-check: a record larger than its topic's limit
 // fails with ErrRecordTooLarge before it is sent.
-func (k *Kafka) CheckSize(r *kgo.Record) error {
+func (k *Sink) CheckSize(r *kgo.Record) error {
 	if size, limit := RecordSize(r), k.limitFor(r.Topic); size > limit {
 		return fmt.Errorf("%w (record of about %d bytes, topic %q allows %d)", ErrRecordTooLarge, size, r.Topic, limit)
 	}
 	return nil
 }
 
-// ProduceSync produces ev and waits for its outcome or ctx. A record
-// whose outcome is still pending when ctx ends stays in the client.
-func (k *Kafka) ProduceSync(ctx context.Context, ev *outbox.Event) error {
-	ch := make(chan error, 1)
-	k.Produce(ev, func(_ *kgo.Record, err error) { ch <- err })
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// ProduceRecord sends a built record; partitionKey, when set, chooses the
-// partition instead of the record key.
-func (k *Kafka) ProduceRecord(r *kgo.Record, partitionKey string, hasPK bool, done func(*kgo.Record, error)) {
-	r.Context = &produced{Context: context.Background(), pk: partitionKey, hasPK: hasPK, done: AckFunc(done)}
-	k.client.Produce(context.Background(), r, promise)
-}
-
+// promise hands the outcome to the event's Acker and releases its state.
 func promise(r *kgo.Record, err error) {
 	p := r.Context.(*produced)
-	p.done.Acked(r, err)
+	a := p.done
+	res := sink.Result{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	if err != nil {
+		err = classified(err, r.Topic)
+	}
+	p.release()
+	a.Acked(res, err)
+}
+
+// classified wraps a produce failure in a *sink.Error of its kind and
+// class; a destination failure also says what to do about it.
+func classified(err error, topic string) error {
+	kind, class := Classify(err)
+	if kind == sink.Destination {
+		err = Explain(err, topic)
+	}
+	return &sink.Error{Kind: kind, Class: class, Err: err}
 }
 
 // Flush waits until every produced record has an outcome or ctx ends.
-func (k *Kafka) Flush(ctx context.Context) error { return k.client.Flush(ctx) }
+func (k *Sink) Flush(ctx context.Context) error { return k.client.Flush(ctx) }
 
 // Close closes the client; records without an outcome fail with
 // kgo.ErrClientClosed.
-func (k *Kafka) Close() {
+func (k *Sink) Close() {
 	k.client.Close()
 	k.admin.Close()
 }

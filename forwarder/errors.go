@@ -1,0 +1,91 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/replication"
+	"github.com/walpost/walpost/sink"
+)
+
+// Action is what the session loop does after a session ended with an error.
+type Action int
+
+const (
+	// Stop: walpost is shutting down (its context ended); the session
+	// drained and confirmed what was acknowledged. Not an error.
+	Stop Action = iota
+	// Fail: the error cannot be cured by reconnecting (see Classify); walpost
+	// exits with it.
+	Fail
+	// WaitForDestination: the destination refuses the events (authorization,
+	// unknown topic); nothing is quarantined, walpost retries with back-off
+	// up to 30 s until an operator fixes it.
+	WaitForDestination
+	// StandBy: another process streams from the slot; walpost retries every
+	// few seconds (at most 5 s) and takes over when the slot is free.
+	StandBy
+	// Retry: a transient failure (network, server restart, Kafka
+	// unreachable); walpost reconnects with back-off up to 30 s.
+	Retry
+)
+
+func (a Action) String() string {
+	switch a {
+	case Stop:
+		return "stop"
+	case Fail:
+		return "fail"
+	case WaitForDestination:
+		return "wait-for-destination"
+	case StandBy:
+		return "stand-by"
+	default:
+		return "retry"
+	}
+}
+
+// Classify decides what a session's error means, in this order: the
+// context first (ctx ended: Stop), then terminal errors (a pgoutput message
+// that cannot be decoded, a lost slot, a schema or set-up error, a refused
+// login or privilege, the poison breaker, a checkpoint regression: Fail),
+// then destination errors (WaitForDestination), then an active slot
+// (StandBy), else Retry. cause is the label of walpost_reconnects_total for
+// the actions that reconnect, "" otherwise.
+func Classify(ctx context.Context, err error) (a Action, cause string) {
+	switch {
+	case ctx.Err() != nil:
+		return Stop, ""
+	case err == nil:
+		return Retry, "other"
+	case replication.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression):
+		// Invariant INV-1: a regression means the watermark arithmetic is
+		// broken; reconnecting could confirm past an unacknowledged event.
+		return Fail, ""
+	case errors.As(err, new(*DestinationError)):
+		return WaitForDestination, "kafka_destination"
+	case errors.Is(err, replication.ErrSlotActive):
+		return StandBy, "slot_active"
+	}
+	return Retry, retryCause(err)
+}
+
+// retryCause labels a retried failure by where it came from.
+func retryCause(err error) string {
+	if errors.As(err, new(*pgconn.PgError)) {
+		return "postgres_error"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "network"
+	}
+	if errors.As(err, new(*sink.Error)) {
+		return "kafka"
+	}
+	return "other"
+}

@@ -1,0 +1,214 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/poison"
+	"github.com/walpost/walpost/sink"
+)
+
+// Deps are what a Forwarder is given rather than builds; every field may be
+// left zero.
+type Deps struct {
+	// Logger receives walpost's logs; nil discards them.
+	Logger *slog.Logger
+	// Registry receives walpost's metrics and is served on http.listen;
+	// nil makes a registry of the forwarder's own (with the Go and process
+	// collectors).
+	Registry *prometheus.Registry
+	// Sink receives the events. nil: the Kafka sink of cfg.Kafka, built by
+	// Run after checking the default topic (created when
+	// kafka.create_topic_partitions asks for it), with the Kafka client's
+	// metrics on Registry. A given sink is not closed by the Forwarder.
+	Sink sink.Sink
+}
+
+// Forwarder is walpost's pipeline: replication sessions from the slot
+// through the isolator to the sink, restarted after recoverable failures,
+// with metrics, health, the slot monitor and the heartbeat beside them.
+// Create it with New and Run it once.
+type Forwarder struct {
+	cfg  *config.Config
+	log  *slog.Logger
+	reg  *prometheus.Registry
+	m    *metrics
+	sink sink.Sink
+	own  bool // the sink is the forwarder's own (closed when Run returns)
+
+	store *poison.Store
+	pool  *pgxpool.Pool
+}
+
+// New prepares a Forwarder for cfg, which must be valid (config.Load or
+// Config.Validate); it connects to nothing.
+func New(cfg *config.Config, deps Deps) (*Forwarder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := &Forwarder{cfg: cfg, log: deps.Logger, reg: deps.Registry, sink: deps.Sink}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	if f.reg == nil {
+		f.reg = NewRegistry()
+	}
+	f.m = newMetrics(f.reg)
+	return f, nil
+}
+
+// Confirmed is the position the current session may confirm to the slot:
+// every event at or below it is acknowledged or quarantined (0 before the
+// first session).
+func (f *Forwarder) Confirmed() pglogrepl.LSN {
+	if t := f.m.tracker.Load(); t != nil {
+		return t.Confirmed()
+	}
+	return 0
+}
+
+// Run forwards until ctx ends (nil: the last session drained, confirmed what
+// was acknowledged and flushed the sink) or a terminal error (see
+// Classify). Its components run in one errgroup, each with an owner that
+// waits for it: the HTTP server, the slot monitor, the heartbeat and the
+// session loop; the first failure stops them all.
+func (f *Forwarder) Run(ctx context.Context) error {
+	defer f.m.setState(stateStopped)
+	srv, err := f.listenHTTP()
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	if srv != nil {
+		g.Go(func() error { return srv.run(gctx) })
+	}
+	g.Go(func() error {
+		err := f.forward(gctx)
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("forwarding ended without an error or a shutdown")
+		}
+		return err
+	})
+	return g.Wait()
+}
+
+// forward opens the sink and the side pool, then runs sessions until ctx
+// ends or one fails for good.
+func (f *Forwarder) forward(ctx context.Context) error {
+	cfg := f.cfg
+	if f.sink == nil {
+		k, err := f.openKafka(ctx)
+		if err != nil || k == nil {
+			return err // k == nil: ctx ended while Kafka was unreachable
+		}
+		f.sink, f.own = k, true
+	}
+	if f.own {
+		defer f.sink.Close()
+	}
+	// The poison table is written over its own pool, never over the
+	// replication connection.
+	pool, err := pgxpool.New(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return redact.Error(fmt.Errorf("postgres.url: %w", err))
+	}
+	defer pool.Close()
+	f.store = poison.NewStore(pool, cfg.Postgres.PoisonTable)
+	f.pool = pool
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { f.monitorSlot(gctx, 5*time.Second); return nil })
+	if every := cfg.Postgres.HeartbeatInterval; every > 0 {
+		g.Go(func() error { f.heartbeat(gctx, every); return nil })
+	}
+	g.Go(func() error {
+		err := f.sessions(gctx)
+		if err == nil && ctx.Err() == nil {
+			// Only a shutdown ends the loop without an error; stop the
+			// monitor and the heartbeat all the same.
+			return errors.New("session loop ended without a shutdown")
+		}
+		return err
+	})
+	return g.Wait()
+}
+
+// sessions runs replication sessions until ctx ends (nil) or one fails
+// for good.
+func (f *Forwarder) sessions(ctx context.Context) error {
+	cfg := f.cfg
+	b := newBackoff(30 * time.Second)
+	for {
+		started := time.Now()
+		err := f.session(ctx)
+		action, cause := Classify(ctx, err)
+		switch action {
+		case Stop:
+			// Shutdown: the stream drained and confirmed; flush the rest.
+			fctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.FlushTimeout)
+			_ = f.sink.Flush(fctx)
+			cancel()
+			return nil
+		case Fail:
+			return err
+		}
+		f.m.reconnects.WithLabelValues(cause).Inc()
+		if time.Since(started) > time.Minute {
+			b.reset()
+		}
+		var wait time.Duration
+		switch action {
+		case WaitForDestination:
+			wait = b.next(30 * time.Second)
+			f.m.setState(stateReconnecting)
+			f.log.Error("forwarding stopped: fix the destination; walpost retries and resumes from the slot", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String())
+		case StandBy:
+			wait = b.next(5 * time.Second)
+			f.m.setState(stateWaitingForSlot)
+			f.log.Info("slot is held by another process; standing by", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String())
+		default:
+			wait = b.next(30 * time.Second)
+			f.m.setState(stateReconnecting)
+			f.log.Warn("session failed; reconnecting", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String())
+		}
+		// Records of the failed session stay in the sink and keep their
+		// per-partition order; wait for their outcomes before resuming from
+		// the slot, so the next session starts with nothing in flight.
+		if err := f.sink.Flush(ctx); err != nil {
+			return nil // ctx ended
+		}
+		if !sleep(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// backoff doubles a wait from 1 s up to a ceiling and jitters it: each
+// wait is drawn from [d/2, d].
+type backoff struct {
+	d, max time.Duration
+}
+
+func newBackoff(max time.Duration) *backoff { return &backoff{d: time.Second, max: max} }
+
+func (b *backoff) reset() { b.d = time.Second }
+
+// next returns the jittered current wait and doubles the wait for next
+// time, up to ceiling (≤ the backoff's own ceiling).
+func (b *backoff) next(ceiling time.Duration) time.Duration {
+	d := b.d
+	wait := d/2 + rand.N(d/2+1)
+	b.d = min(d*2, ceiling, b.max)
+	return wait
+}

@@ -1,0 +1,96 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// ready says whether walpost makes progress, and why not.
+func (f *Forwarder) ready() (bool, string) {
+	m, cfg := f.m, f.cfg
+	st := m.currentState()
+	if st != stateStreaming && st != stateBackpressured {
+		return false, "not streaming: state " + st
+	}
+	if t := m.tracker.Load(); t != nil {
+		if events, _ := t.InFlight(); events > 0 || t.Pending() {
+			stalled := time.Since(time.Unix(0, m.movedAt.Load()))
+			if stalled > cfg.HTTP.ReadyStallTimeout {
+				return false, fmt.Sprintf("events are pending (%d in flight) and the confirmed LSN has not moved for %s (http.ready_stall_timeout %s)",
+					events, stalled.Round(time.Second), cfg.HTTP.ReadyStallTimeout)
+			}
+		}
+	}
+	if limit := cfg.HTTP.ReadyMaxRetainedBytes; limit > 0 {
+		if r := m.retainedB.Load(); r > limit {
+			return false, fmt.Sprintf("the slot retains %d bytes of WAL, above http.ready_max_retained_bytes %d", r, limit)
+		}
+	}
+	return true, "streaming"
+}
+
+// httpServer serves /metrics, /healthz, /readyz and Go's profiler.
+type httpServer struct {
+	f   *Forwarder
+	ln  net.Listener
+	srv *http.Server
+}
+
+// listenHTTP binds http.listen before anything else starts, so a port in
+// use fails walpost at once with the key to fix; nil when it is empty.
+func (f *Forwarder) listenHTTP() (*httpServer, error) {
+	if f.cfg.HTTP.Listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", f.cfg.HTTP.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen %s (WALPOST_HTTP_LISTEN): %w; choose a free address, or set it empty to disable the server", f.cfg.HTTP.Listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(f.reg, promhttp.HandlerOpts{Registry: f.reg}))
+	// Go's profiler, for performance investigations (go tool pprof
+	// http://HOST/debug/pprof/profile).
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, reason := f.ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_, _ = w.Write([]byte(reason + "\n"))
+	})
+	return &httpServer{f: f, ln: ln, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+}
+
+// run serves until ctx ends, then shuts the server down (waiting up to 5 s
+// for requests in progress) and returns once Serve has returned.
+func (h *httpServer) run(ctx context.Context) error {
+	h.f.log.Info("serving metrics and health", "addr", h.ln.Addr().String())
+	served := make(chan error, 1)
+	go func() { served <- h.srv.Serve(h.ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("http.listen %s: %w", h.f.cfg.HTTP.Listen, err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = h.srv.Shutdown(sctx)
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
