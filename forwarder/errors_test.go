@@ -1,0 +1,77 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/replication"
+	"github.com/walpost/walpost/sink"
+)
+
+// TestClassify: one table from the error a session ended with to what the
+// session loop does and the walpost_reconnects_total cause, in the
+// documented order (context, terminal, destination, slot active, retry).
+func TestClassify(t *testing.T) {
+	live := context.Background()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	dest := &DestinationError{Key: "k", Topic: "t", Class: "TOPIC_AUTHORIZATION_FAILED", Err: &sink.Error{Kind: sink.Destination, Class: "TOPIC_AUTHORIZATION_FAILED", Err: errors.New("denied")}}
+	transientSink := fmt.Errorf("kafka failed event %q: %w", "k", &sink.Error{Kind: sink.Transient, Class: "CLIENT", Err: errors.New("client closed")})
+	tests := []struct {
+		name   string
+		ctx    context.Context
+		err    error
+		action Action
+		cause  string
+	}{
+		{"shutdown wins over any error", ended, replication.ErrSlotLost, Stop, ""},
+		{"shutdown without error", ended, nil, Stop, ""},
+		{"decode error", live, &replication.DecodeError{LSN: 1, Err: errors.New("truncated")}, Fail, ""},
+		{"slot lost", live, fmt.Errorf("session: %w", replication.ErrSlotLost), Fail, ""},
+		{"schema", live, replication.ErrSchema, Fail, ""},
+		{"set-up", live, replication.ErrConfig, Fail, ""},
+		{"wrong password", live, &pgconn.PgError{Code: "28P01"}, Fail, ""},
+		{"breaker", live, fmt.Errorf("%w: 101 events", ErrBreaker), Fail, ""},
+		{"checkpoint regression is an assertion, never retried", live, fmt.Errorf("seal: %w", checkpoint.ErrRegression), Fail, ""},
+		{"destination", live, dest, WaitForDestination, "kafka_destination"},
+		{"destination wrapped", live, fmt.Errorf("session: %w", dest), WaitForDestination, "kafka_destination"},
+		{"slot active", live, fmt.Errorf("%w: pid 42", replication.ErrSlotActive), StandBy, "slot_active"},
+		{"postgres error", live, &pgconn.PgError{Code: "57P01"}, Retry, "postgres_error"},
+		{"network", live, &net.OpError{Op: "read", Err: errors.New("connection reset")}, Retry, "network"},
+		{"eof", live, fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), Retry, "network"},
+		{"transient kafka failure", live, transientSink, Retry, "kafka"},
+		{"anything else", live, errors.New("boom"), Retry, "other"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, cause := Classify(tt.ctx, tt.err)
+			if a != tt.action || cause != tt.cause {
+				t.Fatalf("Classify(%v) = %s, %q; want %s, %q", tt.err, a, cause, tt.action, tt.cause)
+			}
+		})
+	}
+}
+
+// TestBackoff: waits double from 1 s up to the ceiling asked for, each
+// jittered within [d/2, d], and reset starts again at 1 s.
+func TestBackoff(t *testing.T) {
+	b := newBackoff(30e9)
+	want := []float64{1, 2, 4, 5, 5}
+	for i, w := range want {
+		got := b.next(5e9).Seconds()
+		if got < w/2 || got > w {
+			t.Fatalf("wait %d = %.2fs, want within [%.1f, %.1f]", i, got, w/2, w)
+		}
+	}
+	b.reset()
+	if got := b.next(5e9).Seconds(); got < 0.5 || got > 1 {
+		t.Fatalf("after reset: %.2fs, want within [0.5, 1]", got)
+	}
+}
