@@ -8,19 +8,19 @@
 // transactions whose events are all handled: a low watermark, never "the
 // highest ack seen".
 //
-// Invariants (DESIGN §2), enforced here:
+// Invariants (DESIGN.md), enforced here:
 //
-//   - Invariant 1: the confirmed LSN never passes an unhandled event. A
+//   - INV-1: the confirmed LSN never passes an unhandled event. A
 //     transaction counts only when it is sealed and every event of it and of
 //     every earlier transaction is done.
-//   - Invariant 4: the confirmed LSN only moves forward; an attempt to seal
+//   - INV-4: the confirmed LSN only moves forward; an attempt to seal
 //     or advance below it is an assertion error (ErrRegression).
-//   - Invariant 6: in-flight events are bounded by count and bytes; Full
+//   - INV-6: in-flight events are bounded by count and bytes; Full
 //     reports when the reader must pause and Wait blocks until space frees.
 //
 // The idle advance (Idle) confirms a keepalive's ServerWALEnd only when
 // nothing is in flight and no transaction is open, so a quiet outbox on a
-// busy database does not pin WAL (DESIGN §3).
+// busy database does not pin WAL (DESIGN.md, PostgreSQL facts).
 //
 // Concurrency: one reader goroutine calls Open, Add, Seal, Idle, Confirmed
 // and Full; Done may be called from any goroutine. All state is behind one

@@ -52,7 +52,7 @@ type model struct {
 }
 
 // expected advances the model's watermark over the fully handled sealed
-// prefix (invariant 1) and returns it.
+// prefix (INV-1) and returns it.
 func (m *model) expected() pglogrepl.LSN {
 	for _, x := range m.txns {
 		if !x.sealed || !x.handled() {
@@ -97,10 +97,10 @@ func (m *model) unhandled() []*modelEvent {
 func (m *model) check(t *rapid.T) {
 	c := m.tr.Confirmed()
 	if c < m.seen {
-		t.Fatalf("Confirmed went back from %s to %s (invariant 4)", m.seen, c)
+		t.Fatalf("Confirmed went back from %s to %s (INV-4)", m.seen, c)
 	}
 	m.seen = c
-	// Invariant 1, stated directly: not past any transaction that has an
+	// INV-1, stated directly: not past any transaction that has an
 	// unhandled event or follows one, nor past an open transaction.
 	for _, x := range m.txns {
 		if x.handled() && x.sealed {

@@ -14,7 +14,7 @@ import (
 // backwards or seal transactions out of commit order.
 var ErrRegression = errors.New("checkpoint regression")
 
-// Limits bound the in-flight events (DESIGN §2 invariant 6).
+// Limits bound the in-flight events (INV-6).
 type Limits struct {
 	MaxEvents int   // events added and not yet done; ≤ 0 means unbounded
 	MaxBytes  int64 // their bytes; ≤ 0 means unbounded
@@ -109,7 +109,7 @@ func (t *Tracker) Seal(x *Txn, end pglogrepl.LSN) error {
 	if t.open != x {
 		return fmt.Errorf("%w: seal of a transaction that is not open", ErrRegression)
 	}
-	// Invariant 4: transactions arrive in commit order, so end LSNs grow.
+	// INV-4: transactions arrive in commit order, so end LSNs grow.
 	if end <= t.lastSeal {
 		return fmt.Errorf("%w: transaction end %s at or before the previous end %s", ErrRegression, end, t.lastSeal)
 	}
@@ -127,7 +127,7 @@ func (t *Tracker) Done(k Ticket) {
 	t.mu.Lock()
 	x := k.txn
 	w, bit := k.idx/64, uint64(1)<<(k.idx%64)
-	// Invariant 1: a second Done for one event, or a stale ticket of a
+	// INV-1: a second Done for one event, or a stale ticket of a
 	// recycled transaction, would release an unhandled event.
 	if x.gen != k.gen || w >= len(x.done) || x.done[w]&bit != 0 {
 		t.mu.Unlock()
@@ -156,7 +156,7 @@ func (t *Tracker) Confirmed() pglogrepl.LSN {
 func (t *Tracker) advance() {
 	for t.head < len(t.fifo) {
 		x := t.fifo[t.head]
-		// Invariant 1: stop at the first transaction that is open or has an
+		// INV-1: stop at the first transaction that is open or has an
 		// unhandled event.
 		if !x.sealed || x.pending > 0 {
 			break
@@ -184,7 +184,7 @@ func (t *Tracker) Idle(walEnd pglogrepl.LSN) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance()
-	// Invariant 1: only when every received event is handled.
+	// INV-1: only when every received event is handled.
 	if t.open != nil || t.head < len(t.fifo) || t.events > 0 {
 		return false
 	}

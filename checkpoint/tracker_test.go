@@ -548,7 +548,7 @@ func TestTrackerDoneTwicePanics(t *testing.T) {
 	})
 	// A stale ticket of a confirmed transaction must not count as an event
 	// of a later transaction: that would confirm past an unhandled event
-	// (invariant 1) instead of panicking.
+	// (INV-1) instead of panicking.
 	t.Run("after confirmation and a new transaction", func(t *testing.T) {
 		tr := checkpoint.New(0x1000, checkpoint.Limits{})
 		x, _ := tr.Open()

@@ -380,7 +380,7 @@ func TestConfigEmptyEnvDisablesHTTP(t *testing.T) {
 }
 
 // TestConfigKeysAreUnique: every key and variable appears once and follows
-// the WALPOST_ + upper-cased key rule of DESIGN §5.
+// the WALPOST_ + upper-cased key rule of DESIGN.md, Contracts.
 func TestConfigKeysAreUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for _, k := range Keys() {
@@ -397,7 +397,7 @@ func TestConfigKeysAreUnique(t *testing.T) {
 	}
 	for _, k := range []string{"WALPOST_POSTGRES_URL", "WALPOST_KAFKA_BROKERS", "WALPOST_KAFKA_TOPIC", "WALPOST_POISON_MAX_ATTEMPTS", "WALPOST_HTTP_LISTEN"} {
 		if !seen[k] {
-			t.Errorf("DESIGN §5 variable %s is not a config key", k)
+			t.Errorf("variable %s (DESIGN.md, Contracts) is not a config key", k)
 		}
 	}
 	for flag, key := range flagKeys {

@@ -175,7 +175,7 @@ func (i *Isolator) produce(it item, start time.Time) {
 func (p *pending) Acked(r sink.Result, err error) {
 	i, it := p.i, p.it
 	if err == nil {
-		// Invariant 1: the ack releases the event.
+		// INV-1: the ack releases the event.
 		i.tracker.Done(it.ticket)
 		if i.cfg.OnAck != nil {
 			now := time.Now()
@@ -325,8 +325,8 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 }
 
 // quarantine writes the poison row, retrying until it commits: the slot
-// never moves past the event meanwhile (Invariant 1), and the event is
-// never dropped (Invariant 2).
+// never moves past the event meanwhile (INV-1), and the event is
+// never dropped (INV-2).
 func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attempts int, cause error, class string) error {
 	e := poison.Entry{Event: it.ev, Topic: topic, Attempts: attempts, LastError: cause.Error(), ErrorClass: class}
 	backoff := i.cfg.Backoff

@@ -387,7 +387,7 @@ func (h *harness) consumeAll() map[int32][]string {
 
 // checkStream checks what Kafka holds against the emit order: every key
 // not in quarantined is on its partition exactly once, quarantined keys
-// are absent, and per partition the order is the emit order (Invariant 3).
+// are absent, and per partition the order is the emit order (INV-3).
 func checkStream(t *testing.T, got map[int32][]string, emitted []string, quarantined ...string) {
 	t.Helper()
 	count := map[string]int{}
@@ -678,7 +678,7 @@ func TestIsolatorDestinationErrorHalts(t *testing.T) {
 		t.Errorf("DestinationError names %s (partition %d), want an event of partition %d", de.Key, partitionOf(de.Key), p)
 	}
 	// Whatever else is still acked, the watermark stays before the
-	// transaction of the first refused event (Invariant 1).
+	// transaction of the first refused event (INV-1).
 	h.k.Close()
 	time.Sleep(20 * time.Millisecond)
 	if c := h.tr.Confirmed(); c >= limit {
@@ -729,7 +729,7 @@ func (g *gatedTracker) Done(k checkpoint.Ticket) {
 	g.Tracker.Done(k)
 }
 
-// Invariant 3 across a failure, when the failure's promise is late.
+// INV-3 across a failure, when the failure's promise is late.
 // franz-go fails a partition's buffered records at once but reports it
 // through the promise goroutine later; an event emitted in between is not
 // held, is appended, and lands before the failed record's retry. Here the

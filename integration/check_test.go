@@ -397,7 +397,7 @@ func TestMigrateTwiceSameSchema(t *testing.T) {
 	}
 }
 
-// checkSchemaContract spot-checks the dump against DESIGN §5.
+// checkSchemaContract spot-checks the dump against DESIGN.md, Contracts.
 func checkSchemaContract(t *testing.T, dump []string) {
 	t.Helper()
 	joined := strings.Join(dump, "\n")

@@ -19,7 +19,7 @@ import (
 
 // These tests start `walpost run` against a misconfigured database and
 // check that it stops at once (no reconnect loop) with a non-zero exit code
-// and a message that says what is wrong and how to fix it (DESIGN §3).
+// and a message that says what is wrong and how to fix it (DESIGN.md, PostgreSQL facts).
 
 // errsRunTimeout bounds one `walpost run`; a fatal setup error must stop it
 // well within this.
@@ -282,7 +282,7 @@ func TestRunErrorPublicationMissing(t *testing.T) {
 	out, code := errsRun(t, f.env("WALPOST_POSTGRES_PUBLICATION=does_not_exist"))
 	errsAssertStopped(t, out, code, `publication "does_not_exist" does not exist`,
 		"CREATE PUBLICATION does_not_exist FOR TABLE", f.Table, "publish = 'insert'")
-	// The slot must come after the publication (DESIGN §3).
+	// The slot must come after the publication (DESIGN.md, PostgreSQL facts).
 	if _, _, ok := f.slotState(); ok {
 		t.Errorf("slot %s was created although the publication is missing", f.Slot)
 	}

@@ -1,5 +1,5 @@
 // Package migrations holds walpost's schema as embedded SQL and applies it
-// with goose. The schema is the contract of DESIGN §5: the outbox table,
+// with goose. The schema is the contract of DESIGN.md, Contracts: the outbox table,
 // the poison_outbox quarantine with a trigger that refuses DELETE and
 // TRUNCATE, and the publication that covers exactly the outbox's inserts.
 package migrations

@@ -12,7 +12,7 @@ var errEmpty = errors.New("empty message")
 
 // Decode parses one pgoutput message (protocol version 1). It never
 // panics: pglogrepl panics on empty or truncated input, and this boundary
-// turns such a panic into a *DecodeError carrying lsn (STYLE point 8).
+// turns such a panic into a *DecodeError carrying lsn (DESIGN.md, Decoding hostile input).
 func Decode(data []byte, lsn pglogrepl.LSN) (msg pglogrepl.Message, err error) {
 	if len(data) == 0 {
 		return nil, &DecodeError{LSN: lsn, Err: errEmpty}
@@ -37,7 +37,7 @@ func Decode(data []byte, lsn pglogrepl.LSN) (msg pglogrepl.Message, err error) {
 	return msg, nil
 }
 
-// Columns of the outbox row, mapped by name (DESIGN §3): a relation message
+// Columns of the outbox row, mapped by name (DESIGN.md, PostgreSQL facts): a relation message
 // may carry them in any order and with extra columns.
 const (
 	colID = iota

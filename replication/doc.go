@@ -7,15 +7,15 @@
 // the LSN, and sends a standby status update every ≤ status interval, at
 // once when the server asks (ReplyRequested), and when the watermark moves.
 //
-// Invariants (DESIGN §2) enforced here:
+// Invariants (DESIGN.md) enforced here:
 //
-//   - Invariant 1: the flush position sent is checkpoint.Tracker.Confirmed,
+//   - INV-1: the flush position sent is checkpoint.Tracker.Confirmed,
 //     never the received position; Write, Flush and Apply are always set
 //     explicitly (pglogrepl copies Write into a zero Flush).
-//   - Invariant 3: events are emitted in the order pgoutput sends them:
+//   - INV-3: events are emitted in the order pgoutput sends them:
 //     commit order, insert order within a transaction.
-//   - Invariant 4: replication starts at LSN 0, so the server resumes from
+//   - INV-4: replication starts at LSN 0, so the server resumes from
 //     the slot's confirmed_flush_lsn and never past it.
-//   - Invariant 6: when the tracker is full the stream stops reading WAL but
+//   - INV-6: when the tracker is full the stream stops reading WAL but
 //     keeps sending status updates, so wal_sender_timeout never fires.
 package replication

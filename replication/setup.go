@@ -131,7 +131,7 @@ func ResolveTable(ctx context.Context, conn *pgx.Conn, table string) (TableName,
 
 // CheckPublication verifies the publication exists, covers exactly table
 // and publishes inserts. pgoutput reports a missing publication only when
-// the first change is decoded, so this runs up front (DESIGN §3).
+// the first change is decoded, so this runs up front (DESIGN.md, PostgreSQL facts).
 func CheckPublication(ctx context.Context, conn *pgx.Conn, publication string, table TableName) error {
 	var allTables, ins bool
 	err := conn.QueryRow(ctx, `SELECT puballtables, pubinsert FROM pg_publication WHERE pubname = $1`, publication).Scan(&allTables, &ins)
@@ -201,7 +201,7 @@ func CheckColumns(ctx context.Context, conn *pgx.Conn, table TableName) error {
 }
 
 // Prepare checks the database, creates the slot when missing (after the
-// publication, DESIGN §3) and returns the slot's state. A lost slot is
+// publication, DESIGN.md, PostgreSQL facts) and returns the slot's state. A lost slot is
 // ErrSlotLost: walpost never re-creates a slot silently.
 func Prepare(ctx context.Context, conn *pgx.Conn, cfg Config) (TableName, SlotInfo, error) {
 	var walLevel string

@@ -102,7 +102,7 @@ func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkp
 // status update with the watermark and returns nil. It does not close the
 // connection.
 func (s *Stream) Run(ctx context.Context) error {
-	// Invariant 4: start at LSN 0, so the server resumes at the slot's
+	// INV-4: start at LSN 0, so the server resumes at the slot's
 	// confirmed_flush_lsn; never at IDENTIFY_SYSTEM's position.
 	err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
 		Mode: pglogrepl.LogicalReplication,
@@ -176,7 +176,7 @@ func (s *Stream) Run(ctx context.Context) error {
 			now = time.Now()
 			nextStatus = now.Add(s.cfg.StatusInterval)
 		}
-		// Invariant 6: when full, stop reading WAL but keep sending status.
+		// INV-6: when full, stop reading WAL but keep sending status.
 		if s.tracker.Full() {
 			if !paused {
 				paused = true
@@ -256,7 +256,7 @@ func (s *Stream) Run(ctx context.Context) error {
 					s.received = pkm.ServerWALEnd
 				}
 				// A quiet outbox on a busy database: confirm the server's
-				// WAL end when nothing is in flight (DESIGN §3).
+				// WAL end when nothing is in flight (DESIGN.md, PostgreSQL facts).
 				moved := s.tracker.Idle(pkm.ServerWALEnd)
 				if pkm.ReplyRequested || (moved && now.Sub(s.lastSent) >= statusTick) {
 					nextStatus = now
@@ -314,7 +314,7 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		if err != nil {
 			return err
 		}
-		// Invariant 2: every event gets a ticket; only Done releases it.
+		// INV-2: every event gets a ticket; only Done releases it.
 		t := s.tracker.Add(s.txn, ev.Size())
 		if s.obs.Received != nil {
 			s.obs.Received(ev)
@@ -388,7 +388,7 @@ func (s *Stream) sendStatus(ctx context.Context, reply bool) error {
 	if write < confirmed {
 		write = confirmed
 	}
-	// Invariant 1: Flush and Apply are the watermark, set explicitly so
+	// INV-1: Flush and Apply are the watermark, set explicitly so
 	// pglogrepl never copies Write into them.
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: write,

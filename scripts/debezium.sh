@@ -4,7 +4,7 @@
 # (stack/debezium/pom.xml). No Docker, no Connect distribution: one flat
 # classpath of jars, which bench/drain starts as
 #   java -cp "<libs>/*" org.apache.kafka.connect.cli.ConnectStandalone ...
-# See DESIGN.md (shared) section 6 and bench/drain/debezium.go.
+# See DESIGN.md, Running Kafka without Docker, and bench/drain/debezium.go.
 #
 # Usage: scripts/debezium.sh <command>
 #   install   resolve the jars into .stack/debezium/libs (idempotent: skipped

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Local walpost stack: PostgreSQL (wal_level=logical) + Kafka (KRaft, single
 # combined broker/controller resolved from Maven Central). No Docker needed.
-# See DESIGN.md sections 5 and 6.
+# See DESIGN.md, Running Kafka without Docker, and README.md.
 #
 # Usage: scripts/stack.sh <command> [args]
 #   up                     start PostgreSQL and Kafka (idempotent), write .stack/env

@@ -20,7 +20,7 @@ import (
 	"github.com/walpost/walpost/sink/kafka"
 )
 
-// TestClassify: each error class of DESIGN §4 maps to its Kind and names
+// TestClassify: each error class of DESIGN.md, Kafka facts, maps to its Kind and names
 // its class, bare and wrapped (the client and walpost both wrap).
 func TestClassify(t *testing.T) {
 	tests := []struct {
@@ -86,7 +86,7 @@ func TestClassify(t *testing.T) {
 
 // TestClassifyRequestLevelIsNeverRecord: errors about the producer or the
 // request as a whole, not one record, must end the session rather than
-// quarantine records one by one until the breaker trips (DESIGN §4 lists
+// quarantine records one by one until the breaker trips (DESIGN.md, Kafka facts lists
 // the record-level classes; these are not among them).
 func TestClassifyRequestLevelIsNeverRecord(t *testing.T) {
 	for _, err := range []error{

@@ -25,7 +25,7 @@ var ErrEmptyKey = errors.New("outbox row has an empty idempotency_key")
 // quarantines it instead.
 var ErrNullPayload = errors.New("outbox row has a NULL payload (its record would be a tombstone)")
 
-// Header names of the record contract (DESIGN §5).
+// Header names of the record contract (DESIGN.md, Contracts).
 const (
 	HeaderIdempotencyKey = "idempotency_key"
 	HeaderOutboxID       = "outbox_id"
@@ -37,7 +37,7 @@ const (
 	HeaderReplayed = "replayed_from_poison"
 )
 
-// BuildRecord turns an event into its Kafka record (DESIGN §5): topic = the
+// BuildRecord turns an event into its Kafka record (DESIGN.md, Contracts): topic = the
 // row's topic or defaultTopic; key = idempotency_key; value = payload bytes
 // exactly as PostgreSQL rendered the jsonb; headers idempotency_key,
 // outbox_id, commit_lsn (X/X), created_at (RFC 3339), event_type when set,

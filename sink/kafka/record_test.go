@@ -41,7 +41,7 @@ type goldenHeader struct {
 	Value string `json:"value"`
 }
 
-// goldenRecord is the part of a kgo.Record the contract fixes (DESIGN §5).
+// goldenRecord is the part of a kgo.Record the contract fixes (DESIGN.md, Contracts).
 type goldenRecord struct {
 	Name      string         `json:"name"`
 	Topic     string         `json:"topic"`

@@ -83,7 +83,7 @@ func New(cfg Config) (*Sink, error) {
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
 		kgo.WithLogger(kslog.New(cfg.Logger)),
-		// Durability, explicitly (DESIGN §4): idempotent writes stay on
+		// Durability, explicitly (DESIGN.md, Kafka facts): idempotent writes stay on
 		// (no DisableIdempotentWrite), acks from all in-sync replicas,
 		// unlimited retries, no delivery timeout, and no
 		// AllowIdempotentProduceCancellation.
