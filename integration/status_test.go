@@ -12,53 +12,12 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/status"
 )
 
-// statusJSON is the part of `walpost status --json` the tests look at.
-type statusJSON struct {
-	Postgres struct {
-		CurrentWALLSN *string `json:"current_wal_lsn"`
-	} `json:"postgres"`
-	Slot struct {
-		Name              string  `json:"name"`
-		Exists            bool    `json:"exists"`
-		Active            *bool   `json:"active"`
-		ActivePID         *int32  `json:"active_pid"`
-		ConfirmedFlushLSN *string `json:"confirmed_flush_lsn"`
-		RestartLSN        *string `json:"restart_lsn"`
-		LagBytes          *int64  `json:"lag_bytes"`
-		RetainedWALBytes  *int64  `json:"retained_wal_bytes"`
-		WALStatus         *string `json:"wal_status"`
-		Error             *string `json:"error"`
-	} `json:"slot"`
-	Publication struct {
-		Name       string   `json:"name"`
-		Exists     bool     `json:"exists"`
-		Tables     []string `json:"tables"`
-		Operations []string `json:"operations"`
-	} `json:"publication"`
-	Outbox struct {
-		Table       string `json:"table"`
-		RowEstimate *int64 `json:"row_estimate"`
-	} `json:"outbox"`
-	Poison struct {
-		Pending  *int64 `json:"pending"`
-		Replayed *int64 `json:"replayed"`
-	} `json:"poison"`
-	Kafka struct {
-		Topic      string `json:"topic"`
-		Partitions *int   `json:"partitions"`
-		EndOffsets []struct {
-			Partition int32  `json:"partition"`
-			EndOffset *int64 `json:"end_offset"`
-		} `json:"end_offsets"`
-		EndOffsetSum *int64  `json:"end_offset_sum"`
-		Error        *string `json:"error"`
-	} `json:"kafka"`
-	Notes []string `json:"notes"`
-}
-
-func runStatusJSON(t *testing.T, env []string) statusJSON {
+// runStatusJSON runs walpost status --json and decodes its output.
+func runStatusJSON(t *testing.T, env []string) status.Report {
 	t.Helper()
 	cmd := exec.Command(binary, "status", "--json")
 	cmd.Env = append(baseEnv(), env...)
@@ -70,7 +29,7 @@ func runStatusJSON(t *testing.T, env []string) statusJSON {
 		}
 		t.Fatalf("walpost status --json: %v", err)
 	}
-	var s statusJSON
+	var s status.Report
 	if err := json.Unmarshal(out, &s); err != nil {
 		t.Fatalf("status --json is not JSON: %v\n%s", err, out)
 	}
@@ -129,7 +88,7 @@ func TestStatusWhileForwarding(t *testing.T) {
 	// writers on the shared stack move too; walpost confirms it from
 	// keepalives, so poll until it is small.
 	const smallLag = 16 << 20
-	var s statusJSON
+	var s status.Report
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s = runStatusJSON(t, f.env())

@@ -1,6 +1,10 @@
 // Package replication reads the outbox's inserts from a PostgreSQL logical
 // replication slot (pgoutput) and hands them on in commit order.
 //
+// catalog.go is the one place walpost reads PostgreSQL's catalog from
+// (server, slot, publication, outbox table); the start-up checks here
+// (Prepare), package status and package preflight all use it.
+//
 // One goroutine owns the replication connection (pgconn allows no other):
 // Stream.Run receives with a deadline at the next status time, decodes
 // behind a boundary that turns a parser panic into a *DecodeError carrying

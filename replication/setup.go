@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -56,108 +55,26 @@ func (c *Config) defaults() {
 	}
 }
 
-// SlotInfo is a row of pg_replication_slots.
-type SlotInfo struct {
-	Exists         bool
-	Plugin         string
-	SlotType       string
-	Database       string
-	Active         bool
-	ActivePID      int32
-	ConfirmedFlush pglogrepl.LSN
-	RestartLSN     pglogrepl.LSN
-	WALStatus      string
-	SafeWALSize    *int64
-}
-
-// ReadSlot reads the slot's row; Exists is false when there is none.
-func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
-	var s SlotInfo
-	var plugin, db, walStatus *string
-	var pid *int32
-	var confirmed, restart *string
-	err := conn.QueryRow(ctx, `
-		SELECT plugin, slot_type, database, active, active_pid,
-		       confirmed_flush_lsn::text, restart_lsn::text, wal_status, safe_wal_size
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).
-		Scan(&plugin, &s.SlotType, &db, &s.Active, &pid, &confirmed, &restart, &walStatus, &s.SafeWALSize)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s, nil
-	}
-	if err != nil {
-		return s, fmt.Errorf("read slot %q: %w", slot, err)
-	}
-	s.Exists = true
-	if plugin != nil {
-		s.Plugin = *plugin
-	}
-	if db != nil {
-		s.Database = *db
-	}
-	if pid != nil {
-		s.ActivePID = *pid
-	}
-	if walStatus != nil {
-		s.WALStatus = *walStatus
-	}
-	if confirmed != nil {
-		s.ConfirmedFlush, _ = pglogrepl.ParseLSN(*confirmed)
-	}
-	if restart != nil {
-		s.RestartLSN, _ = pglogrepl.ParseLSN(*restart)
-	}
-	return s, nil
-}
-
-// TableName is a resolved table.
-type TableName struct{ Schema, Name string }
-
-func (t TableName) String() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
-
-// ResolveTable finds table (as written in config) in the catalog.
-func ResolveTable(ctx context.Context, conn *pgx.Conn, table string) (TableName, error) {
-	var t TableName
-	err := conn.QueryRow(ctx, `
-		SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = to_regclass($1)`, table).Scan(&t.Schema, &t.Name)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return t, fmt.Errorf("%w: table %q does not exist: run walpost migrate, or set postgres.table to the outbox table", ErrConfig, table)
-	}
-	if err != nil {
-		return t, fmt.Errorf("resolve table %q: %w", table, err)
-	}
-	return t, nil
-}
-
 // CheckPublication verifies the publication exists, covers exactly table
 // and publishes inserts. pgoutput reports a missing publication only when
 // the first change is decoded, so this runs up front (DESIGN.md, PostgreSQL facts).
 func CheckPublication(ctx context.Context, conn *pgx.Conn, publication string, table TableName) error {
-	var allTables, ins bool
-	err := conn.QueryRow(ctx, `SELECT puballtables, pubinsert FROM pg_publication WHERE pubname = $1`, publication).Scan(&allTables, &ins)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: publication %q does not exist: create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert') (walpost migrate creates walpost_outbox)",
-			ErrConfig, publication, publication, table)
-	}
+	pub, ok, err := ReadPublication(ctx, conn, publication)
 	if err != nil {
 		return fmt.Errorf("read publication %q: %w", publication, err)
 	}
-	if allTables {
+	if !ok {
+		return fmt.Errorf("%w: publication %q does not exist: create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert') (walpost migrate creates walpost_outbox)",
+			ErrConfig, publication, publication, table)
+	}
+	if pub.AllTables {
 		return fmt.Errorf("%w: publication %q is FOR ALL TABLES: it must cover only the outbox; re-create it with CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
 			ErrConfig, publication, publication, table)
 	}
-	if !ins {
+	if !pub.Insert {
 		return fmt.Errorf("%w: publication %q does not publish inserts: ALTER PUBLICATION %s SET (publish = 'insert')", ErrConfig, publication, publication)
 	}
-	rows, err := conn.Query(ctx, `SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1`, publication)
-	if err != nil {
-		return fmt.Errorf("read publication tables: %w", err)
-	}
-	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TableName, error) {
-		var t TableName
-		err := r.Scan(&t.Schema, &t.Name)
-		return t, err
-	})
+	tables, err := PublicationTables(ctx, conn, publication)
 	if err != nil {
 		return fmt.Errorf("read publication tables: %w", err)
 	}
@@ -178,13 +95,7 @@ func CheckPublication(ctx context.Context, conn *pgx.Conn, publication string, t
 
 // CheckColumns verifies the outbox table has the required columns.
 func CheckColumns(ctx context.Context, conn *pgx.Conn, table TableName) error {
-	rows, err := conn.Query(ctx, `
-		SELECT a.attname FROM pg_attribute a
-		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, table.String())
-	if err != nil {
-		return fmt.Errorf("read columns of %s: %w", table, err)
-	}
-	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	cols, err := TableColumns(ctx, conn, table)
 	if err != nil {
 		return fmt.Errorf("read columns of %s: %w", table, err)
 	}
@@ -204,8 +115,8 @@ func CheckColumns(ctx context.Context, conn *pgx.Conn, table TableName) error {
 // publication, DESIGN.md, PostgreSQL facts) and returns the slot's state. A lost slot is
 // ErrSlotLost: walpost never re-creates a slot silently.
 func Prepare(ctx context.Context, conn *pgx.Conn, cfg Config) (TableName, SlotInfo, error) {
-	var walLevel string
-	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&walLevel); err != nil {
+	walLevel, err := WALLevel(ctx, conn)
+	if err != nil {
 		return TableName{}, SlotInfo{}, fmt.Errorf("read wal_level: %w", err)
 	}
 	if walLevel != "logical" {

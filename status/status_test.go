@@ -1,4 +1,4 @@
-package main
+package status
 
 import (
 	"bytes"
@@ -19,43 +19,33 @@ import (
 	"github.com/walpost/walpost/config"
 )
 
-// -update rewrites the golden files. Another test file of this package may
-// declare the same flag; then that one is used.
-func init() {
-	if flag.Lookup("update") == nil {
-		flag.Bool("update", false, "rewrite the golden files in testdata")
-	}
-}
+// -update rewrites the golden files.
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
-func statusUpdate() bool {
-	f := flag.Lookup("update")
-	return f != nil && f.Value.String() == "true"
-}
-
-func statusPtr[T any](v T) *T { return &v }
+func ptr[T any](v T) *T { return &v }
 
 // healthyStatus is a fixed report of a walpost that is streaming.
-func healthyStatus() *statusReport {
-	return &statusReport{
-		Postgres: statusPostgres{Database: "shop", Version: "17.2", CurrentWALLSN: statusPtr("3/1A2B4000")},
-		Slot: statusSlot{
-			Name: "walpost", Exists: true, SlotType: statusPtr("logical"), Plugin: statusPtr("pgoutput"), Database: statusPtr("shop"),
-			Active: statusPtr(true), ActivePID: statusPtr(int32(4242)),
-			ConfirmedFlushLSN: statusPtr("3/1A2B3F00"), RestartLSN: statusPtr("3/19000028"),
-			LagBytes: statusPtr(int64(256)), RetainedWALBytes: statusPtr(int64(19087320)),
-			WALStatus: statusPtr("reserved"), SafeWALSizeBytes: statusPtr(int64(1054867456)),
+func healthyStatus() *Report {
+	return &Report{
+		Postgres: Postgres{Database: "shop", Version: "17.2", CurrentWALLSN: ptr("3/1A2B4000")},
+		Slot: Slot{
+			Name: "walpost", Exists: true, SlotType: ptr("logical"), Plugin: ptr("pgoutput"), Database: ptr("shop"),
+			Active: ptr(true), ActivePID: ptr(int32(4242)),
+			ConfirmedFlushLSN: ptr("3/1A2B3F00"), RestartLSN: ptr("3/19000028"),
+			LagBytes: ptr(int64(256)), RetainedWALBytes: ptr(int64(19087320)),
+			WALStatus: ptr("reserved"), SafeWALSizeBytes: ptr(int64(1054867456)),
 		},
-		Publication: statusPublication{Name: "walpost_outbox", Exists: true, AllTables: statusPtr(false),
+		Publication: Publication{Name: "walpost_outbox", Exists: true, AllTables: ptr(false),
 			Tables: []string{"public.outbox"}, Operations: []string{"insert"}},
-		Outbox: statusOutbox{Table: "public.outbox", RowEstimate: statusPtr(int64(1200)), RowEstimateSource: statusPtr("pg_stat_user_tables.n_live_tup")},
-		Poison: statusPoison{Table: "poison_outbox", Pending: statusPtr(int64(0)), Replayed: statusPtr(int64(2))},
-		Kafka: statusKafka{Brokers: []string{"kafka-1:9092", "kafka-2:9092"}, Topic: "outbox", Partitions: statusPtr(3),
-			EndOffsets: []statusPartition{
-				{Partition: 0, EndOffset: statusPtr(int64(500))},
-				{Partition: 1, EndOffset: statusPtr(int64(498))},
-				{Partition: 2, EndOffset: statusPtr(int64(502))},
+		Outbox: Outbox{Table: "public.outbox", RowEstimate: ptr(int64(1200)), RowEstimateSource: ptr("pg_stat_user_tables.n_live_tup")},
+		Poison: Poison{Table: "poison_outbox", Pending: ptr(int64(0)), Replayed: ptr(int64(2))},
+		Kafka: Kafka{Brokers: []string{"kafka-1:9092", "kafka-2:9092"}, Topic: "outbox", Partitions: ptr(3),
+			EndOffsets: []Partition{
+				{Partition: 0, EndOffset: ptr(int64(500))},
+				{Partition: 1, EndOffset: ptr(int64(498))},
+				{Partition: 2, EndOffset: ptr(int64(502))},
 			},
-			EndOffsetSum: statusPtr(int64(1500)),
+			EndOffsetSum: ptr(int64(1500)),
 		},
 		Notes: []string{},
 	}
@@ -63,16 +53,16 @@ func healthyStatus() *statusReport {
 
 // degradedStatus is a fixed report with no slot yet, unlimited WAL, a
 // publication that covers too much, quarantined events and Kafka down.
-func degradedStatus() *statusReport {
-	return &statusReport{
-		Postgres: statusPostgres{Database: "shop", Version: "16.4", CurrentWALLSN: statusPtr("0/3000148")},
-		Slot:     statusSlot{Name: "walpost", Error: statusPtr(`slot "walpost" does not exist: walpost run creates it`)},
-		Publication: statusPublication{Name: "walpost_outbox", Exists: true, AllTables: statusPtr(false),
+func degradedStatus() *Report {
+	return &Report{
+		Postgres: Postgres{Database: "shop", Version: "16.4", CurrentWALLSN: ptr("0/3000148")},
+		Slot:     Slot{Name: "walpost", Error: ptr(`slot "walpost" does not exist: walpost run creates it`)},
+		Publication: Publication{Name: "walpost_outbox", Exists: true, AllTables: ptr(false),
 			Tables: []string{"public.orders", "public.outbox"}, Operations: []string{"insert", "update"}},
-		Outbox: statusOutbox{Table: "public.outbox", Error: statusPtr("no statistics yet (never analyzed)")},
-		Poison: statusPoison{Table: "poison_outbox", Pending: statusPtr(int64(3)), Replayed: statusPtr(int64(0))},
-		Kafka: statusKafka{Brokers: []string{"127.0.0.1:9092"}, Topic: "outbox",
-			Error: statusPtr("brokers 127.0.0.1:9092 unreachable: no broker answered within 10s")},
+		Outbox: Outbox{Table: "public.outbox", Error: ptr("no statistics yet (never analyzed)")},
+		Poison: Poison{Table: "poison_outbox", Pending: ptr(int64(3)), Replayed: ptr(int64(0))},
+		Kafka: Kafka{Brokers: []string{"127.0.0.1:9092"}, Topic: "outbox",
+			Error: ptr("brokers 127.0.0.1:9092 unreachable: no broker answered within 10s")},
 		Notes: []string{
 			`publication: config error: publication "walpost_outbox" also covers "public"."orders": it must cover only the outbox: ALTER PUBLICATION walpost_outbox DROP TABLE "public"."orders"`,
 			"poison: 3 event(s) quarantined and not replayed: see walpost poison list, then walpost poison replay",
@@ -86,7 +76,7 @@ func degradedStatus() *statusReport {
 func TestStatusGolden(t *testing.T) {
 	cases := []struct {
 		name string
-		r    *statusReport
+		r    *Report
 	}{
 		{"status", healthyStatus()},
 		{"status_degraded", degradedStatus()},
@@ -97,15 +87,15 @@ func TestStatusGolden(t *testing.T) {
 				var buf bytes.Buffer
 				var err error
 				if format == "json" {
-					err = renderStatusJSON(&buf, c.r)
+					err = c.r.WriteJSON(&buf)
 				} else {
-					err = renderStatusText(&buf, c.r)
+					err = c.r.WriteText(&buf)
 				}
 				if err != nil {
 					t.Fatal(err)
 				}
 				path := filepath.Join("testdata", c.name+"."+format+".golden")
-				if statusUpdate() {
+				if *update {
 					if err := os.MkdirAll("testdata", 0o755); err != nil {
 						t.Fatal(err)
 					}
@@ -129,12 +119,12 @@ func TestStatusGolden(t *testing.T) {
 // TestStatusJSONRoundTrip: the JSON decodes back to the same report, and
 // unknown values are null, not omitted.
 func TestStatusJSONRoundTrip(t *testing.T) {
-	for _, r := range []*statusReport{healthyStatus(), degradedStatus()} {
+	for _, r := range []*Report{healthyStatus(), degradedStatus()} {
 		var buf bytes.Buffer
-		if err := renderStatusJSON(&buf, r); err != nil {
+		if err := r.WriteJSON(&buf); err != nil {
 			t.Fatal(err)
 		}
-		var back statusReport
+		var back Report
 		if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +133,7 @@ func TestStatusJSONRoundTrip(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	_ = renderStatusJSON(&buf, degradedStatus())
+	_ = degradedStatus().WriteJSON(&buf)
 	var m struct{ Slot, Kafka map[string]any }
 	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
 		t.Fatal(err)
@@ -162,13 +152,13 @@ func TestStatusTextSafeWAL(t *testing.T) {
 	r := healthyStatus()
 	r.Slot.SafeWALSizeBytes, r.Slot.SafeWALUnlimited = nil, true
 	var buf bytes.Buffer
-	_ = renderStatusText(&buf, r)
+	_ = r.WriteText(&buf)
 	if !strings.Contains(buf.String(), "safe WAL size: unlimited") {
 		t.Fatalf("unlimited safe WAL size not shown:\n%s", buf.String())
 	}
-	r.Slot.WALStatus = statusPtr("lost")
+	r.Slot.WALStatus = ptr("lost")
 	buf.Reset()
-	_ = renderStatusText(&buf, r)
+	_ = r.WriteText(&buf)
 	if !strings.Contains(buf.String(), "safe WAL size: -\n") {
 		t.Fatalf("lost slot shows a safe WAL size:\n%s", buf.String())
 	}
@@ -180,19 +170,19 @@ func TestStatusBytes(t *testing.T) {
 		want string
 	}{
 		{nil, "-"},
-		{statusPtr(int64(0)), "0 B"},
-		{statusPtr(int64(1023)), "1023 B"},
-		{statusPtr(int64(1536)), "1536 B (1.5 KiB)"},
-		{statusPtr(int64(19087320)), "19087320 B (18.2 MiB)"},
-		{statusPtr(int64(-2048)), "-2048 B (-2.0 KiB)"},
+		{ptr(int64(0)), "0 B"},
+		{ptr(int64(1023)), "1023 B"},
+		{ptr(int64(1536)), "1536 B (1.5 KiB)"},
+		{ptr(int64(19087320)), "19087320 B (18.2 MiB)"},
+		{ptr(int64(-2048)), "-2048 B (-2.0 KiB)"},
 	} {
-		if got := statusBytes(c.n); got != c.want {
-			t.Errorf("statusBytes(%v) = %q, want %q", c.n, got, c.want)
+		if got := formatBytes(c.n); got != c.want {
+			t.Errorf("formatBytes(%v) = %q, want %q", c.n, got, c.want)
 		}
 	}
 }
 
-func statusKafkaConfig(brokers []string, topic string) *config.Config {
+func kafkaConfig(brokers []string, topic string) *config.Config {
 	return &config.Config{Kafka: config.Kafka{Brokers: brokers, Topic: topic, ClientID: "walpost-test"}}
 }
 
@@ -219,7 +209,7 @@ func TestStatusKafka(t *testing.T) {
 	}
 	cl.Close()
 
-	k := gatherKafkaStatus(ctx, statusKafkaConfig(c.ListenAddrs(), "events"), 10*time.Second)
+	k := gatherKafka(ctx, kafkaConfig(c.ListenAddrs(), "events"), 10*time.Second)
 	if k.Error != nil {
 		t.Fatalf("error: %s", *k.Error)
 	}
@@ -235,7 +225,7 @@ func TestStatusKafka(t *testing.T) {
 		}
 	}
 
-	missing := gatherKafkaStatus(ctx, statusKafkaConfig(c.ListenAddrs(), "nope"), 10*time.Second)
+	missing := gatherKafka(ctx, kafkaConfig(c.ListenAddrs(), "nope"), 10*time.Second)
 	if missing.Error == nil || !strings.Contains(*missing.Error, `topic "nope" does not exist`) || missing.Partitions != nil || missing.EndOffsets != nil {
 		t.Fatalf("missing topic: %+v", missing)
 	}
@@ -251,14 +241,14 @@ func TestStatusKafkaUnreachable(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	start := time.Now()
-	k := gatherKafkaStatus(context.Background(), statusKafkaConfig([]string{addr}, "events"), 2*time.Second)
+	k := gatherKafka(context.Background(), kafkaConfig([]string{addr}, "events"), 2*time.Second)
 	if k.Error == nil || !strings.Contains(*k.Error, "unreachable") || k.Partitions != nil || k.EndOffsetSum != nil {
 		t.Fatalf("unreachable: %+v", k)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("took %s", d)
 	}
-	none := gatherKafkaStatus(context.Background(), statusKafkaConfig(nil, "events"), time.Second)
+	none := gatherKafka(context.Background(), kafkaConfig(nil, "events"), time.Second)
 	if none.Error == nil || !strings.Contains(*none.Error, "kafka.brokers") {
 		t.Fatalf("no brokers: %+v", none)
 	}

@@ -1,0 +1,281 @@
+package preflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/replication"
+	"github.com/walpost/walpost/sink/kafka"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+// The outcomes of a check.
+const (
+	OK   Status = "OK"   // the check passed
+	Fail Status = "FAIL" // the check failed; walpost run would fail or lose its guarantees
+	Skip Status = "SKIP" // an earlier failure makes the check moot
+)
+
+// Check is the result of one check.
+type Check struct {
+	// Name is the check's name (doc.go lists them, in order).
+	Name   string
+	Status Status
+	// Detail is what was found (OK), the problem and its fix (FAIL), or
+	// why the check did not run (SKIP). PostgreSQL passwords are redacted.
+	Detail string
+	// Err is the failure, for errors.Is and errors.As (its message is
+	// redacted too); nil unless Status is Fail.
+	Err error
+}
+
+// WriteText writes the check's line: the status padded to 6 columns, the
+// name padded to 14, the detail.
+func (c Check) WriteText(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "%-6s%-14s %s\n", c.Status, c.Name, c.Detail)
+	return err
+}
+
+// Result is every check, in the order they ran.
+type Result struct {
+	Checks []Check
+}
+
+// Failed is the number of checks that failed.
+func (r Result) Failed() int {
+	n := 0
+	for _, c := range r.Checks {
+		if c.Status == Fail {
+			n++
+		}
+	}
+	return n
+}
+
+// WriteText writes one line per check (Check.WriteText), in order.
+func (r Result) WriteText(w io.Writer) error {
+	for _, c := range r.Checks {
+		if err := c.WriteText(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run runs every check, PostgreSQL's then Kafka's, and returns their
+// results. When w is not nil each check's line is written to it as soon as
+// the check is done, so a slow broker does not hold back PostgreSQL's
+// results.
+func Run(ctx context.Context, cfg *config.Config, w io.Writer) Result {
+	r := &runner{w: w}
+	checkPostgres(ctx, cfg, r)
+	checkKafka(ctx, cfg, r)
+	return Result{Checks: r.checks}
+}
+
+// runner collects the checks' results and writes each as it comes.
+type runner struct {
+	w      io.Writer
+	checks []Check
+}
+
+func (r *runner) add(c Check) {
+	r.checks = append(r.checks, c)
+	if r.w != nil {
+		_ = c.WriteText(r.w)
+	}
+}
+
+func (r *runner) ok(name, detail string) { r.add(Check{Name: name, Status: OK, Detail: detail}) }
+func (r *runner) skip(name, why string)  { r.add(Check{Name: name, Status: Skip, Detail: why}) }
+func (r *runner) fail(name string, err error) {
+	err = redact.Error(err)
+	r.add(Check{Name: name, Status: Fail, Detail: err.Error(), Err: err})
+}
+
+func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
+	names := []string{"wal_level", "replication", "outbox", "publication", "slot", "capacity", "poison_table"}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, cfg.Postgres.URL)
+	if err != nil {
+		r.fail("postgres", fmt.Errorf("cannot connect (%w); fix: check host, port, user, password and database in postgres.url (WALPOST_POSTGRES_URL)",
+			replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication)))
+		for _, n := range names {
+			r.skip(n, "no PostgreSQL connection")
+		}
+		return
+	}
+	defer conn.Close(context.Background())
+	srv, _ := replication.ReadServer(ctx, conn)
+	pc := conn.Config()
+	r.ok("postgres", fmt.Sprintf("connected to %s:%d/%s as %s (PostgreSQL %s)", pc.Host, pc.Port, srv.Database, srv.User, srv.Version))
+
+	if walLevel, err := replication.WALLevel(ctx, conn); err != nil {
+		r.fail("wal_level", err)
+	} else if walLevel != "logical" {
+		r.fail("wal_level", fmt.Errorf("wal_level is %q; fix: set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", walLevel))
+	} else {
+		r.ok("wal_level", "logical")
+	}
+
+	if canReplicate, err := replication.CanReplicate(ctx, conn); err != nil {
+		r.fail("replication", err)
+	} else if !canReplicate {
+		r.fail("replication", fmt.Errorf("role %q may not replicate; fix: ALTER ROLE %s REPLICATION", srv.User, pgx.Identifier{srv.User}.Sanitize()))
+	} else {
+		r.ok("replication", fmt.Sprintf("role %q has REPLICATION", srv.User))
+	}
+
+	table, err := replication.ResolveTable(ctx, conn, cfg.Postgres.Table)
+	tableOK := err == nil
+	if err == nil {
+		err = replication.CheckColumns(ctx, conn, table)
+	}
+	if err == nil {
+		err = checkUniqueKey(ctx, conn, table)
+	}
+	if err != nil {
+		r.fail("outbox", err)
+	} else {
+		r.ok("outbox", fmt.Sprintf("%s has the required columns and a UNIQUE idempotency_key", table))
+	}
+
+	if !tableOK {
+		r.skip("publication", "outbox table missing")
+	} else if err := checkPublicationOps(ctx, conn, cfg.Postgres.Publication, table); err != nil {
+		r.fail("publication", err)
+	} else {
+		r.ok("publication", fmt.Sprintf("%q covers exactly %s, inserts only", cfg.Postgres.Publication, table))
+	}
+
+	slot, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
+	switch {
+	case err != nil:
+		r.fail("slot", err)
+	case !slot.Exists:
+		r.ok("slot", fmt.Sprintf("%q does not exist yet; walpost run creates it", cfg.Postgres.Slot))
+	default:
+		if err := replication.CheckSlot(ctx, conn, cfg.Postgres.Slot, slot); err != nil {
+			r.fail("slot", err)
+		} else {
+			state := "inactive"
+			if slot.Active {
+				state = fmt.Sprintf("active (backend pid %d)", slot.ActivePID)
+			}
+			r.ok("slot", fmt.Sprintf("%q logical/pgoutput in %s, wal_status %s, confirmed %s, %s", cfg.Postgres.Slot, slot.Database, slot.WALStatus, slot.ConfirmedFlush, state))
+		}
+	}
+
+	c, err := replication.ReadCapacity(ctx, conn)
+	switch {
+	case err != nil:
+		r.fail("capacity", err)
+	case !slot.Exists && c.UsedSlots >= c.MaxSlots:
+		r.fail("capacity", fmt.Errorf("all %d replication slots are in use; fix: raise max_replication_slots or drop an unused slot", c.MaxSlots))
+	case c.UsedWALSenders >= c.MaxWALSenders:
+		r.fail("capacity", fmt.Errorf("all %d WAL senders are in use; fix: raise max_wal_senders", c.MaxWALSenders))
+	default:
+		r.ok("capacity", fmt.Sprintf("slots %d/%d used, wal senders %d/%d used", c.UsedSlots, c.MaxSlots, c.UsedWALSenders, c.MaxWALSenders))
+	}
+
+	if exists, err := replication.TableExists(ctx, conn, cfg.Postgres.PoisonTable); err != nil {
+		r.fail("poison_table", err)
+	} else if !exists {
+		r.fail("poison_table", fmt.Errorf("table %q does not exist; fix: run walpost migrate", cfg.Postgres.PoisonTable))
+	} else {
+		r.ok("poison_table", fmt.Sprintf("%q exists", cfg.Postgres.PoisonTable))
+	}
+}
+
+// checkUniqueKey: the idempotency key is what consumers deduplicate on, so
+// it must be unique and present in every row.
+func checkUniqueKey(ctx context.Context, conn *pgx.Conn, table replication.TableName) error {
+	unique, notNull, err := replication.UniqueColumn(ctx, conn, table, "idempotency_key")
+	if err != nil {
+		return fmt.Errorf("read indexes of %s: %w", table, err)
+	}
+	if !unique {
+		return fmt.Errorf("%s has no UNIQUE constraint on idempotency_key alone; fix: ALTER TABLE %s ADD UNIQUE (idempotency_key)", table, table)
+	}
+	if !notNull {
+		return fmt.Errorf("%s.idempotency_key is nullable; fix: ALTER TABLE %s ALTER COLUMN idempotency_key SET NOT NULL", table, table)
+	}
+	return nil
+}
+
+// checkPublicationOps is replication.CheckPublication (what walpost run
+// refuses to start without) and, beyond it, that the publication sends
+// inserts only: walpost forwards inserts and logs a warning for the rest,
+// which the walsender still decodes and sends.
+func checkPublicationOps(ctx context.Context, conn *pgx.Conn, pub string, table replication.TableName) error {
+	if err := replication.CheckPublication(ctx, conn, pub, table); err != nil {
+		return err
+	}
+	p, ok, err := replication.ReadPublication(ctx, conn, pub)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("publication %q does not exist", pub)
+	}
+	var ops []string
+	for _, op := range p.Operations() {
+		if op != "insert" {
+			ops = append(ops, op)
+		}
+	}
+	if len(ops) > 0 {
+		return fmt.Errorf("publication %q also publishes %s; fix: ALTER PUBLICATION %s SET (publish = 'insert')", pub, strings.Join(ops, ", "), pub)
+	}
+	return nil
+}
+
+func checkKafka(ctx context.Context, cfg *config.Config, r *runner) {
+	cl, err := kafka.NewClient(cfg.Kafka, kgo.DialTimeout(5*time.Second))
+	if err != nil {
+		r.fail("kafka", err)
+		r.skip("topic", "no Kafka client")
+		return
+	}
+	defer cl.Close()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	brokers, err := kadm.NewClient(cl).ListBrokers(cctx)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = errors.New("no broker answered within 10s")
+		}
+		r.fail("kafka", fmt.Errorf("brokers %v unreachable (%v); fix: check kafka.brokers (WALPOST_KAFKA_BROKERS) and that the brokers listen there", cfg.Kafka.Brokers, err))
+		r.skip("topic", "Kafka unreachable")
+		return
+	}
+	r.ok("kafka", fmt.Sprintf("%d broker(s) reachable via %v", len(brokers), cfg.Kafka.Brokers))
+	checkTopic(cctx, cl, cfg.Kafka, r)
+}
+
+// checkTopic is the only user of the sink package's topic helpers here.
+func checkTopic(ctx context.Context, cl *kgo.Client, cfg config.Kafka, r *runner) {
+	info, err := kafka.DescribeTopic(ctx, cl, cfg.Topic)
+	if err != nil {
+		if errors.Is(err, kafka.ErrTopicMissing) && cfg.CreateTopicPartitions > 0 {
+			r.ok("topic", fmt.Sprintf("%q does not exist yet; walpost run creates it with %d partition(s) (kafka.create_topic_partitions)", cfg.Topic, cfg.CreateTopicPartitions))
+			return
+		}
+		r.fail("topic", err)
+		return
+	}
+	r.ok("topic", fmt.Sprintf("%q has %d partition(s), max.message.bytes %d", info.Name, info.Partitions, info.MaxMessageBytes))
+}

@@ -1,0 +1,167 @@
+package preflight
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/replication"
+)
+
+// closedAddr is a local address nobody listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func testConfig(pgAddr string, brokers []string, topic string) *config.Config {
+	return &config.Config{
+		Postgres: config.Postgres{
+			URL:  "postgres://walpost:s3cret@" + pgAddr + "/walpost?sslmode=disable&connect_timeout=5",
+			Slot: "walpost", Publication: "walpost_outbox", Table: "outbox", PoisonTable: "poison_outbox",
+		},
+		Kafka: config.Kafka{Brokers: brokers, Topic: topic, ClientID: "walpost-test"},
+	}
+}
+
+func TestCheckWriteText(t *testing.T) {
+	for _, c := range []struct {
+		check Check
+		want  string
+	}{
+		{Check{Name: "wal_level", Status: OK, Detail: "logical"}, "OK    wal_level      logical\n"},
+		{Check{Name: "topic", Status: Fail, Detail: "no"}, "FAIL  topic          no\n"},
+		{Check{Name: "publication", Status: Skip, Detail: "outbox table missing"}, "SKIP  publication    outbox table missing\n"},
+		{Check{Name: "a_name_longer_than_14", Status: OK, Detail: "x"}, "OK    a_name_longer_than_14 x\n"},
+	} {
+		var b bytes.Buffer
+		if err := c.check.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != c.want {
+			t.Errorf("WriteText(%+v) = %q, want %q", c.check, b.String(), c.want)
+		}
+	}
+}
+
+// TestRunNoPostgres: without PostgreSQL the connection check fails (its
+// message redacted) and the other PostgreSQL checks are skipped; Kafka's
+// run regardless. Every check has one line, in order, on w as in the
+// Result.
+func TestRunNoPostgres(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var streamed bytes.Buffer
+	res := Run(ctx, testConfig(closedAddr(t), c.ListenAddrs(), "events"), &streamed)
+
+	wantNames := []string{"postgres", "wal_level", "replication", "outbox", "publication", "slot", "capacity", "poison_table", "kafka", "topic"}
+	wantStatus := []Status{Fail, Skip, Skip, Skip, Skip, Skip, Skip, Skip, OK, OK}
+	if len(res.Checks) != len(wantNames) {
+		t.Fatalf("%d checks, want %d:\n%s", len(res.Checks), len(wantNames), streamed.String())
+	}
+	for i, ch := range res.Checks {
+		if ch.Name != wantNames[i] || ch.Status != wantStatus[i] {
+			t.Errorf("check %d = %s %s, want %s %s", i, ch.Status, ch.Name, wantStatus[i], wantNames[i])
+		}
+		if (ch.Err != nil) != (ch.Status == Fail) {
+			t.Errorf("check %s: status %s with Err %v", ch.Name, ch.Status, ch.Err)
+		}
+	}
+	pg := res.Checks[0]
+	if !strings.Contains(pg.Detail, "cannot connect") || !strings.Contains(pg.Detail, "postgres.url") ||
+		strings.Contains(pg.Detail, "s3cret") || strings.Contains(pg.Err.Error(), "s3cret") {
+		t.Errorf("postgres FAIL detail: %q", pg.Detail)
+	}
+	if got := res.Checks[9].Detail; !strings.HasPrefix(got, `"events" has 2 partition(s), max.message.bytes `) {
+		t.Errorf("topic OK detail: %q", got)
+	}
+	if res.Failed() != 1 {
+		t.Errorf("Failed() = %d, want 1", res.Failed())
+	}
+	var rendered bytes.Buffer
+	if err := res.WriteText(&rendered); err != nil {
+		t.Fatal(err)
+	}
+	if rendered.String() != streamed.String() {
+		t.Errorf("WriteText differs from the lines written while running:\n%s\n---\n%s", rendered.String(), streamed.String())
+	}
+}
+
+// TestRunKafka: the topic check against a fake cluster, and an unreachable
+// broker that skips it.
+func TestRunKafka(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pg := closedAddr(t)
+
+	last2 := func(cfg *config.Config) (Check, Check) {
+		t.Helper()
+		res := Run(ctx, cfg, nil)
+		if len(res.Checks) != 10 {
+			t.Fatalf("%d checks, want 10", len(res.Checks))
+		}
+		return res.Checks[8], res.Checks[9]
+	}
+
+	t.Run("topic missing", func(t *testing.T) {
+		_, topic := last2(testConfig(pg, c.ListenAddrs(), "nope"))
+		if topic.Status != Fail || !strings.Contains(topic.Detail, `"nope"`) || !strings.Contains(topic.Detail, "kafka.create_topic_partitions") {
+			t.Errorf("topic: %+v", topic)
+		}
+	})
+	t.Run("topic missing, created by run", func(t *testing.T) {
+		cfg := testConfig(pg, c.ListenAddrs(), "nope")
+		cfg.Kafka.CreateTopicPartitions = 3
+		_, topic := last2(cfg)
+		if topic.Status != OK || !strings.Contains(topic.Detail, "walpost run creates it with 3 partition(s)") {
+			t.Errorf("topic: %+v", topic)
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		addr := closedAddr(t)
+		k, topic := last2(testConfig(pg, []string{addr}, "events"))
+		if k.Status != Fail || !strings.Contains(k.Detail, addr) || !strings.Contains(k.Detail, "unreachable") || !strings.Contains(k.Detail, "WALPOST_KAFKA_BROKERS") {
+			t.Errorf("kafka: %+v", k)
+		}
+		if topic.Status != Skip || topic.Detail != "Kafka unreachable" {
+			t.Errorf("topic: %+v", topic)
+		}
+	})
+}
+
+// TestFailKeepsChain: a failure's Err still matches the sentinel it wraps.
+func TestFailKeepsChain(t *testing.T) {
+	r := &runner{}
+	r.fail("slot", errors.Join(replication.ErrSlotLost, errors.New("password=hunter2")))
+	c := r.checks[0]
+	if !errors.Is(c.Err, replication.ErrSlotLost) {
+		t.Errorf("Err %v does not match ErrSlotLost", c.Err)
+	}
+	if strings.Contains(c.Detail, "hunter2") || strings.Contains(c.Err.Error(), "hunter2") {
+		t.Errorf("password shown: %q", c.Detail)
+	}
+}
