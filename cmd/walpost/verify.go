@@ -11,14 +11,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/walpost/walpost/config"
-	"github.com/walpost/walpost/integration"
 	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/verify"
 )
 
 func init() { extraCommands = append(extraCommands, newVerifyCommand) }
 
 func newVerifyCommand() *cobra.Command {
-	lt := &integration.LeakTest{}
+	lt := &verify.LeakTest{}
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -68,7 +68,7 @@ interrupted; 2 when the test could not run.`,
 	return cmd
 }
 
-func runVerify(ctx context.Context, lt *integration.LeakTest, out, errw io.Writer, asJSON bool) error {
+func runVerify(ctx context.Context, lt *verify.LeakTest, out, errw io.Writer, asJSON bool) error {
 	stop := startProgress(lt, errw)
 	res, err := lt.Run(ctx)
 	stop()
@@ -91,7 +91,7 @@ func runVerify(ctx context.Context, lt *integration.LeakTest, out, errw io.Write
 
 // startProgress draws a progress bar on errw while the test runs, when
 // errw is a terminal; the returned function clears it.
-func startProgress(lt *integration.LeakTest, errw io.Writer) func() {
+func startProgress(lt *verify.LeakTest, errw io.Writer) func() {
 	if !isTerminal(errw) {
 		return func() {}
 	}
@@ -115,7 +115,7 @@ func startProgress(lt *integration.LeakTest, errw io.Writer) func() {
 }
 
 // progressLine renders one line: the bar fills with delivered events.
-func progressLine(p integration.Progress, width int) string {
+func progressLine(p verify.Progress, width int) string {
 	frac := 0.0
 	if p.Total > 0 {
 		frac = min(float64(p.Delivered)/float64(p.Total), 1)
