@@ -50,6 +50,10 @@
 //     with its run's prefix; everything else on the topic is ignored),
 //     the same verdict per partition, and the commit-to-consume latency.
 //
+// Every Kafka client of the leak test, the admin client of step 1 and the
+// consumer, is built from Brokers and KafkaOpts, so it reaches a cluster
+// that needs TLS or SASL with the options walpost run uses for it.
+//
 // The leak test forwards nothing: a walpost run with the same
 // configuration must be running. Result.OK holds when nothing was lost,
 // order held, every requested event was written and the run was not

@@ -37,6 +37,17 @@ type LeakTest struct {
 	Brokers     []string
 	Topic       string // the topic rows with a NULL topic column go to (kafka.topic)
 
+	// KafkaOpts are extra options for every Kafka client the test creates,
+	// its admin client and its consumer: the connection options (TLS,
+	// SASL, dialer, timeouts) walpost run uses for the same cluster.
+	// They come after the seed brokers and the client id
+	// (walpost-verify-admin, walpost-verify), so they may replace those,
+	// and before the consumer's own partitions, start offsets, fetch wait
+	// and hook, which they do not replace. `walpost verify` passes
+	// sink/kafka.ClientOpts, so kafka.tls.* and kafka.sasl.* apply.
+	// Default none: plaintext, no authentication.
+	KafkaOpts []kgo.Opt
+
 	Events       int           // events to write
 	Writers      int           // concurrent writers, one connection each
 	MaxTxnSize   int           // each transaction has 1..MaxTxnSize rows, uniformly
@@ -158,7 +169,7 @@ func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
 	defer l.phase.Store("done")
 
 	// Kafka: the end offsets before anything is written.
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(l.Brokers...), kgo.ClientID("walpost-verify-admin"))
+	admCl, err := l.kafkaClient("walpost-verify-admin")
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
@@ -192,7 +203,7 @@ func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
 		parts[p] = kgo.NewOffset().At(o)
 	}
 	ready := newFetchReady(ctx, kadm.NewClient(admCl), l.Topic)
-	cons, err := kgo.NewClient(kgo.SeedBrokers(l.Brokers...), kgo.ClientID("walpost-verify"),
+	cons, err := l.kafkaClient("walpost-verify",
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{l.Topic: parts}),
 		kgo.FetchMaxWait(100*time.Millisecond), kgo.WithHooks(ready))
 	if err != nil {
@@ -304,6 +315,13 @@ wait:
 
 	l.summarise(res, ws, cs, starts)
 	return res, nil
+}
+
+// kafkaClient is a client of the seed brokers with client id id, then
+// KafkaOpts, then opts.
+func (l *LeakTest) kafkaClient(id string, opts ...kgo.Opt) (*kgo.Client, error) {
+	all := append([]kgo.Opt{kgo.SeedBrokers(l.Brokers...), kgo.ClientID(id)}, l.KafkaOpts...)
+	return kgo.NewClient(append(all, opts...)...)
 }
 
 // fetchReady is a kgo hook that closes ch once a fetch request has been

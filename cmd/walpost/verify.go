@@ -12,6 +12,7 @@ import (
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/sink/kafka"
 	"github.com/walpost/walpost/verify"
 )
 
@@ -29,6 +30,7 @@ from kafka.topic, starting at the topic's end offsets taken before the first wri
 
 verify does NOT forward anything: a 'walpost run' with the same configuration must be
 running. If nothing arrives within --timeout after the last commit, the report says so.
+It connects as walpost run does: postgres.url, kafka.brokers, kafka.tls.* and kafka.sasl.*.
 
 Keys are walpost-verify-<runid>-w<writer>-t<txn>-r<row>; records of other runs and of
 applications are ignored. The written rows are deleted from the outbox table at the end
@@ -50,9 +52,14 @@ interrupted; 2 when the test could not run.`,
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			kopts, err := kafka.ClientOpts(cfg.Kafka)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
 			lt.PostgresURL = cfg.Postgres.URL
 			lt.Table = cfg.Postgres.Table
 			lt.Brokers = cfg.Kafka.Brokers
+			lt.KafkaOpts = kopts
 			lt.Topic = cfg.Kafka.Topic
 			return runVerify(cmd.Context(), lt, cmd.OutOrStdout(), cmd.ErrOrStderr(), asJSON)
 		},
