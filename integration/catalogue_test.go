@@ -22,6 +22,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/verify"
 )
 
 // The bad-input catalogue: one test per kind of bad input (environment,
@@ -132,7 +134,7 @@ func catInsertTxn(t *testing.T, f *fixture, rows []catRow) {
 // catRecord is a consumed record with its headers in order (duplicates
 // kept).
 type catRecord struct {
-	Observed
+	verify.Observed
 	Key     []byte
 	Value   []byte
 	Headers []kgo.RecordHeader
@@ -169,7 +171,7 @@ func catConsume(t *testing.T, f *fixture, want int, timeout time.Duration) []cat
 		n := 0
 		fetches.EachRecord(func(r *kgo.Record) {
 			n++
-			rec := catRecord{Observed: Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset},
+			rec := catRecord{Observed: verify.Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset},
 				Key: r.Key, Value: r.Value, Headers: r.Headers, IsNull: r.Value == nil}
 			if v := rec.header("commit_lsn"); len(v) == 1 {
 				rec.CommitLSN, _ = pglogrepl.ParseLSN(v[0])
@@ -226,13 +228,13 @@ func catWaitPoison(t *testing.T, f *fixture, n int) []catPoison {
 // rows with keys want (one record each, nothing else, commit and insert
 // order per partition) and that each is byte-exact: key, value = payload
 // as PostgreSQL renders it, and the contract's headers.
-func catExpectDelivered(t *testing.T, f *fixture, recs []catRecord, want []Expected) {
+func catExpectDelivered(t *testing.T, f *fixture, recs []catRecord, want []verify.Expected) {
 	t.Helper()
-	obs := make([]Observed, len(recs))
+	obs := make([]verify.Observed, len(recs))
 	for i, r := range recs {
 		obs[i] = r.Observed
 	}
-	rep := Validate(want, obs)
+	rep := verify.Validate(want, obs)
 	if !rep.OK() || rep.Unexpected != 0 || rep.Duplicates() != 0 || len(recs) != len(want) {
 		t.Errorf("delivery: %s (%d records for %d expected)", rep, len(recs), len(want))
 	}
@@ -330,11 +332,11 @@ func catSlotPast(t *testing.T, f *fixture, lsn pglogrepl.LSN) {
 
 func catPtr(s string) *string { return &s }
 
-// catExpected lists keys as Expected of one transaction each.
-func catExpected(txn string, keys ...string) []Expected {
-	out := make([]Expected, len(keys))
+// catExpected lists keys as verify.Expected of one transaction each.
+func catExpected(txn string, keys ...string) []verify.Expected {
+	out := make([]verify.Expected, len(keys))
 	for i, k := range keys {
-		out[i] = Expected{Key: k, Txn: txn, Index: i}
+		out[i] = verify.Expected{Key: k, Txn: txn, Index: i}
 	}
 	return out
 }
@@ -672,7 +674,7 @@ func TestCatalogueHugeIdempotencyKey(t *testing.T) {
 	end := f.currentWAL()
 	recs := catConsume(t, f, 2, 60*time.Second)
 	// Different partitions: Validate checks order within each.
-	catExpectDelivered(t, f, recs, []Expected{{Key: "k-small", Txn: "1", Index: 0}, {Key: key, Txn: "1", Index: 1}})
+	catExpectDelivered(t, f, recs, []verify.Expected{{Key: "k-small", Txn: "1", Index: 0}, {Key: key, Txn: "1", Index: 1}})
 	for _, r := range recs {
 		if h := r.header("idempotency_key"); len(r.Key) == len(key) && (string(r.Key) != key || len(h) != 1 || h[0] != key) {
 			t.Errorf("10 KB key or header altered")

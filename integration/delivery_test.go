@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/verify"
 )
 
 // load writes events from concurrent writers in transactions of 1..maxTxn
@@ -26,7 +28,7 @@ type load struct {
 	payload  string
 	pause    time.Duration // between transactions of one writer
 	mu       sync.Mutex
-	expected []Expected
+	expected []verify.Expected
 	written  atomic.Int64
 	wg       sync.WaitGroup
 	errs     chan error
@@ -75,7 +77,7 @@ func (l *load) start(ctx context.Context) {
 }
 
 // wait waits for the writers and fails the test on a write error.
-func (l *load) wait(t testing.TB) []Expected {
+func (l *load) wait(t testing.TB) []verify.Expected {
 	t.Helper()
 	l.wg.Wait()
 	select {
@@ -85,7 +87,7 @@ func (l *load) wait(t testing.TB) []Expected {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Expected(nil), l.expected...)
+	return append([]verify.Expected(nil), l.expected...)
 }
 
 // TestDeliveryConcurrentWriters: 8 writers, transactions of 1–100 rows,
@@ -103,7 +105,7 @@ func TestDeliveryConcurrentWriters(t *testing.T) {
 	l.start(ctx)
 	expected := l.wait(t)
 	recs := f.consumeAll(t, len(expected), 3*time.Minute)
-	rep := Validate(expected, observed(recs))
+	rep := verify.Validate(expected, observed(recs))
 	t.Logf("validator: %s", rep)
 	if !rep.OK() || rep.Duplicates() != 0 || rep.Delivered != 50_000 {
 		t.Fatalf("delivery failed: %s", rep)
@@ -149,7 +151,7 @@ func TestBigTransaction(t *testing.T) {
 	recs := f.consumeAll(t, n, 3*time.Minute)
 	close(stop)
 	wg.Wait()
-	rep := Validate(expected, observed(recs))
+	rep := verify.Validate(expected, observed(recs))
 	t.Logf("validator: %s; peak RSS %d KiB", rep, peak.Load())
 	if !rep.OK() || rep.Delivered != n {
 		t.Fatalf("big transaction: %s", rep)
@@ -197,7 +199,7 @@ func TestSIGTERMMidStream(t *testing.T) {
 	}
 	expected := l.wait(t)
 	recs := f.consumeAll(t, len(expected), 3*time.Minute)
-	rep := Validate(expected, observed(recs))
+	rep := verify.Validate(expected, observed(recs))
 	t.Logf("validator: %s", rep)
 	if !rep.OK() || rep.Duplicates() != 0 {
 		t.Fatalf("after SIGTERM and restart: %s", rep)
@@ -229,7 +231,7 @@ func TestKill9MidStream(t *testing.T) {
 	}
 	expected := l.wait(t)
 	recs := f.consumeAll(t, len(expected), 3*time.Minute)
-	rep := Validate(expected, observed(recs))
+	rep := verify.Validate(expected, observed(recs))
 	t.Logf("validator: %s; slot confirmed at kill %s", rep, atKill)
 	if !rep.OK() {
 		t.Fatalf("after kill -9 and restart: %s", rep)
@@ -300,7 +302,7 @@ func TestHotStandby(t *testing.T) {
 	t.Logf("standby took over %s after the kill", time.Since(killed).Round(time.Millisecond))
 	expected := l.wait(t)
 	recs := f.consumeAll(t, len(expected), 3*time.Minute)
-	rep := Validate(expected, observed(recs))
+	rep := verify.Validate(expected, observed(recs))
 	t.Logf("validator: %s", rep)
 	if !rep.OK() {
 		t.Fatalf("after hand-over: %s", rep)

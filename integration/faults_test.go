@@ -17,6 +17,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/verify"
 )
 
 // Fault tests: the shared broker and PostgreSQL are stopped, restarted and
@@ -131,8 +133,8 @@ type faultLoad struct {
 	stop     atomic.Bool
 	wg       sync.WaitGroup
 	mu       sync.Mutex
-	expected []Expected
-	maybe    [][]Expected
+	expected []verify.Expected
+	maybe    [][]verify.Expected
 	written  atomic.Int64 // committed events
 	failed   atomic.Int64 // failed transactions
 }
@@ -165,9 +167,9 @@ func (l *faultLoad) start() *faultLoad {
 				exp, err := l.f.writeTxn(ctx, txn, keys, payload)
 				cancel()
 				if err != nil {
-					maybe := make([]Expected, size)
+					maybe := make([]verify.Expected, size)
 					for i, k := range keys {
-						maybe[i] = Expected{Key: k, Txn: txn, Index: i}
+						maybe[i] = verify.Expected{Key: k, Txn: txn, Index: i}
 					}
 					l.mu.Lock()
 					l.maybe = append(l.maybe, maybe)
@@ -199,12 +201,12 @@ func (l *faultLoad) waitWritten(t testing.TB, n int64, timeout time.Duration) {
 // finish stops the writers and returns every committed event: those whose
 // commit succeeded, plus the maybe transactions whose rows exist (a
 // transaction is atomic: all its rows exist or none).
-func (l *faultLoad) finish(t testing.TB) []Expected {
+func (l *faultLoad) finish(t testing.TB) []verify.Expected {
 	t.Helper()
 	l.stop.Store(true)
 	l.wg.Wait()
 	l.mu.Lock()
-	expected := append([]Expected(nil), l.expected...)
+	expected := append([]verify.Expected(nil), l.expected...)
 	maybe := l.maybe
 	l.mu.Unlock()
 	if len(maybe) == 0 {
@@ -276,7 +278,7 @@ func faultExisting(ctx context.Context, f *fixture, keys []string) ([]string, er
 // faultConsume reads the fixture's topic from the start until every
 // expected key has arrived and the topic has been quiet for 2 s, or
 // timeout passes.
-func faultConsume(t testing.TB, f *fixture, expected []Expected, timeout time.Duration) []Observed {
+func faultConsume(t testing.TB, f *fixture, expected []verify.Expected, timeout time.Duration) []verify.Observed {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
@@ -288,7 +290,7 @@ func faultConsume(t testing.TB, f *fixture, expected []Expected, timeout time.Du
 	for _, e := range expected {
 		missing[e.Key] = true
 	}
-	var out []Observed
+	var out []verify.Observed
 	deadline := time.Now().Add(timeout)
 	quietSince := time.Now()
 	for time.Now().Before(deadline) {
@@ -298,7 +300,7 @@ func faultConsume(t testing.TB, f *fixture, expected []Expected, timeout time.Du
 		n := 0
 		fetches.EachRecord(func(r *kgo.Record) {
 			n++
-			o := Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset}
+			o := verify.Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset}
 			for _, h := range r.Headers {
 				if h.Key == "commit_lsn" {
 					o.CommitLSN, _ = pglogrepl.ParseLSN(string(h.Value))
@@ -320,11 +322,11 @@ func faultConsume(t testing.TB, f *fixture, expected []Expected, timeout time.Du
 // faultVerify consumes the topic and checks that every committed event
 // arrived, in order per partition, and nothing else (no event of a
 // transaction that did not commit). Duplicates are allowed.
-func faultVerify(t testing.TB, f *fixture, expected []Expected, timeout time.Duration) *Report {
+func faultVerify(t testing.TB, f *fixture, expected []verify.Expected, timeout time.Duration) *verify.Report {
 	t.Helper()
 	start := time.Now()
 	obs := faultConsume(t, f, expected, timeout)
-	rep := Validate(expected, obs)
+	rep := verify.Validate(expected, obs)
 	t.Logf("validator (%s to consume): %s", time.Since(start).Round(time.Millisecond), rep)
 	if !rep.OK() || rep.Unexpected != 0 {
 		t.Errorf("delivery failed: %s", rep)
@@ -516,7 +518,7 @@ func TestHalfOpenPostgresConnection(t *testing.T) {
 	if _, err := f.writeTxn(context.Background(), probe, []string{probe}, `{"probe": true}`); err != nil {
 		t.Fatal(err)
 	}
-	got := faultConsume(t, f, []Expected{{Key: probe}}, 60*time.Second)
+	got := faultConsume(t, f, []verify.Expected{{Key: probe}}, 60*time.Second)
 	arrived := false
 	for _, o := range got {
 		arrived = arrived || o.Key == probe
@@ -529,7 +531,7 @@ func TestHalfOpenPostgresConnection(t *testing.T) {
 		t.Logf("walpost forwarded again %s after the freeze", time.Since(frozen).Round(time.Second))
 	}
 	proxy.Restore()
-	expected := append(l.finish(t), Expected{Key: probe, Txn: probe})
+	expected := append(l.finish(t), verify.Expected{Key: probe, Txn: probe})
 	faultVerify(t, f, expected, 2*time.Minute)
 	faultAlive(t, p, "after the half-open connection")
 }
@@ -691,7 +693,7 @@ func TestColumnAddedMidStream(t *testing.T) {
 	l.waitWritten(t, 2000, time.Minute)
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s ADD COLUMN extra text`, f.Table))
 	ctx := context.Background()
-	var extra []Expected
+	var extra []verify.Expected
 	for i := 0; i < 50; i++ {
 		tx, err := f.Pool.Begin(ctx)
 		if err != nil {
@@ -703,7 +705,7 @@ func TestColumnAddedMidStream(t *testing.T) {
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, extra) VALUES ($1, '{"extra": true}', $2)`, f.Table), key, "e"+key); err != nil {
 				t.Fatal(err)
 			}
-			extra = append(extra, Expected{Key: key, Txn: txn, Index: j})
+			extra = append(extra, verify.Expected{Key: key, Txn: txn, Index: j})
 		}
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
@@ -726,7 +728,7 @@ func TestRequiredColumnDropped(t *testing.T) {
 	p := f.start()
 	faultStreaming(t, p)
 	ctx := context.Background()
-	var before []Expected
+	var before []verify.Expected
 	for i := 0; i < 20; i++ {
 		exp, err := f.writeTxn(ctx, fmt.Sprintf("good-%d", i), []string{fmt.Sprintf("good-%d-a", i), fmt.Sprintf("good-%d-b", i)}, `{"good": true}`)
 		if err != nil {
@@ -779,7 +781,7 @@ func TestRequiredColumnDropped(t *testing.T) {
 		t.Errorf("slot confirmed %s, past the transaction walpost could not forward (ends by %s)", confirmed, postCommit)
 	}
 	obs := faultConsume(t, f, before, time.Minute)
-	rep := Validate(before, obs)
+	rep := verify.Validate(before, obs)
 	t.Logf("validator: %s", rep)
 	if !rep.OK() {
 		t.Errorf("events before the DROP: %s", rep)

@@ -23,6 +23,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/verify"
 )
 
 // The stack comes from `scripts/stack.sh up` (.stack/env). Without it the
@@ -335,7 +337,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 }
 
 // writeTxn inserts keys in one transaction and returns the expected events.
-func (f *fixture) writeTxn(ctx context.Context, txnID string, keys []string, payload string) ([]Expected, error) {
+func (f *fixture) writeTxn(ctx context.Context, txnID string, keys []string, payload string) ([]verify.Expected, error) {
 	tx, err := f.Pool.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -361,16 +363,16 @@ func (f *fixture) writeTxn(ctx context.Context, txnID string, keys []string, pay
 	if err := tx.Commit(ctx); err != nil {
 		return nil, err
 	}
-	exp := make([]Expected, len(keys))
+	exp := make([]verify.Expected, len(keys))
 	for i, k := range keys {
-		exp[i] = Expected{Key: k, Txn: txnID, Index: i}
+		exp[i] = verify.Expected{Key: k, Txn: txnID, Index: i}
 	}
 	return exp, nil
 }
 
 // record is a consumed Kafka record with the fields tests look at.
 type record struct {
-	Observed
+	verify.Observed
 	Value   []byte
 	Headers map[string]string
 	Time    time.Time
@@ -397,7 +399,7 @@ func (f *fixture) consumeAll(t testing.TB, want int, timeout time.Duration) []re
 		n := 0
 		fetches.EachRecord(func(r *kgo.Record) {
 			n++
-			rec := record{Observed: Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset},
+			rec := record{Observed: verify.Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset},
 				Value: r.Value, Headers: map[string]string{}, Time: r.Timestamp}
 			for _, h := range r.Headers {
 				rec.Headers[h.Key] = string(h.Value)
@@ -416,8 +418,8 @@ func (f *fixture) consumeAll(t testing.TB, want int, timeout time.Duration) []re
 	return out
 }
 
-func observed(recs []record) []Observed {
-	out := make([]Observed, len(recs))
+func observed(recs []record) []verify.Observed {
+	out := make([]verify.Observed, len(recs))
 	for i, r := range recs {
 		out[i] = r.Observed
 	}

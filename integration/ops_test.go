@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/walpost/walpost/verify"
 )
 
 func freePort(t testing.TB) int {
@@ -129,7 +131,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 		t.Error("no franz-go client metrics (walpost_kafka_*)")
 	}
 	recs := f.consumeAll(t, len(expected), time.Minute)
-	if rep := Validate(expected, observed(recs)); !rep.OK() {
+	if rep := verify.Validate(expected, observed(recs)); !rep.OK() {
 		t.Fatalf("before the outage: %s", rep)
 	}
 
@@ -153,7 +155,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	stackCmd(t, "kafka-start")
 	waitFor(t, 90*time.Second, "/readyz 200 after the outage", func() bool { c, _ := readyz(addr); return c == 200 })
 	recs = f.consumeAll(t, len(expected)+len(more), 2*time.Minute)
-	if rep := Validate(append(expected, more...), observed(recs)); !rep.OK() {
+	if rep := verify.Validate(append(expected, more...), observed(recs)); !rep.OK() {
 		t.Fatalf("after the outage: %s", rep)
 	}
 	if p.exited() {
@@ -191,7 +193,7 @@ func TestLeastPrivilegeRole(t *testing.T) {
 		t.Fatal("oversized event not quarantined")
 	}
 	recs := f.consumeAll(t, 2, time.Minute)
-	if rep := Validate(exp, observed(recs)); !rep.OK() {
+	if rep := verify.Validate(exp, observed(recs)); !rep.OK() {
 		t.Fatalf("as least-privilege role: %s", rep)
 	}
 	resp, err := f.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: ptr("1048588")}}, f.Topic)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/walpost/walpost/verify"
 )
 
 func ptr(s string) *string { return &s }
@@ -29,7 +31,7 @@ func TestPoisonOversizedAndReplay(t *testing.T) {
 	ctx := context.Background()
 	big := `{"blob": "` + strings.Repeat("z", 8000) + `"}`
 	small := `{"n": 1}`
-	var expected []Expected
+	var expected []verify.Expected
 	var oversized []string
 	for txn := 0; txn < 100; txn++ {
 		tx, err := f.Pool.Begin(ctx)
@@ -43,7 +45,7 @@ func TestPoisonOversizedAndReplay(t *testing.T) {
 				payload = big
 				oversized = append(oversized, key)
 			} else {
-				expected = append(expected, Expected{Key: key, Txn: fmt.Sprint(txn), Index: i})
+				expected = append(expected, verify.Expected{Key: key, Txn: fmt.Sprint(txn), Index: i})
 			}
 			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ($1, $2)`, f.Table), key, payload); err != nil {
 				t.Fatal(err)
@@ -55,7 +57,7 @@ func TestPoisonOversizedAndReplay(t *testing.T) {
 	}
 	end := f.currentWAL()
 	recs := f.consumeAll(t, len(expected), 2*time.Minute)
-	rep := Validate(expected, observed(recs))
+	rep := verify.Validate(expected, observed(recs))
 	t.Logf("validator: %s", rep)
 	if !rep.OK() || rep.Delivered != 990 || rep.Unexpected != 0 {
 		t.Fatalf("delivery with poison: %s", rep)
@@ -192,7 +194,7 @@ func TestPoisonTableUnavailable(t *testing.T) {
 		t.Fatal("event not quarantined after the grant")
 	}
 	recs := f.consumeAll(t, 2, time.Minute)
-	rep := Validate(append(before, after...), observed(recs))
+	rep := verify.Validate(append(before, after...), observed(recs))
 	if !rep.OK() {
 		t.Fatalf("after grant: %s", rep)
 	}
@@ -244,7 +246,7 @@ func TestUnknownTopicHaltsAndResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := f.consumeAll(t, 2, 90*time.Second)
-	rep := Validate(append(first, last...), observed(recs))
+	rep := verify.Validate(append(first, last...), observed(recs))
 	if !rep.OK() {
 		t.Fatalf("after creating the topic: %s", rep)
 	}

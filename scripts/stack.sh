@@ -15,6 +15,17 @@
 #                          throwaway cluster in .stack/scratch/NAME; prints its URL
 #                          as the last line on stdout
 #   scratch-pg-down NAME   stop it and delete its directory
+#   scratch-kafka-up NAME PORT CONTROLLER_PORT [PROPS_FILE]
+#                          throwaway broker in .stack/scratch-kafka/NAME with a
+#                          PLAINTEXT listener on PORT; the lines of PROPS_FILE are
+#                          appended to its server.properties, so they may replace
+#                          listeners, advertised.listeners and
+#                          listener.security.protocol.map (keep PLAINTEXT on PORT
+#                          and CONTROLLER on CONTROLLER_PORT) and add ssl.* and
+#                          sasl.* settings; prints its PLAINTEXT bootstrap address
+#                          as the last line on stdout
+#   scratch-kafka-down NAME
+#                          stop it and delete its directory
 #
 # Environment: WALPOST_STACK_PG_PORT (54329), WALPOST_STACK_KAFKA_PORT (19092),
 # WALPOST_STACK_KAFKA_CONTROLLER_PORT (19093), WALPOST_STACK_PG_TIMEOUT (60 s),
@@ -45,13 +56,24 @@ PG_DIR=$STATE/pg            # main cluster: $PG_DIR/data, socket in $PG_DIR/sock
 PG_LOG=$STATE/postgres.log
 
 K_SRC=$ROOT/stack/kafka     # pom.xml, log4j2*.properties, KafkaReady.java
+K_LIBS=$STATE/kafka/libs    # shared by the main and the scratch brokers
+K_TOOLS=$STATE/kafka/tools  # compiled readiness probe
+# The broker the kafka_* functions act on: the main one unless
+# use_scratch_kafka points them at a scratch broker.
 K_DIR=$STATE/kafka
-K_LIBS=$K_DIR/libs
-K_TOOLS=$K_DIR/tools        # compiled readiness probe
 K_DATA=$K_DIR/data
 K_PROPS=$K_DIR/server.properties
 K_PID=$STATE/kafka.pid
 K_LOG=$STATE/kafka.log
+K_NAME=Kafka
+K_PORT=$KAFKA_PORT          # PLAINTEXT: readiness probe, inter-broker
+K_CPORT=$KAFKA_CPORT
+K_PORTS=("$KAFKA_PORT" "$KAFKA_CPORT" "$KAFKA_PROXIED_PORT") # must be free before a start
+K_LISTENERS=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CPORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT
+K_ADVERTISED=PLAINTEXT://127.0.0.1:$KAFKA_PORT,PROXIED://127.0.0.1:$KAFKA_PROXY_PORT
+K_PROTOCOLS=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,PROXIED:PLAINTEXT
+K_EXTRA=                    # a file appended to server.properties
+K_PORT_HINT="set WALPOST_STACK_KAFKA_PORT / WALPOST_STACK_KAFKA_CONTROLLER_PORT / WALPOST_STACK_KAFKA_PROXIED_PORT"
 
 ENV_FILE=$STATE/env
 
@@ -363,12 +385,12 @@ kafka_write_props() {
 # Written by scripts/stack.sh on every start; edits are overwritten.
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:$KAFKA_CPORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CPORT,PROXIED://127.0.0.1:$KAFKA_PROXIED_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,PROXIED://127.0.0.1:$KAFKA_PROXY_PORT
+controller.quorum.voters=1@127.0.0.1:$K_CPORT
+listeners=$K_LISTENERS
+advertised.listeners=$K_ADVERTISED
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,PROXIED:PLAINTEXT
+listener.security.protocol.map=$K_PROTOCOLS
 log.dirs=$K_DATA
 num.partitions=1
 default.replication.factor=1
@@ -383,6 +405,10 @@ transaction.state.log.num.partitions=10
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 EOF
+	if [[ -n $K_EXTRA ]]; then
+		printf '\n# From %s (a later key replaces an earlier one)\n' "$K_EXTRA" >>"$K_PROPS.tmp"
+		cat -- "$K_EXTRA" >>"$K_PROPS.tmp" || die "cannot read $K_EXTRA"
+	fi
 	mv "$K_PROPS.tmp" "$K_PROPS"
 }
 
@@ -422,25 +448,25 @@ kafka_launch() {
 	local pid
 	KAFKA_LAUNCHED=0
 	if pid=$(kafka_pid); then
-		if port_open "$KAFKA_PORT"; then
-			log "Kafka already running (pid $pid, 127.0.0.1:$KAFKA_PORT)"
+		if port_open "$K_PORT"; then
+			log "$K_NAME already running (pid $pid, 127.0.0.1:$K_PORT)"
 			return 0
 		fi
-		log "Kafka process $pid is up but port $KAFKA_PORT not open yet; waiting"
+		log "$K_NAME process $pid is up but port $K_PORT not open yet; waiting"
 		KAFKA_T0=$(now)
 		KAFKA_LAUNCHED=1
 		return 0
 	fi
 	rm -f "$K_PID"
-	for p in "$KAFKA_PORT" "$KAFKA_CPORT" "$KAFKA_PROXIED_PORT"; do
-		port_open "$p" && die "127.0.0.1:$p is already in use by another process (not our Kafka); set WALPOST_STACK_KAFKA_PORT / WALPOST_STACK_KAFKA_CONTROLLER_PORT"
+	for p in "${K_PORTS[@]}"; do
+		port_open "$p" && die "127.0.0.1:$p is already in use by another process (not our $K_NAME); $K_PORT_HINT"
 	done
 	ensure_kafka_libs
 	kafka_write_props
 	kafka_format
 	KAFKA_T0=$(now)
-	log "starting Kafka (127.0.0.1:$KAFKA_PORT, controller :$KAFKA_CPORT, log $K_LOG)"
-	printf '\n===== %s stack.sh: starting Kafka =====\n' "$(date -Is)" >>"$K_LOG"
+	log "starting $K_NAME (127.0.0.1:$K_PORT, controller :$K_CPORT, log $K_LOG)"
+	printf '\n===== %s stack.sh: starting %s =====\n' "$(date -Is)" "$K_NAME" >>"$K_LOG"
 	# nohup+setsid: own session, immune to the caller's hangup/Ctrl-C. The
 	# background child is not a process-group leader, so setsid execs without
 	# forking and $! is the java pid.
@@ -458,53 +484,53 @@ kafka_wait() {
 	[[ $KAFKA_LAUNCHED == 1 ]] || return 0
 	deadline=$(deadline_in "$KAFKA_TIMEOUT")
 	pid=$(<"$K_PID")
-	until port_open "$KAFKA_PORT"; do
+	until port_open "$K_PORT"; do
 		# kafka_pid checks the command line; allow the few ms the exec chain
 		# nohup -> setsid -> java takes before deciding the broker died.
 		if ! kafka_pid >/dev/null && { sleep 0.5; ! kafka_pid >/dev/null; }; then
 			tail_log "$K_LOG" 60
 			rm -f "$K_PID"
-			die "Kafka exited during startup"
+			die "$K_NAME exited during startup"
 		fi
 		if past "$deadline"; then
 			tail_log "$K_LOG" 60
-			die "Kafka port 127.0.0.1:$KAFKA_PORT not open after ${KAFKA_TIMEOUT}s (pid $pid still running; see $K_LOG)"
+			die "$K_NAME port 127.0.0.1:$K_PORT not open after ${KAFKA_TIMEOUT}s (pid $pid still running; see $K_LOG)"
 		fi
 		sleep 0.2
 	done
 	ensure_kafka_probe
 	left=$(remaining "$deadline")
 	((left >= 5)) || left=5
-	if ! "${K_PROBE[@]}" "127.0.0.1:$KAFKA_PORT" "$left" </dev/null >&2; then
+	if ! "${K_PROBE[@]}" "127.0.0.1:$K_PORT" "$left" </dev/null >&2; then
 		tail_log "$K_LOG" 60
-		die "Kafka did not become ready within ${KAFKA_TIMEOUT}s"
+		die "$K_NAME did not become ready within ${KAFKA_TIMEOUT}s"
 	fi
-	kafka_pid >/dev/null || { tail_log "$K_LOG" 60; die "Kafka exited right after becoming ready"; }
-	log "Kafka ready on 127.0.0.1:$KAFKA_PORT (pid $pid, $(elapsed "$KAFKA_T0"))"
+	kafka_pid >/dev/null || { tail_log "$K_LOG" 60; die "$K_NAME exited right after becoming ready"; }
+	log "$K_NAME ready on 127.0.0.1:$K_PORT (pid $pid, $(elapsed "$KAFKA_T0"))"
 }
 
 kafka_stop() {
 	local pid deadline
 	if ! pid=$(kafka_pid); then
 		if [[ -e $K_PID ]]; then
-			log "Kafka not running (stale pid file removed)"
+			log "$K_NAME not running (stale pid file removed)"
 			rm -f "$K_PID"
 		else
-			log "Kafka not running"
+			log "$K_NAME not running"
 		fi
 		return 0
 	fi
-	log "stopping Kafka (pid $pid)"
+	log "stopping $K_NAME (pid $pid)"
 	kill -TERM "$pid" 2>/dev/null || true
 	deadline=$(deadline_in 30)
 	# kafka_pid fails once the process is gone (or only a zombie is left).
 	while kafka_pid >/dev/null; do
 		if past "$deadline"; then
-			log "Kafka (pid $pid) still running after 30s; sending KILL"
+			log "$K_NAME (pid $pid) still running after 30s; sending KILL"
 			kill -KILL "$pid" 2>/dev/null || true
 			deadline=$(deadline_in 10)
 			while kafka_pid >/dev/null; do
-				past "$deadline" && die "Kafka (pid $pid) survived KILL"
+				past "$deadline" && die "$K_NAME (pid $pid) survived KILL"
 				sleep 0.2
 			done
 			break
@@ -512,7 +538,7 @@ kafka_stop() {
 		sleep 0.2
 	done
 	rm -f "$K_PID"
-	log "Kafka stopped"
+	log "$K_NAME stopped"
 }
 
 # ------------------------------------------------------------------ commands
@@ -554,6 +580,11 @@ scratch_stop_all() {
 	for d in "$STATE"/scratch/*/; do
 		[[ -d $d ]] || continue
 		pg_stop "${d%/}" fast
+	done
+	for d in "$STATE"/scratch-kafka/*/; do
+		[[ -d $d ]] || continue
+		use_scratch_kafka "$(basename "$d")"
+		kafka_stop
 	done
 }
 
@@ -598,6 +629,15 @@ cmd_status() {
 			echo "scratch $(basename "$d"): down"
 		fi
 	done
+	for d in "$STATE"/scratch-kafka/*/; do
+		[[ -d $d ]] || continue
+		use_scratch_kafka "$(basename "$d")"
+		if pid=$(kafka_pid); then
+			echo "scratch kafka $(basename "$d"): up (pid $pid, 127.0.0.1:$K_PORT)"
+		else
+			echo "scratch kafka $(basename "$d"): down"
+		fi
+	done
 	return "$rc"
 }
 
@@ -638,6 +678,69 @@ cmd_scratch_down() {
 	fi
 }
 
+# use_scratch_kafka NAME [PORT CONTROLLER_PORT [PROPS_FILE]]: point the
+# kafka_* functions at the scratch broker NAME. Without ports they come from
+# its params file (written by scratch-kafka-up).
+use_scratch_kafka() {
+	local name=$1 port=${2:-} cport=${3:-} extra=${4:-}
+	[[ $name =~ ^[A-Za-z0-9_.-]+$ && $name != . && $name != .. ]] || die "invalid scratch name '$name'"
+	K_DIR=$STATE/scratch-kafka/$name
+	if [[ -z $port ]]; then
+		read -r port cport _ <"$K_DIR/params" 2>/dev/null || { port=0 cport=0; }
+	fi
+	K_DATA=$K_DIR/data
+	K_PROPS=$K_DIR/server.properties
+	K_PID=$K_DIR/kafka.pid
+	K_LOG=$K_DIR/kafka.log
+	K_NAME="scratch Kafka $name"
+	K_PORT=$port
+	K_CPORT=$cport
+	K_PORTS=("$port" "$cport")
+	K_LISTENERS=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+	K_ADVERTISED=PLAINTEXT://127.0.0.1:$port
+	K_PROTOCOLS=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+	K_EXTRA=$extra
+	K_PORT_HINT="choose other ports"
+}
+
+cmd_scratch_kafka_up() {
+	(($# == 3 || $# == 4)) || die "usage: scratch-kafka-up NAME PORT CONTROLLER_PORT [PROPS_FILE]"
+	local name=$1 port=$2 cport=$3 extra=${4:-}
+	is_port "$port" || die "invalid port: $port"
+	is_port "$cport" || die "invalid port: $cport"
+	[[ $port != "$cport" ]] || die "PORT and CONTROLLER_PORT must differ"
+	if [[ -n $extra ]]; then
+		[[ -r $extra ]] || die "cannot read $extra"
+		extra=$(cd -- "$(dirname -- "$extra")" && pwd -P)/$(basename -- "$extra")
+	fi
+	lock
+	use_scratch_kafka "$name" "$port" "$cport" "$extra"
+	mkdir -p "$K_DIR"
+	# A broker of that name with other settings starts afresh with these.
+	if [[ -e $K_DIR/params && $(<"$K_DIR/params") != "$port $cport $extra" ]]; then
+		log "$K_NAME had other settings; starting it afresh"
+		kafka_stop
+		rm -rf "$K_DATA" "$K_DIR/cluster.id"
+	fi
+	printf '%s %s %s\n' "$port" "$cport" "$extra" >"$K_DIR/params"
+	kafka_launch
+	kafka_wait
+	printf '127.0.0.1:%s\n' "$port"
+}
+
+cmd_scratch_kafka_down() {
+	(($# == 1)) || die "usage: scratch-kafka-down NAME"
+	lock
+	use_scratch_kafka "$1"
+	if [[ -d $K_DIR ]]; then
+		kafka_stop
+		rm -rf "$K_DIR"
+		log "scratch kafka $1 removed"
+	else
+		log "scratch kafka $1 does not exist"
+	fi
+}
+
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
 
 main() {
@@ -672,6 +775,8 @@ main() {
 		;;
 	scratch-pg-up) cmd_scratch_up "$@" ;;
 	scratch-pg-down) cmd_scratch_down "$@" ;;
+	scratch-kafka-up) cmd_scratch_kafka_up "$@" ;;
+	scratch-kafka-down) cmd_scratch_kafka_down "$@" ;;
 	-h | --help | help) usage ;;
 	*)
 		usage

@@ -11,14 +11,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/walpost/walpost/config"
-	"github.com/walpost/walpost/integration"
 	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/sink/kafka"
+	"github.com/walpost/walpost/verify"
 )
 
 func init() { extraCommands = append(extraCommands, newVerifyCommand) }
 
 func newVerifyCommand() *cobra.Command {
-	lt := &integration.LeakTest{}
+	lt := &verify.LeakTest{}
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -29,6 +30,7 @@ from kafka.topic, starting at the topic's end offsets taken before the first wri
 
 verify does NOT forward anything: a 'walpost run' with the same configuration must be
 running. If nothing arrives within --timeout after the last commit, the report says so.
+It connects as walpost run does: postgres.url, kafka.brokers, kafka.tls.* and kafka.sasl.*.
 
 Keys are walpost-verify-<runid>-w<writer>-t<txn>-r<row>; records of other runs and of
 applications are ignored. The written rows are deleted from the outbox table at the end
@@ -50,9 +52,14 @@ interrupted; 2 when the test could not run.`,
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			kopts, err := kafka.ClientOpts(cfg.Kafka)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
 			lt.PostgresURL = cfg.Postgres.URL
 			lt.Table = cfg.Postgres.Table
 			lt.Brokers = cfg.Kafka.Brokers
+			lt.KafkaOpts = kopts
 			lt.Topic = cfg.Kafka.Topic
 			return runVerify(cmd.Context(), lt, cmd.OutOrStdout(), cmd.ErrOrStderr(), asJSON)
 		},
@@ -68,7 +75,7 @@ interrupted; 2 when the test could not run.`,
 	return cmd
 }
 
-func runVerify(ctx context.Context, lt *integration.LeakTest, out, errw io.Writer, asJSON bool) error {
+func runVerify(ctx context.Context, lt *verify.LeakTest, out, errw io.Writer, asJSON bool) error {
 	stop := startProgress(lt, errw)
 	res, err := lt.Run(ctx)
 	stop()
@@ -91,7 +98,7 @@ func runVerify(ctx context.Context, lt *integration.LeakTest, out, errw io.Write
 
 // startProgress draws a progress bar on errw while the test runs, when
 // errw is a terminal; the returned function clears it.
-func startProgress(lt *integration.LeakTest, errw io.Writer) func() {
+func startProgress(lt *verify.LeakTest, errw io.Writer) func() {
 	if !isTerminal(errw) {
 		return func() {}
 	}
@@ -115,7 +122,7 @@ func startProgress(lt *integration.LeakTest, errw io.Writer) func() {
 }
 
 // progressLine renders one line: the bar fills with delivered events.
-func progressLine(p integration.Progress, width int) string {
+func progressLine(p verify.Progress, width int) string {
 	frac := 0.0
 	if p.Total > 0 {
 		frac = min(float64(p.Delivered)/float64(p.Total), 1)

@@ -1,13 +1,4 @@
-// Package integration holds walpost's end-to-end tests against a real
-// PostgreSQL and a real Kafka broker (started by scripts/stack.sh), and the
-// delivery validator those tests and `walpost verify` share.
-//
-// The validator is fed from the real topic (after CockroachDB's cdctest
-// validators): it reports every expected key that never arrived (lost),
-// every key that arrived more than once (duplicated), and every partition
-// whose first occurrences are not in commit order, or not in insert order
-// within a transaction (out of order).
-package integration
+package verify
 
 import (
 	"fmt"

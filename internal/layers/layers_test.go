@@ -1,0 +1,95 @@
+// Package layers holds the test of walpost's import rules (DESIGN.md,
+// "Layers"): which walpost packages each package may import, and which
+// third-party clients stay out of which layers.
+package layers
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/walpost/walpost"
+
+// allowed lists, per package (relative to the module), the walpost packages
+// its production code may import. A package missing here fails the test, so
+// a new package states its place.
+var allowed = map[string][]string{
+	"outbox":          {},
+	"checkpoint":      {"outbox"},
+	"internal/redact": {},
+	"config":          {"internal/redact"},
+	"replication":     {"checkpoint", "outbox"},
+	"sink":            {"outbox"},
+	"sink/kafka":      {"sink", "outbox", "config"},
+	"poison":          {"outbox", "sink"},
+	"migrations":      {},
+	"lint":            {},
+	"forwarder":       {"config", "replication", "checkpoint", "sink", "sink/kafka", "poison", "outbox", "internal/redact"},
+	"status":          {"config", "replication", "sink/kafka", "internal/redact", "poison", "checkpoint", "outbox"},
+	"preflight":       {"config", "replication", "sink/kafka", "internal/redact", "poison", "outbox"},
+	"verify":          {"config", "replication", "sink/kafka", "internal/redact", "outbox"},
+	"integration":     {"config", "replication", "sink", "sink/kafka", "verify", "status", "outbox", "checkpoint", "internal/redact"},
+	"bench/drain":     {"config", "forwarder", "outbox", "sink", "sink/kafka", "replication", "checkpoint"},
+	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "migrations", "lint", "sink/kafka", "replication", "internal/redact"},
+	"internal/layers": {},
+}
+
+// banned lists, per package, third-party import prefixes its production
+// code must not use: the contract layers stay free of the Kafka client, and
+// only cmd/ reads flags.
+var banned = map[string][]string{
+	"sink":        {"github.com/twmb/franz-go"},
+	"poison":      {"github.com/twmb/franz-go"},
+	"replication": {"github.com/twmb/franz-go"},
+	"checkpoint":  {"github.com/twmb/franz-go", "github.com/jackc/pgx"},
+	"outbox":      {"github.com/twmb/franz-go", "github.com/jackc/pgx"},
+	"forwarder":   {"github.com/spf13/cobra", "github.com/spf13/viper"},
+	"sink/kafka":  {"github.com/jackc/pgx", "github.com/spf13/viper"},
+}
+
+func TestImportEdges(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...")
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	seen := 0
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(strings.TrimPrefix(fields[0], module), "/")
+		if pkg == "" { // tools.go: build-tagged, no production code
+			continue
+		}
+		seen++
+		allow, known := allowed[pkg]
+		if !known {
+			t.Errorf("package %s has no entry in allowed: add one (DESIGN.md, Layers)", pkg)
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if rel, ours := strings.CutPrefix(imp, module+"/"); ours {
+				if !slices.Contains(allow, rel) {
+					t.Errorf("%s imports %s, which its layer does not allow (DESIGN.md, Layers)", pkg, rel)
+				}
+				continue
+			}
+			for _, b := range banned[pkg] {
+				if strings.HasPrefix(imp, b) {
+					t.Errorf("%s imports %s; that client stays out of this layer (DESIGN.md, Layers)", pkg, imp)
+				}
+			}
+		}
+	}
+	if seen < 10 {
+		t.Fatalf("go list saw %d packages, want the whole module", seen)
+	}
+}
