@@ -314,7 +314,7 @@ func (r report) markdown() string {
 		fmt.Fprintf(&b, "- raw produce: a child process loads the backlog's rows (read once from the table, in key order), builds the outbox events in memory, then, clock started, produces them through `kafka.New` built from walpost's effective configuration (%s) and the same in-flight bounds, to a fresh topic, until the last acknowledgement. No PostgreSQL in the loop: the ceiling of walpost's Kafka side on this machine. Its CPU counts from the first produce; its peak RSS includes the pre-built events.\n", r.produce)
 	}
 	if o.stream && backlogs {
-		b.WriteString("- stream alone: a child process runs walpost's replication stream (`replication.Stream`, as in `walpost run`: read, decode, events built, checkpoint tracking, status updates) on its own slot with walpost's in-flight bounds, one CPU and memory limit, and releases each event as soon as it is decoded: no Kafka. Time and CPU (utime+stime, start-up included) until every event up to the end LSN was released. With the raw producer it splits walpost's CPU into a PostgreSQL half and a Kafka half.\n")
+		b.WriteString("- stream alone: a child process runs walpost's pipeline (`forwarder.New` from walpost's configuration, as `walpost run` does: read, decode, events built, the isolator, checkpoint tracking, status updates) on its own slot with walpost's in-flight bounds, one CPU and memory limit, into `sink.Discard`, which acknowledges each event as soon as it is handed on: no Kafka. Time and CPU (utime+stime, start-up included) until every event up to the end LSN was released. With the raw producer it splits walpost's CPU into a PostgreSQL half and a Kafka half.\n")
 	}
 	if r.dbzSkip != "" {
 		fmt.Fprintf(&b, "- Debezium: not run (%s).\n", r.dbzSkip)
