@@ -6,7 +6,6 @@ import (
 	"github.com/walpost/walpost/config"
 )
 
-func init() { extraCommands = append(extraCommands, newConfigCommand) }
 
 func newConfigCommand() *cobra.Command {
 	var reference bool

@@ -8,7 +8,6 @@ import (
 	"github.com/walpost/walpost/lint"
 )
 
-func init() { extraCommands = append(extraCommands, newLintCommand) }
 
 func newLintCommand() *cobra.Command {
 	var (

@@ -85,20 +85,20 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	config.AddFlags(root.PersistentFlags())
+	// Every command, in one list (cobra sorts them for the help).
 	root.AddCommand(
 		newRunCommand(),
 		newMigrateCommand(),
 		newCheckCommand(),
+		newStatusCommand(),
+		newPoisonCommand(),
+		newVerifyCommand(),
+		newConfigCommand(),
+		newLintCommand(),
 		newVersionCommand(),
 	)
-	for _, extra := range extraCommands {
-		root.AddCommand(extra())
-	}
 	return root
 }
-
-// extraCommands lets files of this package register more subcommands.
-var extraCommands []func() *cobra.Command
 
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{

@@ -18,7 +18,6 @@ import (
 	"github.com/walpost/walpost/sink/kafka"
 )
 
-func init() { extraCommands = append(extraCommands, newPoisonCommand) }
 
 func newPoisonCommand() *cobra.Command {
 	cmd := &cobra.Command{

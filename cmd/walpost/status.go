@@ -7,7 +7,6 @@ import (
 	"github.com/walpost/walpost/status"
 )
 
-func init() { extraCommands = append(extraCommands, newStatusCommand) }
 
 func newStatusCommand() *cobra.Command {
 	var asJSON bool

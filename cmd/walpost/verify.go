@@ -16,7 +16,6 @@ import (
 	"github.com/walpost/walpost/verify"
 )
 
-func init() { extraCommands = append(extraCommands, newVerifyCommand) }
 
 func newVerifyCommand() *cobra.Command {
 	lt := &verify.LeakTest{}
