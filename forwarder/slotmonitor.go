@@ -4,33 +4,31 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/walpost/walpost/replication"
 )
 
 // monitorSlot polls the slot's lag, retained WAL and wal_status every
-// interval over the side pool until ctx ends.
+// interval over the side pool (replication.QuerySlot, which also measures
+// from the right position on a standby) until ctx ends.
 func (f *Forwarder) monitorSlot(ctx context.Context, every time.Duration) {
 	m, slot := f.m, f.cfg.Postgres.Slot
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		var lag, retained *int64
-		var status *string
-		err := f.pool.QueryRow(ctx, `
-			SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
-			       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status
-			FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&lag, &retained, &status)
-		if err == nil {
-			if lag != nil {
-				m.lagBytes.Set(float64(*lag))
+		row, ok, err := replication.QuerySlot(ctx, f.pool, slot)
+		if err == nil && ok {
+			if row.LagBytes != nil {
+				m.lagBytes.Set(float64(*row.LagBytes))
 			}
-			if retained != nil {
-				m.retained.Set(float64(*retained))
-				m.retainedB.Store(*retained)
+			if row.RetainedWALBytes != nil {
+				m.retained.Set(float64(*row.RetainedWALBytes))
+				m.retainedB.Store(*row.RetainedWALBytes)
 			}
-			if status != nil {
+			if row.WALStatus != nil {
 				for _, s := range []string{"reserved", "extended", "unreserved", "lost"} {
 					v := 0.0
-					if s == *status {
+					if s == *row.WALStatus {
 						v = 1
 					}
 					m.walStatus.WithLabelValues(s).Set(v)
