@@ -138,6 +138,9 @@ type HTTP struct {
 	ReadyStallTimeout time.Duration `mapstructure:"ready_stall_timeout" doc:"/readyz fails when events are pending and the confirmed LSN has not moved for this long (duration)." default:"60s"`
 	// ReadyMaxRetainedBytes: /readyz fails when the slot retains more WAL.
 	ReadyMaxRetainedBytes int64 `mapstructure:"ready_max_retained_bytes" doc:"/readyz fails when the slot retains more WAL than this (bytes); 0 disables the check." default:"0"`
+	// PProf serves Go's profiler under /debug/pprof/ on the same listener
+	// (never the process command line, which may hold a password).
+	PProf bool `mapstructure:"pprof" doc:"Serve Go's profiler under /debug/pprof/ on http.listen (the command line is never served)." default:"false"`
 }
 
 // Log shapes the logs.

@@ -55,13 +55,21 @@ func (f *Forwarder) listenHTTP() (*httpServer, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(f.reg, promhttp.HandlerOpts{Registry: f.reg}))
-	// Go's profiler, for performance investigations (go tool pprof
-	// http://HOST/debug/pprof/profile).
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if f.cfg.HTTP.PProf {
+		// Go's profiler, for performance investigations (go tool pprof
+		// http://HOST/debug/pprof/profile), only when asked for. Not
+		// /debug/pprof/cmdline: the command line may carry a password.
+		mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/debug/pprof/cmdline" {
+				http.NotFound(w, r)
+				return
+			}
+			pprof.Index(w, r)
+		})
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})

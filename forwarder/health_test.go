@@ -80,3 +80,46 @@ func TestHTTPListenInUse(t *testing.T) {
 		t.Fatalf("Run with http.listen in use = %v, want an error naming http.listen and WALPOST_HTTP_LISTEN", err)
 	}
 }
+
+// TestPProfOptIn: the profiler is off unless http.pprof asks for it, and
+// the command line (which may carry a password) is never served.
+func TestPProfOptIn(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		cfg := testConfig(t)
+		cfg.HTTP.Listen = "127.0.0.1:0"
+		cfg.HTTP.PProf = on
+		f, err := New(cfg, Deps{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := f.listenHTTP()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.run(ctx) }()
+		status := func(path string) int {
+			resp, err := http.Get("http://" + srv.ln.Addr().String() + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		wantIndex := http.StatusNotFound
+		if on {
+			wantIndex = http.StatusOK
+		}
+		if got := status("/debug/pprof/"); got != wantIndex {
+			t.Errorf("http.pprof=%v: /debug/pprof/ = %d, want %d", on, got, wantIndex)
+		}
+		if got := status("/debug/pprof/cmdline"); got != http.StatusNotFound {
+			t.Errorf("http.pprof=%v: /debug/pprof/cmdline = %d, want 404", on, got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
