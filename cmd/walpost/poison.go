@@ -18,7 +18,6 @@ import (
 	"github.com/walpost/walpost/sink/kafka"
 )
 
-
 func newPoisonCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "poison",
