@@ -588,3 +588,34 @@ func TestKafkaUnreadableLimitIsTransient(t *testing.T) {
 		t.Errorf("consumed %v, want roomy-1", got[0])
 	}
 }
+
+// Data loss franz-go detects (OUT_OF_ORDER_SEQUENCE_NUMBER after earlier
+// acks) reaches Config.OnDataLoss with its topic and partition; the client
+// goes on and the record is delivered.
+func TestKafkaDataLossReachesOnDataLoss(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, "lossy"))
+	type loss struct {
+		topic     string
+		partition int32
+	}
+	losses := make(chan loss, 4)
+	k := newKafka(t, c, kafka.Config{OnDataLoss: func(topic string, partition int32) { losses <- loss{topic, partition} }})
+	ev := func(key string) *outbox.Event {
+		return &outbox.Event{ID: key, IdempotencyKey: key, Payload: []byte(`{}`), Topic: "lossy"}
+	}
+	if err := produceWait(t, k, ev("acked")); err != nil {
+		t.Fatalf("first record: %v", err)
+	}
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber, Count: 1})
+	if err := produceWait(t, k, ev("after-loss")); err != nil {
+		t.Fatalf("record after the loss: %v", err)
+	}
+	select {
+	case l := <-losses:
+		if l != (loss{"lossy", 0}) {
+			t.Errorf("OnDataLoss(%q, %d), want (lossy, 0)", l.topic, l.partition)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnDataLoss was not called")
+	}
+}

@@ -44,7 +44,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnDataLoss is called (on a client goroutine) when franz-go detects
 	// data loss on a partition (OUT_OF_ORDER_SEQUENCE_NUMBER or
-	// UNKNOWN_PRODUCER_ID after acks). It must not block.
+	// UNKNOWN_PRODUCER_ID after acks); the client goes on producing with a
+	// new producer ID and re-sends nothing itself: the caller decides what
+	// to send again (the forwarder restarts its session from the slot).
+	// It must not block.
 	OnDataLoss func(topic string, partition int32)
 	// Opts are extra client options (TLS, SASL, tests) for every client.
 	Opts []kgo.Opt
@@ -112,8 +115,8 @@ func New(cfg Config) (*Sink, error) {
 		compression,
 		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}),
 		kgo.ProducerOnDataLossDetected(func(topic string, partition int32) {
-			cfg.Logger.Error("kafka reported data loss on a partition; events after the slot's confirmed position will be sent again",
-				"topic", topic, "partition", partition)
+			cfg.Logger.Error("kafka reported data loss on a partition: records it had acknowledged may be gone",
+				"topic", topic, "partition", partition, "handled", cfg.OnDataLoss != nil)
 			if cfg.OnDataLoss != nil {
 				cfg.OnDataLoss(topic, partition)
 			}
