@@ -119,8 +119,9 @@ type Poison struct {
 	// MaxAttempts is how many times a record-level failure is tried before
 	// the record goes to the poison table. Default 5.
 	MaxAttempts int `mapstructure:"max_attempts" doc:"Produce attempts for a record-level failure before quarantine (≥ 1)." default:"5"`
-	// Backoff is the first pause between attempts; it doubles each time.
-	Backoff time.Duration `mapstructure:"backoff" doc:"First pause between attempts, doubled each time (duration)." default:"200ms"`
+	// Backoff is the pause before re-sending a record that failed alone; it
+	// doubles each time. The first re-send after a failure goes at once.
+	Backoff time.Duration `mapstructure:"backoff" doc:"Pause before re-sending a record that failed alone, doubled each time; the first re-send after a failure goes at once (duration)." default:"200ms"`
 	// MaxRate is the number of quarantined records within RateWindow that
 	// stops walpost (a systematic failure must not drain the outbox).
 	MaxRate int `mapstructure:"max_rate" doc:"Quarantined records within poison.rate_window that stop walpost." default:"100"`

@@ -55,7 +55,7 @@ func (a Action) String() string {
 // that cannot be decoded, a lost slot, a schema or set-up error, a refused
 // login or privilege, the poison breaker, a checkpoint regression: Fail),
 // then destination errors (WaitForDestination), then an active slot
-// (StandBy), else Retry. cause is the label of walpost_reconnects_total for
+// (StandBy), else Retry (ErrDataLoss with its own cause). cause is the label of walpost_reconnects_total for
 // the actions that reconnect, "" otherwise.
 func Classify(ctx context.Context, err error) (a Action, cause string) {
 	switch {
@@ -71,6 +71,8 @@ func Classify(ctx context.Context, err error) (a Action, cause string) {
 		return WaitForDestination, "kafka_destination"
 	case errors.Is(err, replication.ErrSlotActive):
 		return StandBy, "slot_active"
+	case errors.Is(err, ErrDataLoss):
+		return Retry, "kafka_data_loss"
 	}
 	return Retry, retryCause(err)
 }

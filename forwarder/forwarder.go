@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -49,6 +50,8 @@ type Forwarder struct {
 
 	store *poison.Store
 	pool  *pgxpool.Pool
+
+	lost atomic.Pointer[chan error] // the running session's data-loss signal (onDataLoss)
 }
 
 // New prepares a Forwarder for cfg, which must be valid (config.Load or

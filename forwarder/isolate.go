@@ -52,7 +52,7 @@ type Tracker interface {
 // IsolatorConfig tunes the Isolator.
 type IsolatorConfig struct {
 	MaxAttempts  int           // attempts before quarantine; default 5
-	Backoff      time.Duration // first pause between attempts, doubled each time; default 200ms
+	Backoff      time.Duration // pause before re-sending a record that failed alone, doubled each time; default 200ms
 	MaxRate      int           // quarantined events within RateWindow that trip the breaker; default 100
 	RateWindow   time.Duration // default 1m
 	DefaultTopic string        // topic of rows without one, for the poison row
@@ -89,6 +89,10 @@ type Isolator struct {
 	kick      chan struct{}
 
 	poisoned []time.Time // quarantine times within the window
+
+	// backoffWait waits before re-sending a record that failed alone
+	// (sleep; tests count the waits).
+	backoffWait func(ctx context.Context, d time.Duration) bool
 }
 
 type topicPartition struct {
@@ -120,7 +124,7 @@ func NewIsolator(cfg IsolatorConfig, prod sink.Sink, store Quarantine, tracker T
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Isolator{cfg: cfg, prod: prod, store: store, tracker: tracker, kick: make(chan struct{}, 1)}
+	return &Isolator{cfg: cfg, prod: prod, store: store, tracker: tracker, kick: make(chan struct{}, 1), backoffWait: sleep}
 }
 
 // Emit hands an event on: produced at once, or held in order while failed
@@ -303,7 +307,11 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 			}
 			i.cfg.Logger.Warn("kafka refused a record; retrying it alone",
 				"idempotency_key", it.ev.IdempotencyKey, "topic", topic, "error_class", class, "attempt", attempts, "err", err.Error())
-			if !sleep(ctx, i.cfg.Backoff<<(attempts-1)) {
+			// The first re-send goes at once: franz-go fails every
+			// buffered record of a partition with the one the broker
+			// refused, and those neighbours are fine alone. Only a
+			// record that failed alone waits, poison.backoff doubling.
+			if attempts > 1 && !i.backoffWait(ctx, i.cfg.Backoff<<(attempts-2)) {
 				return ctx.Err()
 			}
 		case sink.Destination:

@@ -133,6 +133,9 @@ type harnessOpts struct {
 	onOrderViolation func(topic string, partition int32)
 	// wrap, when set, wraps the real tracker given to the Isolator.
 	wrap func(*checkpoint.Tracker) forwarder.Tracker
+	// backoffWait, when set, replaces the Isolator's wait before
+	// re-sending a record that failed alone.
+	backoffWait func(ctx context.Context, d time.Duration) bool
 }
 
 type harness struct {
@@ -187,6 +190,9 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		OnPoisoned:       o.onPoisoned,
 		OnOrderViolation: o.onOrderViolation,
 	}, k, h.q, tracker)
+	if o.backoffWait != nil {
+		forwarder.SetBackoffWait(h.iso, o.backoffWait)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() {
@@ -524,6 +530,52 @@ func TestIsolatorPermanentRecordFailureIsQuarantined(t *testing.T) {
 		t.Errorf("OnPoisoned calls = %v, want %v", poisoned, want)
 	}
 	mu.Unlock()
+	checkStream(t, h.consumeAll(), keys, chosen)
+}
+
+// a2. Neighbours failed along with a bad record are re-sent at once: only
+// the bad record, failing again alone, waits a backoff. One bad record
+// among N neighbours costs one backoff wait, not N.
+func TestIsolatorNeighboursResentWithoutBackoff(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	txns, keys := makeTxns(10, 3)
+	chosen := pickKey(t, keys)
+	var mu sync.Mutex
+	var waits []time.Duration
+	h := newHarness(t, harnessOpts{
+		rule: failKey(chosen, -1, kerr.InvalidRecord),
+		backoffWait: func(ctx context.Context, d time.Duration) bool {
+			mu.Lock()
+			waits = append(waits, d)
+			mu.Unlock()
+			return ctx.Err() == nil
+		},
+	})
+	defer h.close()
+
+	h.emit(txns)
+	h.waitConfirmed(txns[len(txns)-1].end, 10*time.Second)
+
+	var neighbours []string
+	for _, k := range keys {
+		if k != chosen && h.seen(k) >= 2 {
+			neighbours = append(neighbours, k)
+		}
+	}
+	if len(neighbours) == 0 {
+		t.Fatalf("no record was failed along with %s: the test did not exercise neighbours", chosen)
+	}
+	mu.Lock()
+	got := slices.Clone(waits)
+	mu.Unlock()
+	// The bad record: attempt 1 in its batch, attempt 2 alone at once,
+	// one backoff, attempt 3, quarantined.
+	if want := []time.Duration{2 * time.Millisecond}; !slices.Equal(got, want) {
+		t.Errorf("backoff waits %v with %d neighbour(s) %v re-sent, want %v (only %s, after failing alone)", got, len(neighbours), neighbours, want, chosen)
+	}
+	if e := h.q.Entries(); len(e) != 1 || e[0].Event.IdempotencyKey != chosen || e[0].Attempts != maxAttempts {
+		t.Fatalf("quarantined %v, want exactly %s after %d attempts", entryKeys(e), chosen, maxAttempts)
+	}
 	checkStream(t, h.consumeAll(), keys, chosen)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +47,46 @@ func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
 	}
 	kcfg.ProducerOpts = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(f.reg)))}
 	kcfg.Logger = f.log.With("component", "kafka")
+	kcfg.OnDataLoss = f.onDataLoss
 	return kafka.New(kcfg)
+}
+
+// ErrDataLoss: Kafka reported data loss on a partition. The session ends
+// and the next one produces everything after the slot's confirmed
+// position again.
+var ErrDataLoss = errors.New("kafka reported data loss")
+
+// onDataLoss is the Kafka sink's OnDataLoss (on a client goroutine): the
+// loss is counted and logged, and the running session ends with
+// ErrDataLoss. Between sessions there is nothing to end: the next session
+// starts from the slot anyway.
+func (f *Forwarder) onDataLoss(topic string, partition int32) {
+	f.m.dataLoss.WithLabelValues(topic, strconv.Itoa(int(partition))).Inc()
+	f.log.Error("kafka reported data loss on a partition; the session restarts and every event after the slot's confirmed position is produced again (events confirmed before cannot be: check the topic with walpost verify)",
+		"topic", topic, "partition", partition)
+	if ch := f.lost.Load(); ch != nil {
+		select {
+		case *ch <- fmt.Errorf("%w on topic %q partition %d", ErrDataLoss, topic, partition):
+		default: // the session is ending already
+		}
+	}
+}
+
+// watchDataLoss registers a session for onDataLoss: wait returns the
+// ErrDataLoss reported while it is registered, or nil when ctx ends; stop
+// unregisters it.
+func (f *Forwarder) watchDataLoss() (wait func(context.Context) error, stop func()) {
+	lost := make(chan error, 1)
+	f.lost.Store(&lost)
+	wait = func(ctx context.Context) error {
+		select {
+		case err := <-lost:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return wait, func() { f.lost.CompareAndSwap(&lost, nil) }
 }
 
 // topicGrace is how long a missing topic is looked for again at start.

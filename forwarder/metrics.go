@@ -36,6 +36,7 @@ type metrics struct {
 	replayed     *prometheus.CounterVec
 	reconnects   *prometheus.CounterVec
 	orderBroken  *prometheus.CounterVec
+	dataLoss     *prometheus.CounterVec
 	produceLat   prometheus.Histogram
 	commitToAck  prometheus.Histogram
 	confirmedLSN prometheus.Gauge
@@ -65,6 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		poisoned:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_poisoned_total", Help: "Events quarantined in the poison table, by topic and error class."}, []string{"topic", "error_class"}),
 		replayed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_replayed_total", Help: "Poison rows replayed, by topic."}, []string{"topic"}),
 		orderBroken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_order_violations_total", Help: "Records appended ahead of an earlier record of their partition that the broker refused, by topic."}, []string{"topic"}),
+		dataLoss:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_kafka_data_loss_total", Help: "Data loss Kafka reported on a partition (records it had acknowledged may be gone); each ends the session, which produces everything after the slot's confirmed position again."}, []string{"topic", "partition"}),
 		reconnects:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_reconnects_total", Help: "Replication sessions restarted, by cause."}, []string{"cause"}),
 		produceLat: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_produce_latency_seconds", Help: "From reading the event off the slot (or releasing it after a failed record was settled) to its ack.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
@@ -99,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.orderBroken, m.produceLat, m.commitToAck,
+	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest} {
 		f(c)
 	}

@@ -22,7 +22,10 @@ import (
 //     terminates ordinary backends first (SQLSTATE 57P01) and waits for
 //     walsenders until their client confirmed everything sent, which never
 //     happens with Kafka down; the watcher notices and ends the session,
-//     confirming only what the sink acknowledged.
+//     confirming only what the sink acknowledged;
+//   - the data-loss watch ends the session with ErrDataLoss when Kafka
+//     reports data loss (onDataLoss), so the next session produces
+//     everything after the slot's confirmed position again.
 func (f *Forwarder) session(ctx context.Context) error {
 	cfg := f.cfg
 	rcfg := replication.Config{
@@ -83,7 +86,11 @@ func (f *Forwarder) session(ctx context.Context) error {
 		},
 	})
 
+	watchLoss, stopWatch := f.watchDataLoss()
+	defer stopWatch()
+
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return watchLoss(gctx) })
 	g.Go(func() error { return iso.Run(gctx) })
 	g.Go(func() error {
 		if err := side.PgConn().WaitForNotification(gctx); err != nil && gctx.Err() == nil {

@@ -29,6 +29,10 @@ func Classify(err error) (sink.Kind, string) {
 		return sink.Record, "EMPTY_KEY"
 	case errors.Is(err, ErrNullPayload):
 		return sink.Record, "NULL_PAYLOAD"
+	case errors.Is(err, ErrLimitRaised):
+		return sink.Record, "LIMIT_RAISED"
+	case errors.Is(err, ErrLimitUnknown) && !refusesDescribe(err):
+		return sink.Transient, "DESCRIBE_TOPIC"
 	case errors.Is(err, kgo.ErrClientClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, kgo.ErrRecordTimeout), errors.Is(err, kgo.ErrRecordRetries):
 		return sink.Transient, "CLIENT"
@@ -50,6 +54,14 @@ func Classify(err error) (sink.Kind, string) {
 		return sink.Unknown, ke.Message
 	}
 	return sink.Unknown, "UNKNOWN"
+}
+
+// refusesDescribe says whether a failed topic description is an
+// authorization failure (a destination failure to fix, not a transient
+// one).
+func refusesDescribe(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, kerr.SaslAuthenticationFailed)
 }
 
 // Explain adds what to do to a destination failure.

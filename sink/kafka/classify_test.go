@@ -338,7 +338,8 @@ func TestRecordSizeIsAnUpperBound(t *testing.T) {
 }
 
 // When the topic's max.message.bytes cannot be read (say the principal may
-// not DESCRIBE_CONFIGS), CheckSize falls back to Kafka's default. It must
+// not DESCRIBE_CONFIGS), CheckSize fails with ErrLimitUnknown naming the
+// fix (never a guessed limit that could quarantine a legal record). It must
 // not ask the broker again for every record: CheckSize runs on the
 // replication goroutine, so a round trip per event would throttle the
 // whole stream to the broker's latency.
@@ -372,8 +373,12 @@ func TestCheckSizeDoesNotDescribePerRecordWhenDescribeFails(t *testing.T) {
 	defer k.Close()
 	for i := range 20 {
 		r := &kgo.Record{Topic: "denied", Key: []byte(fmt.Sprint(i)), Value: []byte("{}")}
-		if err := k.CheckSize(r); err != nil {
-			t.Fatalf("CheckSize: %v", err)
+		err := k.CheckSize(r)
+		if !errors.Is(err, kafka.ErrLimitUnknown) || !strings.Contains(err.Error(), "kafka.max_message_bytes") {
+			t.Fatalf("CheckSize = %v, want ErrLimitUnknown naming kafka.max_message_bytes", err)
+		}
+		if kind, class := kafka.Classify(err); kind != sink.Destination || class != "TOPIC_AUTHORIZATION_FAILED" {
+			t.Fatalf("Classify(%v) = %s %s, want destination TOPIC_AUTHORIZATION_FAILED (an authorization to grant, never quarantined)", err, kind, class)
 		}
 	}
 	mu.Lock()

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -12,5 +13,12 @@ import (
 // partitioner, same promise), for tests of records of an exact size.
 func (k *Sink) ProduceRecord(r *kgo.Record, done func(error)) {
 	r.Context = &produced{Context: context.Background(), done: sink.AckFunc(func(_ sink.Result, err error) { done(err) })}
-	k.client.Produce(context.Background(), r, promise)
+	k.client.Load().Produce(context.Background(), r, promise)
+}
+
+// SetLimitIntervals sets how old a read limit may be before it is read
+// again (any record; before a record is reported too large) and how soon
+// a failed read is repeated.
+func SetLimitIntervals(k *Sink, refresh, recheck, retry time.Duration) {
+	k.limitRefresh, k.limitRecheck, k.limitRetry = refresh, recheck, retry
 }

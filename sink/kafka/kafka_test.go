@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
 	"github.com/walpost/walpost/outbox"
@@ -437,3 +438,184 @@ func TestCompressionCodecs(t *testing.T) {
 }
 
 func slicesClone(s []uint8) []uint8 { return append([]uint8(nil), s...) }
+
+// produceWait produces ev and returns its outcome.
+func produceWait(t *testing.T, k *kafka.Sink, ev *outbox.Event) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err := sink.ProduceSync(ctx, k, ev)
+	if ctx.Err() != nil {
+		t.Fatalf("no outcome for %s: %v", ev.IdempotencyKey, ctx.Err())
+	}
+	return err
+}
+
+// A topic's max.message.bytes raised while the sink runs reaches it: a
+// record that fails the pre-check against the cached limit makes the sink
+// read the limit again before calling it too large, and the client's
+// partitions take the new limit, so the record is delivered, not
+// quarantined.
+func TestKafkaRaisedLimitReachesRunningSink(t *testing.T) {
+	c := newCluster(t)
+	k := newKafka(t, c, kafka.Config{})
+	// No periodic refresh: only the pre-check failure may read again.
+	kafka.SetLimitIntervals(k, time.Hour, 0, time.Hour)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(k.Client())
+	limit := "2048"
+	resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, "small")
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	ev := func(key, payload string) *outbox.Event {
+		return &outbox.Event{ID: key, IdempotencyKey: key, Payload: []byte(payload), Topic: "small"}
+	}
+	big := `{"big": "` + strings.Repeat("x", 4096) + `"}`
+	if err := produceWait(t, k, ev("before", `{"n": 1}`)); err != nil {
+		t.Fatalf("small record: %v", err)
+	}
+	if err := produceWait(t, k, ev("too-big", big)); !errors.Is(err, kafka.ErrRecordTooLarge) {
+		t.Fatalf("4 KiB record under a 2048-byte limit: %v, want ErrRecordTooLarge", err)
+	}
+	raised := "16384"
+	ar, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &raised}}, "small")
+	if err == nil {
+		_, err = ar.On("small", nil)
+	}
+	if err != nil {
+		t.Fatalf("raise max.message.bytes: %v", err)
+	}
+	if err := produceWait(t, k, ev("fits-now", big)); err != nil {
+		t.Fatalf("4 KiB record after the limit was raised to %s: %v, want it delivered", raised, err)
+	}
+	if err := produceWait(t, k, ev("after", `{"n": 3}`)); err != nil {
+		t.Fatalf("small record after: %v", err)
+	}
+	got := consumeAll(t, c, "small", 3)
+	var keys []string
+	for _, r := range got[0] {
+		keys = append(keys, string(r.Key))
+	}
+	if strings.Join(keys, ",") != "before,fits-now,after" {
+		t.Errorf("consumed %v, want before, fits-now, after", keys)
+	}
+}
+
+// Records that fail the pre-check do not each read the limit: the re-read
+// before reporting one too large is rate-limited per topic.
+func TestKafkaTooLargeRecheckIsRateLimited(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, "capped"))
+	var mu sync.Mutex
+	describes := 0
+	c.ControlKey(int16(kmsg.DescribeConfigs), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		describes++
+		mu.Unlock()
+		return nil, nil, false
+	})
+	k := newKafka(t, c, kafka.Config{})
+	big := `{"big": "` + strings.Repeat("x", 2<<20) + `"}`
+	for i := range 20 {
+		key := fmt.Sprintf("big-%d", i)
+		err := produceWait(t, k, &outbox.Event{ID: key, IdempotencyKey: key, Payload: []byte(big), Topic: "capped"})
+		if !errors.Is(err, kafka.ErrRecordTooLarge) {
+			t.Fatalf("%s: %v, want ErrRecordTooLarge", key, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if describes < 1 || describes > 3 {
+		t.Errorf("20 oversized records sent %d DescribeConfigs requests, want 1 to 3 (read once, re-read at most once a second)", describes)
+	}
+}
+
+// A topic limit that cannot be read is a transient failure (the session
+// restarts and reads it again), never a guessed limit: a record larger
+// than Kafka's default but within its topic's limit is never reported too
+// large, and is delivered once the limit can be read.
+func TestKafkaUnreadableLimitIsTransient(t *testing.T) {
+	c := newCluster(t)
+	var mu sync.Mutex
+	refuse := true
+	c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		if !refuse {
+			return nil, nil, false
+		}
+		req := kreq.(*kmsg.DescribeConfigsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		for _, r := range req.Resources {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+			rr.ErrorCode = kerr.UnknownServerError.Code
+			resp.Resources = append(resp.Resources, rr)
+		}
+		return resp, nil, true
+	})
+	k := newKafka(t, c, kafka.Config{})
+	kafka.SetLimitIntervals(k, time.Hour, time.Hour, 0)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	limit := "4194304"
+	resp, err := kadm.NewClient(k.Client()).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, "roomy")
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	// 1.5 MiB: above Kafka's default max.message.bytes, within the topic's.
+	ev := &outbox.Event{ID: "1", IdempotencyKey: "roomy-1", Payload: []byte(`{"b": "` + strings.Repeat("y", 3<<19) + `"}`), Topic: "roomy"}
+	err = produceWait(t, k, ev)
+	if kind, class := sink.KindOf(err); kind != sink.Transient || errors.Is(err, kafka.ErrRecordTooLarge) {
+		t.Fatalf("limit unreadable: outcome %v (%s, %s), want a transient failure, not too large", err, kind, class)
+	}
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	if err := produceWait(t, k, ev); err != nil {
+		t.Fatalf("limit readable again: %v, want the record delivered", err)
+	}
+	if got := consumeAll(t, c, "roomy", 1); len(got[0]) != 1 || string(got[0][0].Key) != "roomy-1" {
+		t.Errorf("consumed %v, want roomy-1", got[0])
+	}
+}
+
+// Data loss franz-go detects (OUT_OF_ORDER_SEQUENCE_NUMBER after earlier
+// acks) reaches Config.OnDataLoss with its topic and partition; the client
+// goes on and the record is delivered.
+func TestKafkaDataLossReachesOnDataLoss(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, "lossy"))
+	type loss struct {
+		topic     string
+		partition int32
+	}
+	losses := make(chan loss, 4)
+	k := newKafka(t, c, kafka.Config{OnDataLoss: func(topic string, partition int32) { losses <- loss{topic, partition} }})
+	ev := func(key string) *outbox.Event {
+		return &outbox.Event{ID: key, IdempotencyKey: key, Payload: []byte(`{}`), Topic: "lossy"}
+	}
+	if err := produceWait(t, k, ev("acked")); err != nil {
+		t.Fatalf("first record: %v", err)
+	}
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber, Count: 1})
+	if err := produceWait(t, k, ev("after-loss")); err != nil {
+		t.Fatalf("record after the loss: %v", err)
+	}
+	select {
+	case l := <-losses:
+		if l != (loss{"lossy", 0}) {
+			t.Errorf("OnDataLoss(%q, %d), want (lossy, 0)", l.topic, l.partition)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnDataLoss was not called")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -43,7 +44,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnDataLoss is called (on a client goroutine) when franz-go detects
 	// data loss on a partition (OUT_OF_ORDER_SEQUENCE_NUMBER or
-	// UNKNOWN_PRODUCER_ID after acks). It must not block.
+	// UNKNOWN_PRODUCER_ID after acks); the client goes on producing with a
+	// new producer ID and re-sends nothing itself: the caller decides what
+	// to send again (the forwarder restarts its session from the slot).
+	// It must not block.
 	OnDataLoss func(topic string, partition int32)
 	// Opts are extra client options (TLS, SASL, tests) for every client.
 	Opts []kgo.Opt
@@ -55,11 +59,27 @@ type Config struct {
 // implements sink.Sink.
 type Sink struct {
 	cfg    Config
-	client *kgo.Client
-	admin  *kgo.Client // topic descriptions for the size limits
+	client atomic.Pointer[kgo.Client] // replaced (idle) when a topic's limit was raised
+	opts   []kgo.Opt                  // the producing client's options, to rebuild it
+	admin  *kgo.Client                // topic descriptions for the size limits
 	log    *slog.Logger
-	limits sync.Map // topic → int, its max.message.bytes
+	limits sync.Map // topic → topicLimit, its max.message.bytes as last read
+	built  sync.Map // topic → int, the smallest batch limit the client's partitions of topic were created with
+	remake sync.Mutex
+
+	// How old a read limit may be before it is read again: on any record
+	// (limitRefresh), before a record is reported too large
+	// (limitRecheck); a failed read is not repeated sooner than
+	// limitRetry.
+	limitRefresh, limitRecheck, limitRetry time.Duration
 }
+
+// Defaults of the Sink's limit intervals.
+const (
+	limitRefresh = time.Minute
+	limitRecheck = time.Second
+	limitRetry   = 5 * time.Second
+)
 
 // New creates the client. It does not contact the brokers.
 func New(cfg Config) (*Sink, error) {
@@ -95,8 +115,8 @@ func New(cfg Config) (*Sink, error) {
 		compression,
 		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}),
 		kgo.ProducerOnDataLossDetected(func(topic string, partition int32) {
-			cfg.Logger.Error("kafka reported data loss on a partition; events after the slot's confirmed position will be sent again",
-				"topic", topic, "partition", partition)
+			cfg.Logger.Error("kafka reported data loss on a partition: records it had acknowledged may be gone",
+				"topic", topic, "partition", partition, "handled", cfg.OnDataLoss != nil)
 			if cfg.OnDataLoss != nil {
 				cfg.OnDataLoss(topic, partition)
 			}
@@ -104,14 +124,18 @@ func New(cfg Config) (*Sink, error) {
 		// No AllowAutoTopicCreation: a missing topic is a destination
 		// error to fix, never created implicitly.
 	}
-	k := &Sink{cfg: cfg, log: cfg.Logger}
+	k := &Sink{cfg: cfg, log: cfg.Logger, limitRefresh: limitRefresh, limitRecheck: limitRecheck, limitRetry: limitRetry}
 	// A batch never exceeds its topic's max.message.bytes, so the broker
-	// never refuses a batch of small records for its size.
+	// never refuses a batch of small records for its size. franz-go asks
+	// once per partition, when it first produces to it, and keeps the
+	// answer: the limit is the one the size pre-check last read (it runs
+	// before the record reaches the client), never a read on franz-go's
+	// goroutine.
 	opts = append(opts, kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
 		if topic == "" {
 			return int32(k.fallbackLimit())
 		}
-		return int32(k.limitFor(topic))
+		return int32(k.batchLimit(topic))
 	}))
 	if cfg.MaxBufferedRecords > 0 {
 		opts = append(opts, kgo.MaxBufferedRecords(cfg.MaxBufferedRecords))
@@ -127,7 +151,8 @@ func New(cfg Config) (*Sink, error) {
 		admin.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	k.client, k.admin = client, admin
+	k.client.Store(client)
+	k.opts, k.admin = opts, admin
 	return k, nil
 }
 
@@ -141,36 +166,135 @@ func (k *Sink) fallbackLimit() int {
 	return defaultMaxMessageBytes
 }
 
+// ErrLimitUnknown: the topic's max.message.bytes could not be read, so a
+// record's size cannot be checked. Transient: the session restarts and
+// the limit is read again; never a reason to quarantine.
+var ErrLimitUnknown = errors.New("cannot read the topic's max.message.bytes")
+
+// ErrLimitRaised: the record fits its topic's max.message.bytes, which was
+// raised after the client first produced to the topic, and the client
+// still had records in flight, so it could not be rebuilt with the new
+// limit. Record-level: the isolator re-sends it alone, when the client is
+// idle and is rebuilt.
+var ErrLimitRaised = errors.New("the topic's max.message.bytes was raised while records were in flight")
+
+// topicLimit is a topic's max.message.bytes as last read (bytes 0: never
+// read), and the last failed read since.
+type topicLimit struct {
+	bytes    int
+	readAt   time.Time
+	err      error
+	failedAt time.Time
+}
+
 // limitFor returns the record size limit of topic: Config.MaxMessageBytes
-// when set, else the topic's max.message.bytes (read once and cached).
-func (k *Sink) limitFor(topic string) int {
+// when set, else the topic's max.message.bytes, read again when the value
+// is older than maxAge. A read that fails keeps the value read before,
+// unless strict; with no value it is an ErrLimitUnknown error.
+func (k *Sink) limitFor(topic string, now time.Time, maxAge time.Duration, strict bool) (int, error) {
 	if k.cfg.MaxMessageBytes > 0 {
-		return k.cfg.MaxMessageBytes
+		return k.cfg.MaxMessageBytes, nil
 	}
+	var l topicLimit
 	if v, ok := k.limits.Load(topic); ok {
-		l := v.(topicLimit)
-		if l.retryAt.IsZero() || time.Now().Before(l.retryAt) {
-			return l.bytes
+		l = v.(topicLimit)
+	}
+	if l.bytes > 0 && now.Sub(l.readAt) < maxAge {
+		return l.bytes, nil
+	}
+	if l.err == nil || now.Sub(l.failedAt) >= k.limitRetry {
+		k.remake.Lock()
+		l = k.readLimit(topic, now)
+		k.remake.Unlock()
+	}
+	if l.bytes == 0 || (strict && l.err != nil) {
+		return 0, l.err
+	}
+	return l.bytes, nil
+}
+
+// readLimit describes topic and caches the outcome; k.remake is held, so
+// one read is made for many records that need it at once.
+func (k *Sink) readLimit(topic string, now time.Time) topicLimit {
+	var l topicLimit
+	if v, ok := k.limits.Load(topic); ok {
+		l = v.(topicLimit)
+		if (l.bytes > 0 && !l.readAt.Before(now)) || (l.err != nil && !l.failedAt.Before(now)) {
+			return l // read by another caller meanwhile
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	info, err := DescribeTopic(ctx, k.admin, topic)
-	if err != nil || info.MaxMessageBytes <= 0 {
-		// Use Kafka's default and ask again in a minute, not per record.
-		k.log.Warn("cannot read the topic's max.message.bytes; assuming Kafka's default for a minute",
-			"topic", topic, "default", defaultMaxMessageBytes, "err", fmt.Sprint(err))
-		k.limits.Store(topic, topicLimit{bytes: defaultMaxMessageBytes, retryAt: time.Now().Add(time.Minute)})
-		return defaultMaxMessageBytes
+	if err == nil && info.MaxMessageBytes <= 0 {
+		err = errors.New("the broker did not return it")
 	}
-	k.limits.Store(topic, topicLimit{bytes: info.MaxMessageBytes})
-	return info.MaxMessageBytes
+	switch {
+	case errors.Is(err, ErrTopicMissing):
+		// As the broker would answer the record: a destination failure
+		// naming the fix, never quarantined.
+		l.err, l.failedAt = fmt.Errorf("%w: %w", kerr.UnknownTopicOrPartition, err), time.Now()
+	case refusesDescribe(err):
+		l.err, l.failedAt = fmt.Errorf("%w of topic %q: %w: fix: grant walpost's principal DESCRIBE_CONFIGS on the topic, or set kafka.max_message_bytes", ErrLimitUnknown, topic, err), time.Now()
+	case err != nil:
+		k.log.Warn("cannot read the topic's max.message.bytes; records that need it fail as transient and the session restarts",
+			"topic", topic, "err", err.Error(), "retry_in", k.limitRetry.String())
+		l.err, l.failedAt = fmt.Errorf("%w of topic %q (the session restarts and reads it again): %w", ErrLimitUnknown, topic, err), time.Now()
+	default:
+		if l.bytes > 0 && l.bytes != info.MaxMessageBytes {
+			k.log.Info("the topic's max.message.bytes changed", "topic", topic, "from", l.bytes, "to", info.MaxMessageBytes)
+		}
+		l = topicLimit{bytes: info.MaxMessageBytes, readAt: time.Now()}
+	}
+	k.limits.Store(topic, l)
+	return l
 }
 
-// topicLimit is a cached max.message.bytes; retryAt is set for a fallback.
-type topicLimit struct {
-	bytes   int
-	retryAt time.Time
+// batchLimit is the batch limit franz-go gets for a new partition of
+// topic: the limit last read (the pre-check has read it before the first
+// record of the topic reaches the client), else the fallback. The
+// smallest answer per topic is kept, to know when the client must be
+// rebuilt to send a record that fits a raised limit.
+func (k *Sink) batchLimit(topic string) int {
+	limit := k.fallbackLimit()
+	if k.cfg.MaxMessageBytes == 0 {
+		if v, ok := k.limits.Load(topic); ok && v.(topicLimit).bytes > 0 {
+			limit = v.(topicLimit).bytes
+		}
+	}
+	for {
+		v, loaded := k.built.LoadOrStore(topic, limit)
+		if !loaded || v.(int) <= limit || k.built.CompareAndSwap(topic, v, limit) {
+			return limit
+		}
+	}
+}
+
+// rebuild replaces the producing client, so its partitions take the
+// limits last read; only when it has no record in flight (order and
+// idempotence belong to one client). The old client is closed first: its
+// hooks (the Kafka metrics) unregister before the new client's register.
+func (k *Sink) rebuild(topic string, limit int) error {
+	k.remake.Lock()
+	defer k.remake.Unlock()
+	if v, ok := k.built.Load(topic); !ok || v.(int) >= limit {
+		return nil // rebuilt meanwhile
+	}
+	old := k.client.Load()
+	if n := old.BufferedProduceRecords(); n > 0 {
+		return fmt.Errorf("%w (%d in flight): it is sent again alone", ErrLimitRaised, n)
+	}
+	old.Close()
+	k.built.Clear()
+	cl, err := kgo.NewClient(k.opts...)
+	if err != nil {
+		// The options built a client before; keep the closed one so
+		// every record fails as transient and the session restarts.
+		return fmt.Errorf("rebuild the kafka client: %w", err)
+	}
+	k.client.Store(cl)
+	k.log.Info("rebuilt the kafka producer to use the topic's raised max.message.bytes", "topic", topic, "max_message_bytes", limit)
+	return nil
 }
 
 // RecordSize estimates the bytes a record takes in a record batch (v2)
@@ -200,8 +324,9 @@ func codec(name string) (kgo.CompressionCodec, error) {
 	return kgo.CompressionCodec{}, fmt.Errorf("sink: unknown compression %q", name)
 }
 
-// Client returns the underlying client (for admin commands and tests).
-func (k *Sink) Client() *kgo.Client { return k.client }
+// Client returns the underlying client (for admin commands and tests); it
+// is replaced when a topic's raised limit needs a new one.
+func (k *Sink) Client() *kgo.Client { return k.client.Load() }
 
 // produced travels in Record.Context: it carries the partition key to the
 // partitioner and the outcome's receiver to the promise, and holds the
@@ -244,7 +369,11 @@ func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
 		a.Acked(sink.Result{Topic: topicOf(ev, k.cfg.DefaultTopic), Partition: -1, Offset: -1}, classified(err, ""))
 		return
 	}
-	if err := k.CheckSize(r); err != nil {
+	now := ev.ReceivedAt // a clock read the stream made anyway
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if err := k.checkSize(r, now); err != nil {
 		topic := r.Topic
 		p.release()
 		a.Acked(sink.Result{Topic: topic, Partition: -1, Offset: -1}, classified(err, topic))
@@ -252,7 +381,7 @@ func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
 	}
 	p.pk, p.hasPK, p.done = ev.PartitionKey, ev.HasPartition, a
 	r.Context = p
-	k.client.Produce(context.Background(), r, promise)
+	k.client.Load().Produce(context.Background(), r, promise)
 }
 
 func topicOf(ev *outbox.Event, defaultTopic string) string {
@@ -263,10 +392,28 @@ func topicOf(ev *outbox.Event, defaultTopic string) string {
 }
 
 // CheckSize is the size pre-check: a record larger than its topic's limit
-// fails with ErrRecordTooLarge before it is sent.
-func (k *Sink) CheckSize(r *kgo.Record) error {
-	if size, limit := RecordSize(r), k.limitFor(r.Topic); size > limit {
+// fails with ErrRecordTooLarge before it is sent. The limit is read again
+// when older than a minute, and before a record is reported too large
+// (at most once a second per topic); a limit that cannot be read is an
+// ErrLimitUnknown error (transient), never a reason to quarantine.
+func (k *Sink) CheckSize(r *kgo.Record) error { return k.checkSize(r, time.Now()) }
+
+func (k *Sink) checkSize(r *kgo.Record, now time.Time) error {
+	size := RecordSize(r)
+	limit, err := k.limitFor(r.Topic, now, k.limitRefresh, false)
+	if err == nil && size > limit {
+		limit, err = k.limitFor(r.Topic, time.Now(), k.limitRecheck, true)
+	}
+	switch {
+	case err != nil:
+		return err
+	case size > limit:
 		return fmt.Errorf("%w (record of about %d bytes, topic %q allows %d)", ErrRecordTooLarge, size, r.Topic, limit)
+	}
+	// franz-go refuses a record larger than the batch limit the
+	// partition was created with: a raised limit needs a new client.
+	if v, ok := k.built.Load(r.Topic); ok && v.(int) < size {
+		return k.rebuild(r.Topic, limit)
 	}
 	return nil
 }
@@ -294,12 +441,14 @@ func classified(err error, topic string) error {
 }
 
 // Flush waits until every produced record has an outcome or ctx ends.
-func (k *Sink) Flush(ctx context.Context) error { return k.client.Flush(ctx) }
+func (k *Sink) Flush(ctx context.Context) error { return k.client.Load().Flush(ctx) }
 
 // Close closes the client; records without an outcome fail with
 // kgo.ErrClientClosed.
 func (k *Sink) Close() {
-	k.client.Close()
+	k.remake.Lock()
+	defer k.remake.Unlock()
+	k.client.Load().Close()
 	k.admin.Close()
 }
 
