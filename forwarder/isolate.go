@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/sink"
@@ -303,7 +304,7 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 			}
 			i.cfg.Logger.Warn("kafka refused a record; retrying it alone",
 				"idempotency_key", it.ev.IdempotencyKey, "topic", topic, "error_class", class, "attempt", attempts, "err", err.Error())
-			if !sleep(ctx, i.cfg.Backoff<<(attempts-1)) {
+			if !sleep(ctx, attemptPause(i.cfg.Backoff, attempts)) {
 				return ctx.Err()
 			}
 		case sink.Destination:
@@ -322,6 +323,17 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// attemptPause is the pause after the n-th failed attempt (n ≥ 1): first,
+// doubled each time, never above config.PoisonBackoffCap (a plain shift
+// overflows past 2^63 ns and would not pause at all).
+func attemptPause(first time.Duration, n int) time.Duration {
+	d := first
+	for ; n > 1 && d < config.PoisonBackoffCap; n-- {
+		d *= 2
+	}
+	return min(d, config.PoisonBackoffCap)
 }
 
 // quarantine writes the poison row, retrying until it commits: the slot
