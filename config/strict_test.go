@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -117,5 +118,47 @@ func TestClosestKey(t *testing.T) {
 		if got := closestKey(in); got.Env != want {
 			t.Errorf("closestKey(%s) = %s, want %s", in, got.Env, want)
 		}
+	}
+}
+
+// TestConfigEffectiveRoundTrip: what `walpost config` prints loads back
+// with --config into the same configuration, secrets redacted.
+func TestConfigEffectiveRoundTrip(t *testing.T) {
+	env := with(minimalEnv,
+		"WALPOST_KAFKA_BROKERS", "a:1,b:2",
+		"WALPOST_POISON_BACKOFF", "1500ms",
+		"WALPOST_POSTGRES_HEARTBEAT_INTERVAL", "1m30s",
+		"WALPOST_KAFKA_TLS_ENABLED", "true",
+		"WALPOST_KAFKA_SASL_MECHANISM", "PLAIN",
+		"WALPOST_KAFKA_SASL_USERNAME", "u",
+		"WALPOST_KAFKA_SASL_PASSWORD", "hunter2",
+		"WALPOST_KAFKA_TOPIC", "0123",
+		"WALPOST_HTTP_LISTEN", "",
+		"WALPOST_LINT_DISABLE", "OBX001,outbox-poll-order",
+		"WALPOST_PIPELINE_MAX_INFLIGHT_BYTES", "9000000000",
+	)
+	cfg, err := load(t, env, "", NeedAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := WriteEffective(&out, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "hunter2") || strings.Contains(out.String(), "s3cret") {
+		t.Fatalf("output shows a secret:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "redacted") {
+		t.Errorf("output does not say secrets are redacted:\n%s", out.String())
+	}
+	back, err := load(t, map[string]string{}, out.String(), NeedAll)
+	if err != nil {
+		t.Fatalf("output does not load back: %v\n%s", err, out.String())
+	}
+	want := *cfg
+	want.Postgres.URL = strings.Replace(want.Postgres.URL, "s3cret", RedactedValue, 1)
+	want.Kafka.SASL.Password = RedactedValue
+	if !reflect.DeepEqual(*back, want) {
+		t.Errorf("loaded back\n%+v\nwant\n%+v\nfrom\n%s", *back, want, out.String())
 	}
 }
