@@ -18,7 +18,6 @@ import (
 	"github.com/walpost/walpost/sink/kafka"
 )
 
-
 func newPoisonCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "poison",
@@ -136,7 +135,7 @@ func newPoisonReplayCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if all == (len(keys) > 0) {
-				return errors.New("give either --all or one or more --key")
+				return usageError(errors.New("give either --all or one or more --key"))
 			}
 			cfg, err := loadConfigFor(cmd, config.NeedAll)
 			if err != nil {
@@ -198,7 +197,8 @@ func newPoisonReplayCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&keys, "key", nil, "idempotency key to replay (repeatable)")
+	// StringArray, not StringSlice: a key may contain a comma.
+	cmd.Flags().StringArrayVar(&keys, "key", nil, "idempotency key to replay (repeatable; taken whole, commas included)")
 	cmd.Flags().BoolVar(&all, "all", false, "replay every row not yet replayed")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be replayed, produce nothing")
 	cmd.Flags().BoolVar(&force, "force", false, "also replay rows already replayed")
