@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"reflect"
 	"regexp"
 	"sort"
@@ -120,8 +121,9 @@ type Poison struct {
 	// the record goes to the poison table. Default 5.
 	MaxAttempts int `mapstructure:"max_attempts" doc:"Produce attempts for a record-level failure before quarantine (≥ 1)." default:"5"`
 	// Backoff is the pause before re-sending a record that failed alone; it
-	// doubles each time. The first re-send after a failure goes at once.
-	Backoff time.Duration `mapstructure:"backoff" doc:"Pause before re-sending a record that failed alone, doubled each time; the first re-send after a failure goes at once (duration)." default:"200ms"`
+	// doubles each time, up to PoisonBackoffCap. The first re-send after a
+	// failure goes at once. Above 0 and at most PoisonBackoffCap.
+	Backoff time.Duration `mapstructure:"backoff" doc:"Pause before re-sending a record that failed alone, doubled each time up to 30s; the first re-send after a failure goes at once (duration, above 0 and ≤ 30s)." default:"200ms"`
 	// MaxRate is the number of quarantined records within RateWindow that
 	// stops walpost (a systematic failure must not drain the outbox).
 	MaxRate int `mapstructure:"max_rate" doc:"Quarantined records within poison.rate_window that stop walpost." default:"100"`
@@ -154,6 +156,10 @@ type Log struct {
 type Lint struct {
 	Disable []string `mapstructure:"disable" doc:"Lint rules to skip (id or name)." default:"[]"`
 }
+
+// PoisonBackoffCap is the longest pause between two attempts of a record
+// Kafka refused (poison.backoff doubles up to it).
+const PoisonBackoffCap = 30 * time.Second
 
 // flagKeys maps command-line flags to config keys; flags win over the
 // environment, which wins over the file.
@@ -273,8 +279,14 @@ const (
 // flags of fs (AddFlags) that were set. fs may be nil (defaults and
 // environment only). need says which connection settings are required.
 func Load(fs *pflag.FlagSet, need Needs) (*Config, error) {
+	if err := checkEnvironment(os.Environ()); err != nil {
+		return nil, err
+	}
 	v, err := newViper(fs, true)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkTypes(v, fs); err != nil {
 		return nil, err
 	}
 	return decode(v, need)
@@ -366,10 +378,16 @@ func describeDecodeError(err error) string {
 // Error names the key, the offending value and what is allowed.
 type Error struct {
 	Key, Value, Allowed string
+	// Source, when known, is where the value came from: "environment",
+	// "flag --name" or "config file PATH".
+	Source string
 }
 
 func (e *Error) Error() string {
 	env := "WALPOST_" + strings.ToUpper(strings.ReplaceAll(e.Key, ".", "_"))
+	if e.Source != "" {
+		return fmt.Sprintf("invalid config: %s (%s) = %q from the %s: %s", e.Key, env, e.Value, e.Source, e.Allowed)
+	}
 	return fmt.Sprintf("invalid config: %s (%s) = %q: %s", e.Key, env, e.Value, e.Allowed)
 }
 
@@ -475,8 +493,10 @@ func (c *Config) ValidateFor(need Needs) error {
 	if c.Poison.MaxAttempts < 1 {
 		bad("poison.max_attempts", strconv.Itoa(c.Poison.MaxAttempts), "at least 1")
 	}
-	if c.Poison.Backoff < 0 {
-		bad("poison.backoff", c.Poison.Backoff.String(), "a duration ≥ 0")
+	// 0 is refused rather than honoured: a record Kafka refused is always
+	// retried after a pause, and the poison-row retry doubles the same pause.
+	if c.Poison.Backoff <= 0 || c.Poison.Backoff > PoisonBackoffCap {
+		bad("poison.backoff", c.Poison.Backoff.String(), "a duration above 0 and at most "+PoisonBackoffCap.String()+" (the pause doubles up to "+PoisonBackoffCap.String()+"); use e.g. 1ms for the shortest pause")
 	}
 	if c.Poison.MaxRate < 1 {
 		bad("poison.max_rate", strconv.Itoa(c.Poison.MaxRate), "at least 1")

@@ -233,7 +233,6 @@ func TestConfigValidAccepted(t *testing.T) {
 		"key=value DSN":               with(minimalEnv, "WALPOST_POSTGRES_URL", "host=127.0.0.1 port=5432 user=walpost password=x dbname=walpost"),
 		"broker by name and IPv6":     with(minimalEnv, "WALPOST_KAFKA_BROKERS", "kafka:9092,[::1]:9093"),
 		"http.listen host:port":       with(minimalEnv, "WALPOST_HTTP_LISTEN", "127.0.0.1:9187"),
-		"zero backoff":                with(minimalEnv, "WALPOST_POISON_BACKOFF", "0s"),
 		"schema-qualified table":      with(minimalEnv, "WALPOST_POSTGRES_TABLE", "app.outbox"),
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -5,6 +5,9 @@ import (
 	"io"
 	"reflect"
 	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/walpost/walpost/internal/redact"
 )
@@ -18,34 +21,63 @@ func WriteReference(w io.Writer) {
 	}
 }
 
-// WriteEffective prints every key = value of cfg, passwords hidden.
-func WriteEffective(w io.Writer, cfg *Config) {
-	var walk func(v reflect.Value, prefix string)
-	walk = func(v reflect.Value, prefix string) {
+// RedactedValue replaces secrets in the output of WriteEffective.
+const RedactedValue = "xxxxx"
+
+// WriteEffective prints cfg as YAML that `walpost --config FILE` reads
+// back, keys in declaration order, durations with their unit. Secrets are
+// redacted (postgres.url's password and kafka.sasl.password become
+// xxxxx), and the header says so: set them again before using the file.
+func WriteEffective(w io.Writer, cfg *Config) error {
+	var walk func(v reflect.Value, prefix string) *yaml.Node
+	walk = func(v reflect.Value, prefix string) *yaml.Node {
+		m := &yaml.Node{Kind: yaml.MappingNode}
 		t := v.Type()
 		for i := 0; i < t.NumField(); i++ {
-			key := t.Field(i).Tag.Get("mapstructure")
+			name := t.Field(i).Tag.Get("mapstructure")
+			key := name
 			if prefix != "" {
-				key = prefix + "." + key
+				key = prefix + "." + name
 			}
 			fv := v.Field(i)
-			if fv.Kind() == reflect.Struct {
-				walk(fv, key)
-				continue
-			}
-			val := fmt.Sprint(fv.Interface())
-			if fv.Kind() == reflect.Slice {
-				parts := make([]string, fv.Len())
-				for j := range parts {
-					parts[j] = fmt.Sprint(fv.Index(j).Interface())
+			var val *yaml.Node
+			switch {
+			case fv.Kind() == reflect.Struct:
+				val = walk(fv, key)
+			case fv.Kind() == reflect.Slice:
+				val = &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+				for j := 0; j < fv.Len(); j++ {
+					val.Content = append(val.Content, scalar(fmt.Sprint(fv.Index(j).Interface()), "!!str"))
 				}
-				val = strings.Join(parts, ",")
+			case fv.Type() == reflect.TypeOf(time.Duration(0)):
+				val = scalar(time.Duration(fv.Int()).String(), "!!str")
+			case fv.Kind() == reflect.String:
+				s := redact.String(fv.String())
+				if strings.Contains(key, "password") && s != "" {
+					s = RedactedValue
+				}
+				val = scalar(s, "!!str")
+			case fv.Kind() == reflect.Bool:
+				val = scalar(fmt.Sprint(fv.Bool()), "!!bool")
+			default:
+				val = scalar(fmt.Sprint(fv.Interface()), "!!int")
 			}
-			if strings.Contains(key, "password") && val != "" {
-				val = "xxxxx"
-			}
-			fmt.Fprintf(w, "%s = %s\n", key, redact.String(val))
+			m.Content = append(m.Content, scalar(name, "!!str"), val)
 		}
+		return m
 	}
-	walk(reflect.ValueOf(*cfg), "")
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{walk(reflect.ValueOf(*cfg), "")}}
+	doc.HeadComment = "walpost effective configuration; walpost --config FILE reads it back.\n" +
+		"Secrets are redacted: the password in postgres.url and kafka.sasl.password read " + RedactedValue + ";\n" +
+		"set them again (e.g. WALPOST_POSTGRES_URL, WALPOST_KAFKA_SASL_PASSWORD) before using this file."
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+func scalar(value, tag string) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value}
 }

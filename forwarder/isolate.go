@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/sink"
@@ -310,8 +311,9 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 			// The first re-send goes at once: franz-go fails every
 			// buffered record of a partition with the one the broker
 			// refused, and those neighbours are fine alone. Only a
-			// record that failed alone waits, poison.backoff doubling.
-			if attempts > 1 && !i.backoffWait(ctx, i.cfg.Backoff<<(attempts-2)) {
+			// record that failed alone waits, poison.backoff doubling
+			// up to its cap.
+			if attempts > 1 && !i.backoffWait(ctx, attemptPause(i.cfg.Backoff, attempts-1)) {
 				return ctx.Err()
 			}
 		case sink.Destination:
@@ -330,6 +332,17 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// attemptPause is the pause after the n-th failed attempt (n ≥ 1): first,
+// doubled each time, never above config.PoisonBackoffCap (a plain shift
+// overflows past 2^63 ns and would not pause at all).
+func attemptPause(first time.Duration, n int) time.Duration {
+	d := first
+	for ; n > 1 && d < config.PoisonBackoffCap; n-- {
+		d *= 2
+	}
+	return min(d, config.PoisonBackoffCap)
 }
 
 // quarantine writes the poison row, retrying until it commits: the slot

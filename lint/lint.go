@@ -243,6 +243,7 @@ func collect(ctx context.Context, paths []string) ([]File, []Error, error) {
 			read(p)
 			continue
 		}
+		before := len(files)
 		werr := filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				errs = append(errs, Error{File: path, Message: "cannot read directory: " + describeIOError(err)})
@@ -262,8 +263,25 @@ func collect(ctx context.Context, paths []string) ([]File, []Error, error) {
 		if werr != nil {
 			return nil, nil, werr
 		}
+		// A directory without SQL is a wrong path or a wrong extension:
+		// linting nothing must not pass the gate.
+		if len(files) == before && !seenSQL(seen, p) {
+			errs = append(errs, Error{File: p, Message: "no *.sql file in this directory or below: give the directory holding the SQL, or name files with another extension explicitly"})
+		}
 	}
 	return files, errs, nil
+}
+
+// seenSQL reports whether a file under dir was read already (named
+// before, or under an earlier directory argument).
+func seenSQL(seen map[string]bool, dir string) bool {
+	dir = filepath.Clean(dir) + string(filepath.Separator)
+	for p := range seen {
+		if strings.HasPrefix(p, dir) && strings.EqualFold(filepath.Ext(p), ".sql") {
+			return true
+		}
+	}
+	return false
 }
 
 func describeIOError(err error) string {

@@ -193,8 +193,9 @@ func TestRunPaths(t *testing.T) {
 	}
 
 	out.Reset()
-	empty := t.TempDir()
-	code, err = Run(context.Background(), Options{}, []string{empty}, &out, true)
+	clean := t.TempDir()
+	must(os.WriteFile(filepath.Join(clean, "ok.sql"), []byte("SELECT 1;"), 0o644))
+	code, err = Run(context.Background(), Options{}, []string{clean}, &out, true)
 	must(err)
 	if code != ExitClean || strings.TrimSpace(out.String()) != `{
   "findings": [],
@@ -356,5 +357,34 @@ func TestFuzzSeedsParse(t *testing.T) {
 		if len(res.Errors) > 0 {
 			t.Errorf("%s: %+v", p, res.Errors)
 		}
+	}
+}
+
+// TestRunDirectoryWithoutSQL: a directory with no *.sql file under it is an
+// error (exit 2) naming the directory, never a clean run.
+func TestRunDirectoryWithoutSQL(t *testing.T) {
+	empty := t.TempDir()
+	if err := os.WriteFile(filepath.Join(empty, "schema.psql"), []byte("SELECT 1;"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, jsonOut := range []bool{false, true} {
+		var out bytes.Buffer
+		code, err := Run(context.Background(), Options{}, []string{empty}, &out, jsonOut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code != ExitErrors || !strings.Contains(out.String(), empty) || !strings.Contains(out.String(), "no *.sql file") {
+			t.Errorf("json=%v: exit %d, want %d naming %s and \"no *.sql file\":\n%s", jsonOut, code, ExitErrors, empty, out.String())
+		}
+	}
+	// A directory whose SQL was named before is not empty.
+	dir := t.TempDir()
+	f := filepath.Join(dir, "ok.sql")
+	if err := os.WriteFile(f, []byte("SELECT 1;"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if code, err := Run(context.Background(), Options{}, []string{f, dir}, &out, false); err != nil || code != ExitClean {
+		t.Errorf("file then its directory: exit %d, %v:\n%s", code, err, out.String())
 	}
 }

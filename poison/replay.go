@@ -12,6 +12,16 @@ import (
 	"github.com/walpost/walpost/sink"
 )
 
+// CreatedAtHeader is the created_at header of the row's record:
+// CreatedAtText, or CreatedAt rendered the same way when the row was not
+// read by List.
+func (r Row) CreatedAtHeader() string {
+	if r.CreatedAtText != "" {
+		return r.CreatedAtText
+	}
+	return string(outbox.AppendTime(nil, r.CreatedAt.UTC()))
+}
+
 // Event rebuilds the event of a poison row for a replay: the original key,
 // payload, headers and partition key, Replayed set (so its record carries
 // replayed_from_poison), and the replay time as its commit time.
@@ -20,7 +30,7 @@ func Event(r Row) *outbox.Event {
 		ID:             r.OutboxID,
 		IdempotencyKey: r.IdempotencyKey,
 		Payload:        []byte(r.Payload),
-		CreatedAt:      r.CreatedAt.UTC().Format(time.RFC3339Nano),
+		CreatedAt:      r.CreatedAtHeader(),
 		Topic:          r.Topic,
 		CommitTime:     time.Now(),
 		Replayed:       true,

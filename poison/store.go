@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/walpost/walpost/outbox"
@@ -23,21 +24,24 @@ type Entry struct {
 
 // Row is a row of the poison table.
 type Row struct {
-	IdempotencyKey string     `json:"idempotency_key"`
-	OutboxID       string     `json:"outbox_id"`
-	Topic          string     `json:"topic"`
-	PartitionKey   *string    `json:"partition_key"`
-	EventType      *string    `json:"event_type"`
-	Payload        string     `json:"payload"`
-	Headers        *string    `json:"headers"`
-	CreatedAt      time.Time  `json:"created_at"`
-	Attempts       int        `json:"attempts"`
-	LastError      string     `json:"last_error"`
-	ErrorClass     string     `json:"error_class"`
-	CommitLSN      string     `json:"commit_lsn"`
-	PoisonedAt     time.Time  `json:"poisoned_at"`
-	ReplayedAt     *time.Time `json:"replayed_at"`
-	ReplayCount    int        `json:"replay_count"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	OutboxID       string    `json:"outbox_id"`
+	Topic          string    `json:"topic"`
+	PartitionKey   *string   `json:"partition_key"`
+	EventType      *string   `json:"event_type"`
+	Payload        string    `json:"payload"`
+	Headers        *string   `json:"headers"`
+	CreatedAt      time.Time `json:"created_at"` // zero for infinity and -infinity
+	// CreatedAtText is created_at as the created_at header renders it
+	// (outbox.AppendTime, or "infinity" / "-infinity").
+	CreatedAtText string     `json:"created_at_text"`
+	Attempts      int        `json:"attempts"`
+	LastError     string     `json:"last_error"`
+	ErrorClass    string     `json:"error_class"`
+	CommitLSN     string     `json:"commit_lsn"`
+	PoisonedAt    time.Time  `json:"poisoned_at"`
+	ReplayedAt    *time.Time `json:"replayed_at"`
+	ReplayCount   int        `json:"replay_count"`
 }
 
 // Store writes and reads the poison table over its own pool, separate
@@ -134,14 +138,28 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Row, error) {
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Row, error) {
 		var x Row
+		// created_at may be infinity, which a time.Time cannot hold.
+		var created pgtype.Timestamptz
 		err := r.Scan(&x.IdempotencyKey, &x.OutboxID, &x.Topic, &x.PartitionKey, &x.EventType, &x.Payload, &x.Headers,
-			&x.CreatedAt, &x.Attempts, &x.LastError, &x.ErrorClass, &x.CommitLSN, &x.PoisonedAt, &x.ReplayedAt, &x.ReplayCount)
+			&created, &x.Attempts, &x.LastError, &x.ErrorClass, &x.CommitLSN, &x.PoisonedAt, &x.ReplayedAt, &x.ReplayCount)
+		x.CreatedAt, x.CreatedAtText = createdAt(created)
 		return x, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read poison table %s: %w", s.table, err)
 	}
 	return out, nil
+}
+
+// createdAt is the time and header text of a created_at value.
+func createdAt(ts pgtype.Timestamptz) (time.Time, string) {
+	switch ts.InfinityModifier {
+	case pgtype.Infinity:
+		return time.Time{}, "infinity"
+	case pgtype.NegativeInfinity:
+		return time.Time{}, "-infinity"
+	}
+	return ts.Time, string(outbox.AppendTime(nil, ts.Time.UTC()))
 }
 
 // MarkReplayed records a successful replay; the row stays.

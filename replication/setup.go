@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -177,21 +178,46 @@ func CheckSlot(ctx context.Context, conn *pgx.Conn, name string, slot SlotInfo) 
 	return nil
 }
 
+// replicationConfig is the connection config of a replication connection
+// to connString, with walpost's startup parameters.
+func replicationConfig(connString string) (*pgconn.Config, error) {
+	cfg, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("parse postgres.url: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	forceRendering(cfg.RuntimeParams)
+	cfg.RuntimeParams["application_name"] = "walpost"
+	return cfg, nil
+}
+
+// forceRendering sets DateStyle ISO and TimeZone UTC in params, the
+// startup parameters of the replication connection, so pgoutput renders
+// created_at as outbox.AppendRFC3339 expects whatever the server's, the
+// role's or the URL's settings. PostgreSQL matches parameter names case-
+// insensitively and the startup packet carries a map (no order), so a
+// ?timezone=… or PGTZ (pgconn's "timezone") must be removed, not outvoted;
+// options=-c TimeZone=… is applied before the startup parameters and loses.
+func forceRendering(params map[string]string) {
+	for k := range params {
+		if strings.EqualFold(k, "DateStyle") || strings.EqualFold(k, "TimeZone") {
+			delete(params, k)
+		}
+	}
+	params["DateStyle"] = "ISO"
+	params["TimeZone"] = "UTC"
+}
+
 // replicationReadBuffer is the read buffer of a replication connection.
 const replicationReadBuffer = 256 << 10
 
 // ConnectReplication opens a logical replication connection.
 
 func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn, error) {
-	cfg, err := pgconn.ParseConfig(connString)
+	cfg, err := replicationConfig(connString)
 	if err != nil {
-		return nil, fmt.Errorf("parse postgres.url: %w", err)
+		return nil, err
 	}
-	cfg.RuntimeParams["replication"] = "database"
-	// Render timestamps the same way whatever the server's defaults.
-	cfg.RuntimeParams["DateStyle"] = "ISO"
-	cfg.RuntimeParams["TimeZone"] = "UTC"
-	cfg.RuntimeParams["application_name"] = "walpost"
 	// The walsender streams many small messages: when a backlog waits in
 	// the socket, read it in large chunks rather than pgproto3's 8 KiB.
 	// Under it, lowatReader batches reads while a backlog drains.

@@ -10,7 +10,7 @@ func newConfigCommand() *cobra.Command {
 	var reference bool
 	cmd := &cobra.Command{
 		Use:   "config",
-		Short: "Print the effective configuration (secrets redacted), or the reference table",
+		Short: "Print the effective configuration as YAML that --config reads (secrets redacted), or the reference table",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if reference {
@@ -21,8 +21,7 @@ func newConfigCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			config.WriteEffective(cmd.OutOrStdout(), cfg)
-			return nil
+			return config.WriteEffective(cmd.OutOrStdout(), cfg)
 		},
 	}
 	cmd.Flags().BoolVar(&reference, "reference", false, "print the Markdown table of every key, its variable, default and meaning")

@@ -36,24 +36,63 @@ func (e *exitError) Error() string {
 }
 func (e *exitError) Unwrap() error { return e.err }
 
+// Exit statuses every command shares (README, Commands).
+const (
+	exitFailure = 1 // the command ran and failed
+	exitUsage   = 2 // the command line is wrong: unknown command or flag, bad arguments
+)
+
 func main() {
 	ctx, stop := signalContext()
-	defer stop()
-	root := newRootCommand()
-	err := root.ExecuteContext(ctx)
+	code := execute(ctx, newRootCommand(), os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// execute runs root with args and returns the exit status, having printed
+// the error (redacted) to stderr. An error returned by a command's RunE is
+// a failure (1, or the code of its exitError); any other error is cobra's
+// refusal of the command line, a usage error (2).
+func execute(ctx context.Context, root *cobra.Command, args []string, stderr io.Writer) int {
+	markRunErrors(root)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
-		return
+		return 0
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(os.Stderr, "walpost:", redact.String(ee.err.Error()))
+			fmt.Fprintln(stderr, "walpost:", redact.String(ee.err.Error()))
 		}
-		os.Exit(ee.code)
+		return ee.code
 	}
-	fmt.Fprintln(os.Stderr, "walpost:", redact.String(err.Error()))
-	os.Exit(1)
+	fmt.Fprintln(stderr, "walpost:", redact.String(err.Error()))
+	fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+	return exitUsage
 }
+
+// markRunErrors wraps the RunE of cmd and its subcommands so that an error
+// they return is an *exitError (status 1 unless it carries its own):
+// whatever else reaches execute comes from cobra's parsing.
+func markRunErrors(cmd *cobra.Command) {
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			err := run(c, args)
+			var ee *exitError
+			if err == nil || errors.As(err, &ee) {
+				return err
+			}
+			return &exitError{code: exitFailure, err: err}
+		}
+	}
+	for _, c := range cmd.Commands() {
+		markRunErrors(c)
+	}
+}
+
+// usageError is a command line the command refuses itself (exit 2).
+func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
 
 // signalContext cancels on the first SIGINT/SIGTERM (drain and confirm);
 // a second signal exits at once.

@@ -74,7 +74,7 @@ type poisonListRow struct {
 	ErrorClass   string     `json:"error_class"`
 	Error        string     `json:"error"`
 	CommitLSN    string     `json:"commit_lsn"`
-	CreatedAt    time.Time  `json:"created_at"`
+	CreatedAt    string     `json:"created_at"` // as the created_at header: may be infinity or an expanded year
 	PoisonedAt   time.Time  `json:"poisoned_at"`
 	ReplayedAt   *time.Time `json:"replayed_at"`
 	ReplayCount  int        `json:"replay_count"`
@@ -86,7 +86,7 @@ func writePoisonList(w io.Writer, rows []poison.Row, asJSON bool) error {
 		for i, r := range rows {
 			out[i] = poisonListRow{Key: r.IdempotencyKey, Topic: r.Topic, EventType: r.EventType, PartitionKey: r.PartitionKey,
 				Attempts: r.Attempts, ErrorClass: r.ErrorClass, Error: r.LastError, CommitLSN: r.CommitLSN,
-				CreatedAt: r.CreatedAt.UTC(), PoisonedAt: r.PoisonedAt.UTC(), ReplayedAt: utcPtr(r.ReplayedAt), ReplayCount: r.ReplayCount}
+				CreatedAt: r.CreatedAtHeader(), PoisonedAt: r.PoisonedAt.UTC(), ReplayedAt: utcPtr(r.ReplayedAt), ReplayCount: r.ReplayCount}
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -135,7 +135,7 @@ func newPoisonReplayCommand() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if all == (len(keys) > 0) {
-				return errors.New("give either --all or one or more --key")
+				return usageError(errors.New("give either --all or one or more --key"))
 			}
 			cfg, err := loadConfigFor(cmd, config.NeedAll)
 			if err != nil {
@@ -197,7 +197,8 @@ func newPoisonReplayCommand() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVar(&keys, "key", nil, "idempotency key to replay (repeatable)")
+	// StringArray, not StringSlice: a key may contain a comma.
+	cmd.Flags().StringArrayVar(&keys, "key", nil, "idempotency key to replay (repeatable; taken whole, commas included)")
 	cmd.Flags().BoolVar(&all, "all", false, "replay every row not yet replayed")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be replayed, produce nothing")
 	cmd.Flags().BoolVar(&force, "force", false, "also replay rows already replayed")
