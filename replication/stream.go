@@ -349,6 +349,9 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		if err := r.check(); err != nil {
 			return err
 		}
+		if old := s.rels[m.RelationID]; old != nil {
+			s.warnDropped(old, r, xld.WALStart)
+		}
 		s.rels[m.RelationID] = r
 	case *pglogrepl.CommitMessage:
 		if s.txn == nil {
@@ -380,6 +383,26 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		s.cfg.Logger.Warn("ignoring pgoutput message", "message", msg.Type().String(), "lsn", xld.WALStart.String())
 	}
 	return nil
+}
+
+// droppedEffect is what events lose when an optional column is dropped.
+var droppedEffect = [numCols]string{
+	colTopic:        "events without it go to kafka.topic",
+	colPartitionKey: "events are partitioned by idempotency_key",
+	colEventType:    "records no longer carry the event_type header",
+	colHeaders:      "records no longer carry the row's headers",
+}
+
+// warnDropped logs, once per drop (a Relation message after DDL), each
+// optional column old had and r has not: the events still flow, routed
+// differently.
+func (s *Stream) warnDropped(old, r *relation, lsn pglogrepl.LSN) {
+	for c := colTopic; c < numCols; c++ {
+		if old.pos[c] >= 0 && r.pos[c] < 0 {
+			s.cfg.Logger.Warn("outbox column dropped while running: "+droppedEffect[c],
+				"slot", s.cfg.Slot, "table", r.namespace+"."+r.name, "column", colNames[c], "lsn", lsn.String())
+		}
+	}
 }
 
 func (s *Stream) sendStatus(ctx context.Context, reply bool) error {
