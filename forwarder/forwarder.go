@@ -49,6 +49,10 @@ type Forwarder struct {
 
 	store *poison.Store
 	pool  *pgxpool.Pool
+
+	// The receive timeout last logged (sessions run one at a time).
+	rtLogged bool
+	rtSender time.Duration // the wal_sender_timeout it was logged for
 }
 
 // New prepares a Forwarder for cfg, which must be valid (config.Load or

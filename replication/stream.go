@@ -115,6 +115,9 @@ func (s *Stream) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, Explain(err, s.cfg.Slot, s.cfg.Publication))
 	}
+	if err := s.catchUp(ctx); err != nil {
+		return err
+	}
 	s.sent = s.tracker.Confirmed()
 	s.received = s.sent
 	s.lastSent = time.Now()
@@ -278,6 +281,28 @@ func (s *Stream) Run(ctx context.Context) error {
 			// NoticeResponse and ParameterStatus are handled by pgconn.
 		}
 	}
+}
+
+// catchUp re-reads the slot once replication has started (the slot is now
+// ours, so it stays where it is) and moves the tracker's start forward to
+// it. INV-4: a standby that confirmed between the read the tracker started
+// at and START_REPLICATION is never moved back by the first status update.
+func (s *Stream) catchUp(ctx context.Context) error {
+	if s.cfg.SlotConfirmed == nil {
+		return nil
+	}
+	at, err := s.cfg.SlotConfirmed(ctx)
+	if err != nil {
+		return fmt.Errorf("re-read slot %q after starting replication: %w", s.cfg.Slot, err)
+	}
+	// Nothing is in flight yet: Idle moves the watermark (and the
+	// tracker's last end) to at when it is ahead, and only then.
+	from := s.tracker.Confirmed()
+	if s.tracker.Idle(at) {
+		s.cfg.Logger.Info("slot was confirmed ahead while replication started; starting from its position",
+			"slot", s.cfg.Slot, "lsn", at.String(), "read_lsn", from.String())
+	}
+	return nil
 }
 
 // nextWake is when the loop must look up from reading: within statusTick
