@@ -17,6 +17,10 @@
 //     or advance below it is an assertion error (ErrRegression).
 //   - INV-6: in-flight events are bounded by count and bytes; Full
 //     reports when the reader must pause and Wait blocks until space frees.
+//     Transactions are bounded by events too: a sealed transaction without
+//     events merges into the queued one before it (its end LSN extends
+//     that one's), so a million empty transactions behind an unacknowledged
+//     event take one FIFO entry.
 //
 // The idle advance (Idle) confirms a keepalive's ServerWALEnd only when
 // nothing is in flight and no transaction is open, so a quiet outbox on a

@@ -57,7 +57,7 @@ type Postgres struct {
 	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval" doc:"Emit a logical heartbeat message this often so the slot advances on an idle database (duration); 0 disables." default:"0s"`
 	// ReceiveTimeout ends a replication session that heard nothing from
 	// the server for this long (a half-open connection).
-	ReceiveTimeout time.Duration `mapstructure:"receive_timeout" doc:"Reconnect when the server sent nothing for this long although asked to reply (duration, above postgres.status_interval)." default:"30s"`
+	ReceiveTimeout time.Duration `mapstructure:"receive_timeout" doc:"Reconnect when the server sent nothing for this long although asked to reply (duration, above postgres.status_interval); raised to the server's wal_sender_timeout + 10s when that is longer." default:"30s"`
 	// StatusInterval is the longest time between two standby status updates.
 	// Must stay below the server's wal_sender_timeout. Default 10s.
 	StatusInterval time.Duration `mapstructure:"status_interval" doc:"Longest interval between standby status updates (duration, ≤ 10s)." default:"10s"`

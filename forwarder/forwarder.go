@@ -52,6 +52,9 @@ type Forwarder struct {
 	pool  *pgxpool.Pool
 
 	lost atomic.Pointer[chan error] // the running session's data-loss signal (onDataLoss)
+	// The receive timeout last logged (sessions run one at a time).
+	rtLogged bool
+	rtSender time.Duration // the wal_sender_timeout it was logged for
 }
 
 // New prepares a Forwarder for cfg, which must be valid (config.Load or

@@ -3,7 +3,10 @@ package forwarder
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
@@ -54,6 +57,28 @@ func (f *Forwarder) session(ctx context.Context) error {
 		return fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
 	}
 	defer conn.Close(context.Background())
+	sender, err := replication.SenderTimeout(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("replication connection: %w", err)
+	}
+	rcfg.ReceiveTimeout = replication.ReceiveTimeoutFor(cfg.Postgres.ReceiveTimeout, sender)
+	f.logReceiveTimeout(sender, rcfg.ReceiveTimeout)
+	// The stream re-reads the slot on the side connection once
+	// replication has started (INV-4, a standby may have confirmed since
+	// Prepare read it); the watcher takes the connection over after that.
+	sideFree := make(chan struct{})
+	var freeOnce sync.Once
+	rcfg.SlotConfirmed = func(ctx context.Context) (pglogrepl.LSN, error) {
+		defer freeOnce.Do(func() { close(sideFree) })
+		s, err := replication.ReadSlot(ctx, side, cfg.Postgres.Slot)
+		if err != nil {
+			return 0, err
+		}
+		if !s.Exists {
+			return 0, fmt.Errorf("slot %q is gone", cfg.Postgres.Slot)
+		}
+		return s.ConfirmedFlush, nil
+	}
 
 	tracker := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{
 		MaxEvents: cfg.Pipeline.MaxInFlightEvents,
@@ -93,6 +118,11 @@ func (f *Forwarder) session(ctx context.Context) error {
 	g.Go(func() error { return watchLoss(gctx) })
 	g.Go(func() error { return iso.Run(gctx) })
 	g.Go(func() error {
+		select {
+		case <-sideFree:
+		case <-gctx.Done():
+			return nil
+		}
 		if err := side.PgConn().WaitForNotification(gctx); err != nil && gctx.Err() == nil {
 			return fmt.Errorf("postgres connection lost or server shutting down: %w", err)
 		}
@@ -100,4 +130,24 @@ func (f *Forwarder) session(ctx context.Context) error {
 	})
 	g.Go(func() error { return stream.Run(gctx) })
 	return g.Wait()
+}
+
+// logReceiveTimeout logs the receive timeout a session uses, once, and
+// again only when the server's wal_sender_timeout changed.
+func (f *Forwarder) logReceiveTimeout(sender, effective time.Duration) {
+	if f.rtLogged && f.rtSender == sender {
+		return
+	}
+	f.rtLogged, f.rtSender = true, sender
+	configured := f.cfg.Postgres.ReceiveTimeout
+	switch {
+	case sender == 0:
+		f.log.Warn("wal_sender_timeout is 0: the server sends no keepalive while it decodes a large transaction, so one that takes longer than postgres.receive_timeout to decode ends the session and is decoded again; set wal_sender_timeout on the server or raise postgres.receive_timeout",
+			"receive_timeout", configured.String(), "wal_sender_timeout", "0")
+	case effective != configured:
+		f.log.Info("receive timeout raised above the server's wal_sender_timeout",
+			"receive_timeout", effective.String(), "configured", configured.String(), "wal_sender_timeout", sender.String())
+	default:
+		f.log.Info("receive timeout", "receive_timeout", effective.String(), "wal_sender_timeout", sender.String())
+	}
 }

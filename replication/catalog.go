@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // This file is the one place walpost reads PostgreSQL's catalog from: the
@@ -304,4 +307,23 @@ func ReadRowStats(ctx context.Context, q Querier, table TableName) (RowStats, er
 		FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 		WHERE c.oid = to_regclass($1)`, table.String()).Scan(&s.RelTuples, &s.LiveTuples)
 	return s, err
+}
+
+// SenderTimeout reads wal_sender_timeout on conn, a replication connection
+// before START_REPLICATION: the walsender's own value, with any role,
+// database or connection setting applied. Zero means the server never
+// times out a silent client, and sends no keepalive while it decodes.
+func SenderTimeout(ctx context.Context, conn *pgconn.PgConn) (time.Duration, error) {
+	res, err := conn.Exec(ctx, `SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'`).ReadAll()
+	if err != nil {
+		return 0, fmt.Errorf("read wal_sender_timeout: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
+		return 0, errors.New("read wal_sender_timeout: no such setting")
+	}
+	ms, err := strconv.ParseInt(string(res[0].Rows[0][0]), 10, 64)
+	if err != nil || ms < 0 {
+		return 0, fmt.Errorf("read wal_sender_timeout: setting %q is not a number of milliseconds", res[0].Rows[0][0])
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }

@@ -64,14 +64,16 @@ type relation struct {
 	namespace, name string
 	pos             [numCols]int // index in the tuple, -1 when absent
 	ncols           int
+	names           []string // column names in tuple order, for errors
 }
 
 func newRelation(m *pglogrepl.RelationMessage) *relation {
-	r := &relation{namespace: m.Namespace, name: m.RelationName, ncols: len(m.Columns)}
+	r := &relation{namespace: m.Namespace, name: m.RelationName, ncols: len(m.Columns), names: make([]string, len(m.Columns))}
 	for i := range r.pos {
 		r.pos[i] = -1
 	}
 	for i, c := range m.Columns {
+		r.names[i] = c.Name
 		for j, n := range colNames {
 			if c.Name == n {
 				r.pos[j] = i

@@ -35,6 +35,12 @@ func decodeInsert(data []byte, rel func(uint32) *relation) (*relation, [numCols]
 		return nil, spans, present, fmt.Errorf("insert for unknown relation %d", relID)
 	}
 	n := int(binary.BigEndian.Uint16(data[6:8]))
+	// A column missing from the tuple would read as NULL: an event
+	// forwarded without its topic or partition key, or refused for a
+	// missing payload far from the cause.
+	if n != r.ncols {
+		return nil, spans, present, fmt.Errorf("insert into %s.%s has %d columns, its relation message %d: walpost stopped without confirming this event", r.namespace, r.name, n, r.ncols)
+	}
 	off := 8
 	for i := 0; i < n; i++ {
 		if off >= len(data) {
@@ -55,12 +61,18 @@ func decodeInsert(data []byte, rel func(uint32) *relation) (*relation, [numCols]
 			}
 			start, end = off, off+l
 			off += l
-		case 'n', 'u':
+		case 'n':
+			continue
+		case 'u':
+			// Never silently NULL: pgoutput sends 'u' only in an update's
+			// new tuple, for a TOASTed column the update left unchanged.
+			return nil, spans, present, fmt.Errorf("insert into %s.%s: column %q is an unchanged TOAST value ('u'), which an insert never carries: walpost stopped without confirming this event", r.namespace, r.name, r.names[i])
 		default:
 			return nil, spans, present, errInsert
 		}
-		if kind != 't' {
-			continue
+		if kind == 'b' {
+			// walpost reads text format only and never asks for binary.
+			return nil, spans, present, fmt.Errorf("insert into %s.%s: column %q is in binary format ('b'); walpost reads pgoutput's text format only: stream the slot without the binary option", r.namespace, r.name, r.names[i])
 		}
 		for c := 0; c < numCols; c++ {
 			if r.pos[c] == i {

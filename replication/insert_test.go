@@ -2,6 +2,11 @@ package replication
 
 import (
 	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,7 +96,11 @@ func TestInsertFastPathMatchesPglogrepl(t *testing.T) {
 }
 
 func TestInsertFastPathRejectsMalformed(t *testing.T) {
-	good := buildInsert(7, []byte("id"), []byte("k"), []byte("{}"), []byte("2026-01-01 00:00:00+00"))
+	good := buildInsert(7, []byte("id"), []byte("k"), []byte("{}"), []byte("2026-01-01 00:00:00+00"), nil, nil, nil, nil, nil, nil, nil, nil)
+	s0 := testStream()
+	if _, err := s0.insertEvent(good, 1); err != nil {
+		t.Fatalf("the well-formed insert the cases below break: %v", err)
+	}
 	s := testStream()
 	for i := 0; i < len(good); i++ {
 		if _, err := s.insertEvent(good[:i], 1); err == nil {
@@ -107,6 +116,60 @@ func TestInsertFastPathRejectsMalformed(t *testing.T) {
 	binary.BigEndian.PutUint32(huge[9:], 1<<31) // first column's length
 	if _, err := s.insertEvent(huge, 1); err == nil {
 		t.Fatal("oversized length: no error")
+	}
+}
+
+// TestInsertColumnsNeverSilentlyNULL: an unchanged-TOAST ('u') or binary
+// ('b') column, and a tuple whose column count differs from the relation's,
+// are decode errors carrying the LSN and naming the column or the counts;
+// before, each read as NULL (an event without its topic, partition key or
+// payload).
+func TestInsertColumnsNeverSilentlyNULL(t *testing.T) {
+	row := func(edit func([]tupleCol) []tupleCol) []byte {
+		cols := []tupleCol{
+			text("0b6f9c1e-0000-4000-8000-000000000001"), text("key-1"), text(`{"a": 1}`),
+			text("2026-11-29 22:50:51.123456+00"), null, text("0"), null,
+			text("orders"), text("customer-7"), text("order.created"), text(`{"h": "v"}`), text("x"),
+		}
+		return msgInsert(7, edit(cols))
+	}
+	set := func(i int, c tupleCol) func([]tupleCol) []tupleCol {
+		return func(cols []tupleCol) []tupleCol { cols[i] = c; return cols }
+	}
+	tests := []struct {
+		name string
+		data []byte
+		want []string // substrings of the error
+	}{
+		{"unchanged TOAST payload", row(set(2, tupleCol{kind: 'u'})), []string{`"payload"`, "unchanged TOAST", "public.outbox"}},
+		{"unchanged TOAST partition_key", row(set(8, tupleCol{kind: 'u'})), []string{`"partition_key"`, "unchanged TOAST"}},
+		{"unchanged TOAST in a column walpost does not read", row(set(11, tupleCol{kind: 'u'})), []string{`"extra"`, "unchanged TOAST"}},
+		{"binary topic", row(set(7, tupleCol{'b', "orders"})), []string{`"topic"`, "binary format"}},
+		{"binary id", row(set(0, tupleCol{'b', "\x00\x01"})), []string{`"id"`, "binary format"}},
+		{"fewer columns than the relation", row(func(c []tupleCol) []tupleCol { return c[:8] }), []string{"8 columns", "relation message 12"}},
+		{"more columns than the relation", row(func(c []tupleCol) []tupleCol { return append(c, text("y")) }), []string{"13 columns", "relation message 12"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testStream()
+			const lsn = pglogrepl.LSN(0x16B3790)
+			ev, err := s.insertEvent(tc.data, lsn)
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("insertEvent = %+v, %v; want a *DecodeError", ev, err)
+			}
+			if de.LSN != lsn || !strings.Contains(err.Error(), lsn.String()) {
+				t.Errorf("error %q carries LSN %s, want %s", err, de.LSN, lsn)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+			if !IsTerminal(err) {
+				t.Errorf("IsTerminal(%v) = false: the stream would reconnect into the same message", err)
+			}
+		})
 	}
 }
 
@@ -205,4 +268,70 @@ func (s *Stream) event(r *relation, tup *pglogrepl.TupleData) *outbox.Event {
 	}
 	s.seq++
 	return ev
+}
+
+// TestRelationDroppedOptionalColumnLoggedOnce: a Relation message after
+// DDL that drops topic or partition_key is logged once, naming the column
+// and the LSN; the same relation sent again (every reconnect, every later
+// DDL) logs nothing more, and events keep flowing.
+func TestRelationDroppedOptionalColumnLoggedOnce(t *testing.T) {
+	var logs strings.Builder
+	s := &Stream{
+		cfg:   Config{Slot: "s", Publication: "p", Logger: slog.New(slog.NewJSONHandler(&logs, nil))},
+		table: TableName{Schema: "public", Name: "outbox"},
+		rels:  map[uint32]*relation{}, warned: map[pglogrepl.MessageType]bool{},
+	}
+	rel := func(names ...string) []byte {
+		var cols []relCol
+		for _, n := range names {
+			cols = append(cols, relCol{name: n, oid: 25})
+		}
+		return msgRelation(16394, "public", "outbox", cols)
+	}
+	required := []string{"id", "idempotency_key", "payload", "created_at"}
+	steps := []struct {
+		lsn  pglogrepl.LSN
+		cols []string
+	}{
+		{0x100, append(slices.Clone(required), "topic", "partition_key", "event_type")}, // session start: nothing to compare with
+		{0x200, append(slices.Clone(required), "partition_key", "event_type")},          // topic dropped
+		{0x300, append(slices.Clone(required), "partition_key", "event_type")},          // sent again
+		{0x400, append(slices.Clone(required), "event_type", "trace_id")},               // partition_key dropped, a column added
+		{0x500, append(slices.Clone(required), "event_type", "trace_id")},
+	}
+	for _, st := range steps {
+		if err := s.handle(pglogrepl.XLogData{WALStart: st.lsn, WALData: rel(st.cols...)}); err != nil {
+			t.Fatalf("relation %v at %s: %v", st.cols, st.lsn, err)
+		}
+	}
+	var got []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		got = append(got, m)
+	}
+	want := []struct{ column, lsn, says string }{
+		{"topic", "0/200", "kafka.topic"},
+		{"partition_key", "0/400", "idempotency_key"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d log lines, want %d (one per dropped column):\n%s", len(got), len(want), logs.String())
+	}
+	for i, w := range want {
+		g := got[i]
+		if g["level"] != "WARN" || g["column"] != w.column || g["lsn"] != w.lsn || g["table"] != "public.outbox" ||
+			!strings.Contains(g["msg"].(string), w.says) {
+			t.Errorf("log %d = %v, want a WARN for column %s at %s saying %q", i, g, w.column, w.lsn, w.says)
+		}
+	}
+	// Events keep flowing under the new relation.
+	ev, err := s.insertEvent(buildInsert(16394, []byte("id"), []byte("k"), []byte("{}"), []byte("2026-01-01 00:00:00+00"), []byte("e"), nil), 0x600)
+	if err != nil || ev.Topic != "" || ev.HasPartition || ev.EventType != "e" {
+		t.Fatalf("insert after the drops = %+v, %v", ev, err)
+	}
 }

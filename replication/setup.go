@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -37,6 +38,14 @@ type Config struct {
 	// DrainTimeout bounds how long a stopping stream waits for in-flight
 	// events to be handled before its final status update. Default 30s.
 	DrainTimeout time.Duration
+	// SlotConfirmed reads the slot's confirmed_flush_lsn (on a connection
+	// other than the replication one). The stream calls it once, right
+	// after START_REPLICATION succeeded, and moves the tracker's start
+	// forward when the slot is ahead of it: another process (a standby
+	// walpost) may have confirmed between the read the tracker started
+	// at and the start, and the first status update must not move the
+	// slot back (INV-4). Nil: the tracker's start is used as it is.
+	SlotConfirmed func(ctx context.Context) (pglogrepl.LSN, error)
 	// Logger receives the stream's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -54,6 +63,26 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+}
+
+// SenderTimeoutMargin is how far ReceiveTimeoutFor keeps the receive
+// timeout above the server's wal_sender_timeout.
+const SenderTimeoutMargin = 10 * time.Second
+
+// ReceiveTimeoutFor is the receive timeout to use against a server whose
+// wal_sender_timeout is sender: the configured one, raised to sender +
+// SenderTimeoutMargin when that is longer. While the server replays a
+// large transaction that has nothing for walpost it reads no status
+// updates and sends only a keepalive every wal_sender_timeout/2, so a
+// shorter timeout would end a live session, and the next one would decode
+// the same transaction again: the slot would never move. With sender 0
+// (the server never times out) there is no such bound and the configured
+// timeout stays.
+func ReceiveTimeoutFor(configured, sender time.Duration) time.Duration {
+	if sender > 0 && configured < sender+SenderTimeoutMargin {
+		return sender + SenderTimeoutMargin
+	}
+	return configured
 }
 
 // CheckPublication verifies the publication exists, covers exactly table

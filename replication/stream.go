@@ -115,6 +115,9 @@ func (s *Stream) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, Explain(err, s.cfg.Slot, s.cfg.Publication))
 	}
+	if err := s.catchUp(ctx); err != nil {
+		return err
+	}
 	s.sent = s.tracker.Confirmed()
 	s.received = s.sent
 	s.lastSent = time.Now()
@@ -280,6 +283,28 @@ func (s *Stream) Run(ctx context.Context) error {
 	}
 }
 
+// catchUp re-reads the slot once replication has started (the slot is now
+// ours, so it stays where it is) and moves the tracker's start forward to
+// it. INV-4: a standby that confirmed between the read the tracker started
+// at and START_REPLICATION is never moved back by the first status update.
+func (s *Stream) catchUp(ctx context.Context) error {
+	if s.cfg.SlotConfirmed == nil {
+		return nil
+	}
+	at, err := s.cfg.SlotConfirmed(ctx)
+	if err != nil {
+		return fmt.Errorf("re-read slot %q after starting replication: %w", s.cfg.Slot, err)
+	}
+	// Nothing is in flight yet: Idle moves the watermark (and the
+	// tracker's last end) to at when it is ahead, and only then.
+	from := s.tracker.Confirmed()
+	if s.tracker.Idle(at) {
+		s.cfg.Logger.Info("slot was confirmed ahead while replication started; starting from its position",
+			"slot", s.cfg.Slot, "lsn", at.String(), "read_lsn", from.String())
+	}
+	return nil
+}
+
 // nextWake is when the loop must look up from reading: within statusTick
 // while events are pending, at lastSent+statusTick when a moved watermark
 // has not been sent yet (the last acks of a burst can land while the loop
@@ -349,6 +374,9 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		if err := r.check(); err != nil {
 			return err
 		}
+		if old := s.rels[m.RelationID]; old != nil {
+			s.warnDropped(old, r, xld.WALStart)
+		}
 		s.rels[m.RelationID] = r
 	case *pglogrepl.CommitMessage:
 		if s.txn == nil {
@@ -380,6 +408,26 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		s.cfg.Logger.Warn("ignoring pgoutput message", "message", msg.Type().String(), "lsn", xld.WALStart.String())
 	}
 	return nil
+}
+
+// droppedEffect is what events lose when an optional column is dropped.
+var droppedEffect = [numCols]string{
+	colTopic:        "events without it go to kafka.topic",
+	colPartitionKey: "events are partitioned by idempotency_key",
+	colEventType:    "records no longer carry the event_type header",
+	colHeaders:      "records no longer carry the row's headers",
+}
+
+// warnDropped logs, once per drop (a Relation message after DDL), each
+// optional column old had and r has not: the events still flow, routed
+// differently.
+func (s *Stream) warnDropped(old, r *relation, lsn pglogrepl.LSN) {
+	for c := colTopic; c < numCols; c++ {
+		if old.pos[c] >= 0 && r.pos[c] < 0 {
+			s.cfg.Logger.Warn("outbox column dropped while running: "+droppedEffect[c],
+				"slot", s.cfg.Slot, "table", r.namespace+"."+r.name, "column", colNames[c], "lsn", lsn.String())
+		}
+	}
 }
 
 func (s *Stream) sendStatus(ctx context.Context, reply bool) error {
