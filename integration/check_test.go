@@ -203,7 +203,7 @@ func TestCheck(t *testing.T) {
 				t.Errorf("drop role %s: %v", role, err)
 			}
 		})
-		mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT ON %s, %s TO %s`, f.Table, f.PoisonTable, role))
+		mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT ON %s, %s, walpost_position TO %s`, f.Table, f.PoisonTable, role))
 		u, err := url.Parse(pgURL)
 		if err != nil {
 			t.Fatal(err)

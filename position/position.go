@@ -153,5 +153,8 @@ func explain(err error) error {
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return fmt.Errorf("%w: table %s does not exist: run walpost migrate (%w)", ErrNoTable, Table, err)
 	}
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return fmt.Errorf("%w; fix: GRANT SELECT, INSERT, UPDATE ON %s TO <walpost's role>", err, Table)
+	}
 	return err
 }
