@@ -47,6 +47,8 @@ type Tracker struct {
 	open      *Txn
 	confirmed pglogrepl.LSN
 	lastSeal  pglogrepl.LSN
+	commit    time.Time // commit time of the last confirmed transaction
+	txns      uint64    // transactions confirmed
 	events    int
 	bytes     int64
 	limits    Limits
@@ -176,6 +178,8 @@ func (t *Tracker) advance() {
 			break
 		}
 		t.confirmed = x.end
+		t.commit = x.commit
+		t.txns++
 		t.fifo[t.head] = nil
 		t.head++
 		t.pool = append(t.pool, x)
@@ -189,6 +193,22 @@ func (t *Tracker) advance() {
 		t.fifo = t.fifo[:n]
 		t.head = 0
 	}
+}
+
+// Position is the watermark with what a durable record of it needs.
+type Position struct {
+	LSN    pglogrepl.LSN // the watermark (Confirmed)
+	Commit time.Time     // commit time of the last confirmed transaction; zero before the first
+	Txns   uint64        // transactions confirmed by this tracker; moves only when one is
+}
+
+// Position advances like Confirmed and returns the watermark, the commit
+// time of the last confirmed transaction and how many were confirmed.
+func (t *Tracker) Position() Position {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance()
+	return Position{LSN: t.confirmed, Commit: t.commit, Txns: t.txns}
 }
 
 // Idle confirms walEnd, a keepalive's ServerWALEnd, when nothing is in

@@ -574,3 +574,42 @@ func TestTrackerDoneTwicePanics(t *testing.T) {
 		}
 	})
 }
+
+// TestTrackerPosition: Position follows the watermark, carries the commit
+// time of the last confirmed transaction and counts confirmed transactions
+// only (an Idle move changes the LSN, not the count or the commit time).
+func TestTrackerPosition(t *testing.T) {
+	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	if got := tr.Position(); got.LSN != 0x100 || got.Txns != 0 || !got.Commit.IsZero() {
+		t.Fatalf("fresh tracker: Position = %+v, want LSN 0/100, 0 txns, no commit time", got)
+	}
+	t1 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	t2 := t1.Add(time.Second)
+	x1, _ := tr.OpenAt(t1)
+	k1 := tr.Add(x1, 10)
+	if err := tr.Seal(x1, 0x200); err != nil {
+		t.Fatal(err)
+	}
+	x2, _ := tr.OpenAt(t2)
+	k2 := tr.Add(x2, 10)
+	if err := tr.Seal(x2, 0x300); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Position(); got.LSN != 0x100 || got.Txns != 0 {
+		t.Fatalf("nothing done: Position = %+v, want LSN 0/100, 0 txns", got)
+	}
+	tr.Done(k2)
+	if got := tr.Position(); got.LSN != 0x100 || got.Txns != 0 {
+		t.Fatalf("second done, first pending: Position = %+v, want LSN 0/100, 0 txns", got)
+	}
+	tr.Done(k1)
+	if got := tr.Position(); got.LSN != 0x300 || got.Txns != 2 || !got.Commit.Equal(t2) {
+		t.Fatalf("both done: Position = %+v, want LSN 0/300, 2 txns, commit %s", got, t2)
+	}
+	if !tr.Idle(0x400) {
+		t.Fatal("Idle(0/400) with nothing in flight did not move the watermark")
+	}
+	if got := tr.Position(); got.LSN != 0x400 || got.Txns != 2 || !got.Commit.Equal(t2) {
+		t.Fatalf("after Idle: Position = %+v, want LSN 0/400, still 2 txns and commit %s", got, t2)
+	}
+}

@@ -45,13 +45,19 @@ type Postgres struct {
 	// The role needs REPLICATION and SELECT on the outbox table. Required.
 	URL string `mapstructure:"url" doc:"PostgreSQL connection URL; the role needs REPLICATION. TLS via sslmode/sslrootcert in the URL." default:"(required)"`
 	// Slot is the logical replication slot walpost owns. Default "walpost".
-	Slot string `mapstructure:"slot" doc:"Logical replication slot (pgoutput); created when missing." default:"walpost"`
+	Slot string `mapstructure:"slot" doc:"Logical replication slot (pgoutput); created when missing on a first install (no walpost_position row for it), never over a recorded position." default:"walpost"`
 	// Publication covers exactly the outbox table, inserts only. Default "walpost_outbox".
 	Publication string `mapstructure:"publication" doc:"Publication that covers exactly the outbox table with publish = 'insert'." default:"walpost_outbox"`
 	// Table is the outbox table, optionally schema-qualified. Default "outbox".
 	Table string `mapstructure:"table" doc:"Outbox table (schema-qualified or in the search_path)." default:"outbox"`
 	// PoisonTable receives records Kafka keeps refusing. Default "poison_outbox".
 	PoisonTable string `mapstructure:"poison_table" doc:"Quarantine table for records Kafka keeps refusing." default:"poison_outbox"`
+	// PositionInterval is the most often walpost writes its confirmed
+	// position to walpost_position (synchronous_commit = on), and how far
+	// behind the slot's in-memory position the stored one can be; after a
+	// PostgreSQL ≤ 16 crash at most the events confirmed in this interval
+	// are sent again. Default 200ms.
+	PositionInterval time.Duration `mapstructure:"position_interval" doc:"Write the confirmed position to walpost_position at most this often; after a PostgreSQL crash at most the events confirmed in this interval are sent again (duration)." default:"200ms"`
 	// HeartbeatInterval, when above 0, emits pg_logical_emit_message on the
 	// side connection so the slot advances on a database without writes.
 	HeartbeatInterval time.Duration `mapstructure:"heartbeat_interval" doc:"Emit a logical heartbeat message this often so the slot advances on an idle database (duration); 0 disables." default:"0s"`
@@ -442,6 +448,9 @@ func (c *Config) ValidateFor(need Needs) error {
 	}
 	if c.Postgres.ReceiveTimeout <= c.Postgres.StatusInterval {
 		bad("postgres.receive_timeout", c.Postgres.ReceiveTimeout.String(), "a duration above postgres.status_interval ("+c.Postgres.StatusInterval.String()+")")
+	}
+	if c.Postgres.PositionInterval <= 0 {
+		bad("postgres.position_interval", c.Postgres.PositionInterval.String(), "a positive duration")
 	}
 	if c.Postgres.HeartbeatInterval < 0 {
 		bad("postgres.heartbeat_interval", c.Postgres.HeartbeatInterval.String(), "0 (off) or a positive duration")

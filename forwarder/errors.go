@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
 )
@@ -52,7 +53,8 @@ func (a Action) String() string {
 
 // Classify decides what a session's error means, in this order: the
 // context first (ctx ended: Stop), then terminal errors (a pgoutput message
-// that cannot be decoded, a lost slot, a schema or set-up error, a refused
+// that cannot be decoded, a lost slot, a gap after walpost's recorded position or another
+// cluster behind the URL, a schema or set-up error, a refused
 // login or privilege, the poison breaker, a checkpoint regression: Fail),
 // then destination errors (WaitForDestination), then an active slot
 // (StandBy), else Retry (ErrDataLoss with its own cause). cause is the label of walpost_reconnects_total for
@@ -63,7 +65,7 @@ func Classify(ctx context.Context, err error) (a Action, cause string) {
 		return Stop, ""
 	case err == nil:
 		return Retry, "other"
-	case replication.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression):
+	case replication.IsTerminal(err), position.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression):
 		// Invariant INV-1: a regression means the watermark arithmetic is
 		// broken; reconnecting could confirm past an unacknowledged event.
 		return Fail, ""

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
 )
@@ -35,6 +36,9 @@ func TestClassify(t *testing.T) {
 		{"shutdown without error", ended, nil, Stop, ""},
 		{"decode error", live, &replication.DecodeError{LSN: 1, Err: errors.New("truncated")}, Fail, ""},
 		{"slot lost", live, fmt.Errorf("session: %w", replication.ErrSlotLost), Fail, ""},
+		{"slot gone after a recorded position", live, fmt.Errorf("session: %w", position.ErrGap), Fail, ""},
+		{"another cluster behind the URL", live, fmt.Errorf("session: %w", position.ErrOtherSystem), Fail, ""},
+		{"position table missing", live, fmt.Errorf("read: %w", position.ErrNoTable), Fail, ""},
 		{"schema", live, replication.ErrSchema, Fail, ""},
 		{"set-up", live, replication.ErrConfig, Fail, ""},
 		{"wrong password", live, &pgconn.PgError{Code: "28P01"}, Fail, ""},

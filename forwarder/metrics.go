@@ -46,6 +46,11 @@ type metrics struct {
 	walStatus    *prometheus.GaugeVec
 	state        *prometheus.GaugeVec
 
+	skipped         *prometheus.CounterVec
+	positionWrites  *prometheus.CounterVec
+	positionLSN     prometheus.Gauge
+	timelineChanged prometheus.Counter
+
 	mu        sync.Mutex
 	cur       string
 	tracker   atomic.Pointer[checkpoint.Tracker]
@@ -78,6 +83,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		retained:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_slot_retained_wal_bytes", Help: "WAL the slot retains (server WAL position minus restart LSN)."}),
 		walStatus:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_slot_wal_status", Help: "The slot's wal_status (1 for the current value)."}, []string{"wal_status"}),
 		state:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_state", Help: "Forwarder state (1 for the current state)."}, []string{"state"}),
+
+		skipped:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_skipped_total", Help: "Events read from the slot and not produced, by reason (already_confirmed: the slot was behind walpost's stored position)."}, []string{"reason"}),
+		positionWrites:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_position_writes_total", Help: "Writes of walpost_position, by result (ok, error)."}, []string{"result"}),
+		positionLSN:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_position_lsn", Help: "LSN last written to walpost_position."}),
+		timelineChanged: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_position_timeline_changed_total", Help: "Sessions that started on another timeline than the stored position; nothing was skipped."}),
 	}
 	inflightEvents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_events", Help: "Events read and not yet acked or quarantined."}, func() float64 {
 		if t := m.tracker.Load(); t != nil {
@@ -102,7 +112,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return 0
 	})
 	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
-		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest} {
+		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest,
+		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged} {
 		f(c)
 	}
 	m.movedAt.Store(time.Now().UnixNano())

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 )
 
@@ -45,6 +46,21 @@ func (f *Forwarder) session(ctx context.Context) error {
 		return fmt.Errorf("connect to postgres: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
 	}
 	defer side.Close(context.Background())
+	conn, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
+	}
+	defer conn.Close(context.Background())
+	// INV-7: walpost's position is checked before Prepare may create a
+	// slot; a recorded position never gets a new slot over its gap.
+	id, err := position.Identify(ctx, conn)
+	if err != nil {
+		return err
+	}
+	row, found, plan, err := f.checkPosition(ctx, side, id)
+	if err != nil {
+		return err
+	}
 	table, slot, err := replication.Prepare(ctx, side, rcfg)
 	if err != nil {
 		return err
@@ -52,11 +68,11 @@ func (f *Forwarder) session(ctx context.Context) error {
 	if slot.Active {
 		return fmt.Errorf("%w: slot %q is streaming to PostgreSQL backend pid %d", replication.ErrSlotActive, cfg.Postgres.Slot, slot.ActivePID)
 	}
-	conn, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
-	if err != nil {
-		return fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
+	if !found {
+		if err := f.recordFirst(ctx, side, id, slot); err != nil {
+			return err
+		}
 	}
-	defer conn.Close(context.Background())
 	sender, err := replication.SenderTimeout(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", err)
@@ -98,7 +114,10 @@ func (f *Forwarder) session(ctx context.Context) error {
 	f.m.tracker.Store(tracker)
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,
 		"table", table.String(), "lsn", slot.ConfirmedFlush.String())
-	stream := replication.NewStream(rcfg, conn, table, tracker, iso, replication.Observer{
+	h, skip := f.handlerFor(plan, id, row, slot, iso, tracker)
+	pw := &positionWriter{store: position.NewStore(f.pool), row: position.Row{Slot: cfg.Postgres.Slot, Identity: id},
+		tracker: tracker, m: f.m, log: f.log, written: max(slot.ConfirmedFlush, row.LSN)}
+	stream := replication.NewStream(rcfg, conn, table, tracker, h, replication.Observer{
 		Status:    f.m.status,
 		Received:  f.m.onReceived,
 		Streaming: func() { f.m.setState(stateStreaming) },
@@ -128,8 +147,17 @@ func (f *Forwarder) session(ctx context.Context) error {
 		}
 		return nil
 	})
+	g.Go(func() error { return pw.run(gctx, cfg.Postgres.PositionInterval) })
 	g.Go(func() error { return stream.Run(gctx) })
-	return g.Wait()
+	err = g.Wait()
+	// The stream has sent its final confirmation: record it too.
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	pw.write(wctx, true)
+	cancel()
+	if skip != nil {
+		skip.report()
+	}
+	return err
 }
 
 // logReceiveTimeout logs the receive timeout a session uses, once, and

@@ -69,7 +69,7 @@ func runCheck(t *testing.T, env []string) checkRun {
 }
 
 // allChecks are the checks `walpost check` reports, in order.
-var allChecks = []string{"postgres", "wal_level", "replication", "outbox", "publication", "slot", "capacity", "poison_table", "kafka", "topic"}
+var allChecks = []string{"postgres", "wal_level", "replication", "outbox", "publication", "slot", "position", "capacity", "poison_table", "kafka", "topic"}
 
 // expectFailures asserts that check exited 1 and that exactly the checks in
 // want failed, each FAIL line containing every given substring (the fix).
@@ -203,7 +203,7 @@ func TestCheck(t *testing.T) {
 				t.Errorf("drop role %s: %v", role, err)
 			}
 		})
-		mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT ON %s, %s TO %s`, f.Table, f.PoisonTable, role))
+		mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT ON %s, %s, walpost_position TO %s`, f.Table, f.PoisonTable, role))
 		u, err := url.Parse(pgURL)
 		if err != nil {
 			t.Fatal(err)

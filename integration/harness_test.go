@@ -159,6 +159,7 @@ func (f *fixture) cleanup() {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	_, _ = f.Pool.Exec(ctx, `DELETE FROM walpost_position WHERE slot = $1`, f.Slot)
 	_, _ = f.Pool.Exec(ctx, fmt.Sprintf(`DROP PUBLICATION IF EXISTS %s`, f.Publication))
 	_, _ = f.Pool.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s`, f.Table))
 	_, _ = f.Pool.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s DISABLE TRIGGER no_delete`, f.PoisonTable))

@@ -177,6 +177,7 @@ func TestLeastPrivilegeRole(t *testing.T) {
 	})
 	mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT ON %s TO %s`, f.Table, role))
 	mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON %s TO %s`, f.PoisonTable, role))
+	mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON walpost_position TO %s`, role))
 	url := strings.Replace(pgURL, "walpost:walpost@", role+":least-priv@", 1)
 	env := "WALPOST_POSTGRES_URL=" + url
 	p := f.start(env, "WALPOST_POISON_MAX_ATTEMPTS=2", "WALPOST_POISON_BACKOFF=10ms")

@@ -165,6 +165,7 @@ func TestPoisonTableUnavailable(t *testing.T) {
 	})
 	mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT ON %s TO %s`, f.Table, role))
 	mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT, UPDATE ON %s TO %s`, f.PoisonTable, role))
+	mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT, INSERT, UPDATE ON walpost_position TO %s`, role))
 	url := strings.Replace(pgURL, "walpost:walpost@", role+":lp-secret@", 1)
 	p := f.start("WALPOST_POSTGRES_URL="+url, "WALPOST_POISON_MAX_ATTEMPTS=2", "WALPOST_POISON_BACKOFF=10ms")
 	if !p.waitLog("msg=streaming", 30*time.Second) {

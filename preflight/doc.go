@@ -5,7 +5,7 @@
 // Run runs the checks in a fixed order and returns a Result with one Check
 // per check. Each check is OK, FAIL (Detail names the problem and the fix)
 // or SKIP (an earlier failure makes it moot; Detail says which). Run never
-// stops early: every check has a result, so the output always has ten
+// stops early: every check has a result, so the output always has eleven
 // lines. Catalog reads go through replication's catalog queries, and the
 // slot, publication and table checks include the very ones walpost run
 // makes at start-up (replication.CheckSlot, CheckPublication,
@@ -34,7 +34,7 @@
 //
 //   - postgres: a connection within 10 s. OK names host, port, database,
 //     role and server version. On FAIL (the cause, explained, and the
-//     settings to check) the seven checks after it are SKIP "no
+//     settings to check) the eight checks after it are SKIP "no
 //     PostgreSQL connection". The queries after the connection are bounded
 //     by the caller's context only.
 //   - wal_level: the server's wal_level is logical.
@@ -51,6 +51,14 @@
 //     it). An existing slot must not be lost, must be logical, use pgoutput
 //     and belong to the connection's database; OK shows its wal_status,
 //     confirmed_flush_lsn and whether a backend streams from it.
+//     A missing slot with a recorded position is SKIP (see position).
+//   - position: walpost_position's row for the slot against the server
+//     (IDENTIFY_SYSTEM on a replication connection) and the slot, the
+//     check walpost run makes before it may create a slot
+//     (position.Check): FAIL for a missing or invalidated slot after a
+//     recorded position (the gap's LSN and commit time, and the fix), for
+//     another system identifier, or for a missing table; OK shows the
+//     position and whether run will skip what the slot re-sends.
 //   - capacity: a free replication slot when the slot does not exist yet
 //     (max_replication_slots), and a free WAL sender (max_wal_senders
 //     against pg_stat_replication). OK shows both as used/max.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
 )
@@ -106,7 +107,7 @@ func (r *runner) fail(name string, err error) {
 }
 
 func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
-	names := []string{"wal_level", "replication", "outbox", "publication", "slot", "capacity", "poison_table"}
+	names := []string{"wal_level", "replication", "outbox", "publication", "slot", "position", "capacity", "poison_table"}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, cfg.Postgres.URL)
@@ -161,10 +162,13 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 		r.ok("publication", fmt.Sprintf("%q covers exactly %s, inserts only", cfg.Postgres.Publication, table))
 	}
 
+	row, found, rowErr := position.NewStore(conn).Load(ctx, cfg.Postgres.Slot)
 	slot, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
 	switch {
 	case err != nil:
 		r.fail("slot", err)
+	case !slot.Exists && found:
+		r.skip("slot", fmt.Sprintf("%q does not exist, but walpost recorded a position on it: see position", cfg.Postgres.Slot))
 	case !slot.Exists:
 		r.ok("slot", fmt.Sprintf("%q does not exist yet; walpost run creates it", cfg.Postgres.Slot))
 	default:
@@ -177,6 +181,15 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 			}
 			r.ok("slot", fmt.Sprintf("%q logical/pgoutput in %s, wal_status %s, confirmed %s, %s", cfg.Postgres.Slot, slot.Database, slot.WALStatus, slot.ConfirmedFlush, state))
 		}
+	}
+
+	switch {
+	case err != nil:
+		r.skip("position", "slot unreadable")
+	case rowErr != nil:
+		r.fail("position", rowErr)
+	default:
+		checkPosition(ctx, cfg, row, found, slot, r)
 	}
 
 	c, err := replication.ReadCapacity(ctx, conn)
@@ -197,6 +210,42 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 		r.fail("poison_table", fmt.Errorf("table %q does not exist; fix: run walpost migrate", cfg.Postgres.PoisonTable))
 	} else {
 		r.ok("poison_table", fmt.Sprintf("%q exists", cfg.Postgres.PoisonTable))
+	}
+}
+
+// checkPosition is the start-up check of walpost run (position.Check):
+// the stored position against the server's identity (IDENTIFY_SYSTEM on a
+// replication connection) and the slot.
+func checkPosition(ctx context.Context, cfg *config.Config, row position.Row, found bool, slot replication.SlotInfo, r *runner) {
+	if !found {
+		r.ok("position", fmt.Sprintf("none recorded for slot %q yet; walpost run records it when it starts", cfg.Postgres.Slot))
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := replication.ConnectReplication(cctx, cfg.Postgres.URL)
+	if err != nil {
+		r.fail("position", fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication)))
+		return
+	}
+	defer conn.Close(context.Background())
+	id, err := position.Identify(cctx, conn)
+	if err != nil {
+		r.fail("position", err)
+		return
+	}
+	plan, err := position.Check(row, found, id, position.Slot{
+		Name: cfg.Postgres.Slot, Exists: slot.Exists, Lost: slot.WALStatus == "lost", Confirmed: slot.ConfirmedFlush,
+	})
+	switch {
+	case err != nil:
+		r.fail("position", err)
+	case plan.TimelineChanged:
+		r.ok("position", fmt.Sprintf("%s on timeline %d, server on timeline %d: walpost run skips nothing and sends again what follows the slot's %s", row.Last(), row.Timeline, id.Timeline, slot.ConfirmedFlush))
+	case plan.SkipTo > 0:
+		r.ok("position", fmt.Sprintf("%s; the slot is behind at %s: walpost run skips what was confirmed up to %s", row.Last(), slot.ConfirmedFlush, plan.SkipTo))
+	default:
+		r.ok("position", fmt.Sprintf("%s, %s", row.Last(), id))
 	}
 }
 

@@ -1,0 +1,197 @@
+package forwarder
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/position"
+	"github.com/walpost/walpost/replication"
+)
+
+// checkPosition compares walpost's stored position for the slot with the
+// server's identity and the slot, before Prepare may create a slot
+// (DESIGN.md, "Position"). It returns the row (found: it exists) and the
+// plan for the session.
+func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, id position.Identity) (position.Row, bool, position.Plan, error) {
+	name := f.cfg.Postgres.Slot
+	row, found, err := position.NewStore(side).Load(ctx, name)
+	if err != nil {
+		return row, false, position.Plan{}, err
+	}
+	info, err := replication.ReadSlot(ctx, side, name)
+	if err != nil {
+		return row, found, position.Plan{}, err
+	}
+	plan, err := position.Check(row, found, id, position.Slot{
+		Name: name, Exists: info.Exists, Lost: info.WALStatus == "lost", Confirmed: info.ConfirmedFlush,
+	})
+	return row, found, plan, err
+}
+
+// positionWriter writes the tracker's position to walpost_position over
+// the side pool, off the stream's goroutine: the stream never waits for it.
+type positionWriter struct {
+	store   *position.Store
+	row     position.Row // slot and identity
+	tracker *checkpoint.Tracker
+	m       *metrics
+	log     *slog.Logger
+
+	txns    uint64        // Position.Txns at the last write
+	written pglogrepl.LSN // LSN of the last write, or the stored one
+	failing bool
+}
+
+// run writes every interval when a transaction was confirmed since the
+// last write, until ctx ends. The session writes once more after its
+// stream stopped (write with final set).
+func (w *positionWriter) run(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			w.write(ctx, false)
+		}
+	}
+}
+
+// write saves the position when a transaction was confirmed since the last
+// write; final also saves a watermark moved only by keepalives. Only
+// confirmed transactions trigger the periodic write: the position write's
+// own WAL moves the keepalive watermark, which would otherwise write a row
+// every interval on an idle database.
+func (w *positionWriter) write(ctx context.Context, final bool) {
+	p := w.tracker.Position()
+	if p.Txns == w.txns && !(final && p.LSN > w.written) {
+		return
+	}
+	r := w.row
+	r.LSN, r.LastCommit = p.LSN, p.Commit
+	if err := w.store.Save(ctx, r); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		w.m.positionWrites.WithLabelValues("error").Inc()
+		if !w.failing {
+			w.failing = true
+			w.log.Warn("cannot write walpost's position; forwarding goes on, and a PostgreSQL crash may re-send more events until it is written",
+				"slot", r.Slot, "lsn", r.LSN.String(), "err", err.Error())
+		}
+		return
+	}
+	w.m.positionWrites.WithLabelValues("ok").Inc()
+	if p.LSN > w.written {
+		w.written = p.LSN
+		w.m.positionLSN.Set(float64(p.LSN))
+	}
+	w.txns = p.Txns
+	if w.failing {
+		w.failing = false
+		w.log.Info("position written again", "slot", r.Slot, "lsn", r.LSN.String())
+	}
+}
+
+// skipper is the stream's handler while a session starts behind walpost's
+// stored position: events of transactions that end at or before upTo were
+// confirmed before (in Kafka or the poison table) and are marked done
+// without being produced; the tracker still seals their transactions, so
+// the watermark moves over them. Everything else goes to next.
+type skipper struct {
+	next    replication.Handler
+	tracker *checkpoint.Tracker
+	upTo    pglogrepl.LSN
+	skipped prometheus.Counter
+	log     *slog.Logger
+	slot    string
+	from    pglogrepl.LSN // the slot's confirmed position
+
+	n           int
+	first, last pglogrepl.LSN // commit LSNs of the first and last skipped events
+	over        bool          // a transaction ending past upTo was seen
+	reported    bool
+}
+
+// Emit skips the event when its transaction is already confirmed.
+// INV-7: Emit knows the transaction's commit LSN C (the start of its commit
+// record), not its end E; upTo is a record boundary at or past the end of
+// every transaction it confirms, never inside a commit record, so
+// C < upTo ⇔ E ≤ upTo (DESIGN.md, "Position").
+func (s *skipper) Emit(ev *outbox.Event, t checkpoint.Ticket) {
+	if !s.over && ev.CommitLSN < s.upTo {
+		if s.n == 0 {
+			s.first = ev.CommitLSN
+		}
+		s.n++
+		s.last = ev.CommitLSN
+		s.skipped.Inc()
+		s.tracker.Done(t)
+		return
+	}
+	s.next.Emit(ev, t)
+}
+
+// Commit passes the transaction end on and ends skipping at the first
+// transaction past upTo.
+func (s *skipper) Commit(end pglogrepl.LSN) {
+	if !s.over && end > s.upTo {
+		s.over = true
+		s.report()
+	}
+	s.next.Commit(end)
+}
+
+// report logs the skipped range once: when the stream passed upTo, or when
+// the session ended before.
+func (s *skipper) report() {
+	if s.reported {
+		return
+	}
+	s.reported = true
+	s.log.Info("skipped events already confirmed before the slot lost its position",
+		"slot", s.slot, "from_lsn", s.from.String(), "to_lsn", s.upTo.String(),
+		"events", s.n, "first_commit_lsn", s.first.String(), "last_commit_lsn", s.last.String(), "complete", s.over)
+}
+
+// handlerFor returns the stream's handler for a session planned with plan:
+// the isolator itself unless the slot is behind the stored position.
+func (f *Forwarder) handlerFor(plan position.Plan, id position.Identity, row position.Row, slot replication.SlotInfo, iso *Isolator, tracker *checkpoint.Tracker) (replication.Handler, *skipper) {
+	name := f.cfg.Postgres.Slot
+	if plan.TimelineChanged {
+		f.m.timelineChanged.Inc()
+		f.log.Warn("the timeline changed since walpost recorded its position; nothing is skipped: transactions after the slot's position are sent again (LSNs past the switch point belong to the new timeline)",
+			"slot", name, "slot_lsn", slot.ConfirmedFlush.String(), "position_lsn", row.LSN.String(),
+			"position_timeline", row.Timeline, "timeline", id.Timeline)
+		return iso, nil
+	}
+	if plan.SkipTo <= slot.ConfirmedFlush {
+		return iso, nil
+	}
+	f.log.Info("the slot is behind walpost's position (PostgreSQL lost a confirmed position in a crash or restart): transactions ending at or before the position are skipped",
+		"slot", name, "slot_lsn", slot.ConfirmedFlush.String(), "position_lsn", plan.SkipTo.String(),
+		"bytes", uint64(plan.SkipTo-slot.ConfirmedFlush))
+	s := &skipper{next: iso, tracker: tracker, upTo: plan.SkipTo, skipped: f.m.skipped.WithLabelValues("already_confirmed"),
+		log: f.log, slot: name, from: slot.ConfirmedFlush}
+	return s, s
+}
+
+// recordFirst writes the position row of a first install (no row), so a
+// slot dropped before the first transaction is noticed as well.
+func (f *Forwarder) recordFirst(ctx context.Context, side *pgx.Conn, id position.Identity, slot replication.SlotInfo) error {
+	r := position.Row{Slot: f.cfg.Postgres.Slot, Identity: id, LSN: slot.ConfirmedFlush}
+	if err := position.NewStore(side).Save(ctx, r); err != nil {
+		return fmt.Errorf("record the first position: %w", err)
+	}
+	f.log.Info("recorded walpost's position", "slot", r.Slot, "lsn", r.LSN.String(), "system_identifier", id.SystemID, "timeline", id.Timeline)
+	return nil
+}

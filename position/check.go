@@ -1,0 +1,72 @@
+package position
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Slot is what Check needs to know of the replication slot.
+type Slot struct {
+	Name      string
+	Exists    bool
+	Lost      bool          // wal_status = 'lost' (max_slot_wal_keep_size)
+	Confirmed pglogrepl.LSN // confirmed_flush_lsn
+}
+
+// Plan is what a session does with the stored position.
+type Plan struct {
+	// SkipTo, when above 0, is the stored LSN the slot is behind: the
+	// transactions that end at or before it were confirmed before and are
+	// skipped (INV-7).
+	SkipTo pglogrepl.LSN
+	// TimelineChanged: the row was recorded on another timeline of this
+	// cluster; nothing is skipped.
+	TimelineChanged bool
+}
+
+// Check decides whether a session may start: row (found: it exists) is the
+// stored position, id the server's identity, slot the slot before any is
+// created. Only with no row may a missing slot be created.
+func Check(row Row, found bool, id Identity, slot Slot) (Plan, error) {
+	if !found {
+		return Plan{}, nil
+	}
+	if row.SystemID != id.SystemID {
+		return Plan{}, fmt.Errorf("%w: postgres.url reaches %s, but walpost's position for slot %q was recorded on system identifier %d (%s): a restored backup, pg_upgrade or the wrong server; LSNs of two clusters are unrelated, so walpost creates and confirms nothing. Fix: if this is the wrong server, correct postgres.url; if the database moved here, %s",
+			ErrOtherSystem, id, slot.Name, row.SystemID, row.Last(), recoverHint(slot.Name, row))
+	}
+	if !slot.Exists || slot.Lost {
+		state := "does not exist"
+		if slot.Lost {
+			state = "was invalidated (wal_status = lost, max_slot_wal_keep_size exceeded)"
+		}
+		return Plan{}, fmt.Errorf("%w: slot %q %s, but walpost had confirmed up to %s on it: events committed after %s may never reach Kafka, and walpost does not re-create the slot over the gap. Fix: %s",
+			ErrGap, slot.Name, state, row.Last(), since(row), recoverHint(slot.Name, row))
+	}
+	if row.Timeline != id.Timeline {
+		return Plan{TimelineChanged: true}, nil
+	}
+	if row.LSN > slot.Confirmed {
+		return Plan{SkipTo: row.LSN}, nil
+	}
+	return Plan{}, nil
+}
+
+func since(r Row) string {
+	if r.LastCommit.IsZero() {
+		return "LSN " + r.LSN.String()
+	}
+	return r.LastCommit.UTC().Format(time.RFC3339Nano)
+}
+
+// recoverHint is the fix for a gap. walpost recover is not in this
+// version; the hint says what it will do and how to do it by hand.
+func recoverHint(slot string, r Row) string {
+	return fmt.Sprintf("run walpost recover (not yet available in this version; README, Runbook, \"Slot lost\"). By hand: "+
+		"create the slot with SELECT pg_create_logical_replication_slot('%s', 'pgoutput'), re-send the outbox rows committed after %s "+
+		"(created_at minus a margin for long transactions; consumers deduplicate on idempotency_key), "+
+		"then accept the new position with DELETE FROM %s WHERE slot = '%s' and start walpost run",
+		slot, since(r), Table, slot)
+}

@@ -1,0 +1,160 @@
+package position
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Table is the position table created by walpost migrate.
+const Table = "walpost_position"
+
+var (
+	// ErrGap: walpost confirmed a position on a slot that is now missing or
+	// invalidated; events committed since may be missing from Kafka.
+	// Terminal.
+	ErrGap = errors.New("replication slot lost after a recorded position")
+	// ErrOtherSystem: the server behind postgres.url is not the cluster
+	// the position was recorded on. Terminal.
+	ErrOtherSystem = errors.New("different PostgreSQL cluster behind postgres.url")
+	// ErrNoTable: walpost_position does not exist (walpost migrate has not
+	// run). Terminal.
+	ErrNoTable = errors.New("position table missing")
+)
+
+// IsTerminal reports whether err is one of the package's errors that
+// reconnecting cannot cure.
+func IsTerminal(err error) bool {
+	return errors.Is(err, ErrGap) || errors.Is(err, ErrOtherSystem) || errors.Is(err, ErrNoTable)
+}
+
+// Identity names a cluster and its history: the system identifier (new
+// after initdb, pg_upgrade or a logical restore; kept by a physical backup
+// and by standbys) and the timeline (new after a promotion or a
+// point-in-time recovery).
+type Identity struct {
+	SystemID int64
+	Timeline int32
+}
+
+func (id Identity) String() string {
+	return fmt.Sprintf("system identifier %d, timeline %d", id.SystemID, id.Timeline)
+}
+
+// Identify reads the server's identity with IDENTIFY_SYSTEM on a
+// replication connection (before START_REPLICATION).
+func Identify(ctx context.Context, conn *pgconn.PgConn) (Identity, error) {
+	r, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return Identity{}, fmt.Errorf("identify system: %w", err)
+	}
+	sys, err := strconv.ParseInt(r.SystemID, 10, 64)
+	if err != nil {
+		return Identity{}, fmt.Errorf("identify system: system identifier %q: %w", r.SystemID, err)
+	}
+	return Identity{SystemID: sys, Timeline: r.Timeline}, nil
+}
+
+// Row is one slot's position.
+type Row struct {
+	Slot string
+	Identity
+	// LSN is the confirmed position: every outbox event of a transaction
+	// ending at or before it is in Kafka or the poison table.
+	LSN pglogrepl.LSN
+	// LastCommit is the commit time of the last confirmed transaction;
+	// zero before the first one.
+	LastCommit time.Time
+	// UpdatedAt is when the row was last written (set by Save).
+	UpdatedAt time.Time
+}
+
+// Last describes the last confirmed transaction for messages.
+func (r Row) Last() string {
+	at := "no transaction confirmed yet"
+	if !r.LastCommit.IsZero() {
+		at = "last confirmed transaction committed at " + r.LastCommit.UTC().Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("LSN %s, %s, recorded %s", r.LSN, at, r.UpdatedAt.UTC().Format(time.RFC3339))
+}
+
+// DB is what the store needs of a connection or a pool.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store reads and writes walpost_position.
+type Store struct{ db DB }
+
+// NewStore returns a store over db (a *pgxpool.Pool or a *pgx.Conn).
+func NewStore(db DB) *Store { return &Store{db: db} }
+
+// Load reads the slot's row; ok is false when there is none. A missing
+// table is ErrNoTable.
+func (s *Store) Load(ctx context.Context, slot string) (row Row, ok bool, err error) {
+	var lsn string
+	var last *time.Time
+	err = s.db.QueryRow(ctx, `SELECT slot, system_identifier, timeline, confirmed_lsn::text, last_commit_at, updated_at FROM `+Table+` WHERE slot = $1`, slot).
+		Scan(&row.Slot, &row.SystemID, &row.Timeline, &lsn, &last, &row.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Row{}, false, nil
+	}
+	if err != nil {
+		return Row{}, false, fmt.Errorf("read %s: %w", Table, explain(err))
+	}
+	if row.LSN, err = pglogrepl.ParseLSN(lsn); err != nil {
+		return Row{}, false, fmt.Errorf("read %s: confirmed_lsn %q: %w", Table, lsn, err)
+	}
+	if last != nil {
+		row.LastCommit = *last
+	}
+	return row, true, nil
+}
+
+// Save writes r with synchronous_commit = on, so the row is on disk when
+// Save returns. It never moves a row backwards on the same timeline and
+// never overwrites the row of another system identifier: such a Save
+// changes nothing and returns nil. A zero LastCommit keeps the stored one.
+func (s *Store) Save(ctx context.Context, r Row) error {
+	var last *time.Time
+	if !r.LastCommit.IsZero() {
+		last = &r.LastCommit
+	}
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		// The user's database may run with synchronous_commit = off; the
+		// position must survive a crash the slot does not.
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+Table+` AS p (slot, system_identifier, timeline, confirmed_lsn, last_commit_at, updated_at)
+VALUES ($1, $2, $3, $4::pg_lsn, $5, now())
+ON CONFLICT (slot) DO UPDATE SET timeline = excluded.timeline, confirmed_lsn = excluded.confirmed_lsn,
+    last_commit_at = COALESCE(excluded.last_commit_at, p.last_commit_at), updated_at = excluded.updated_at
+WHERE p.system_identifier = excluded.system_identifier
+  AND (p.confirmed_lsn < excluded.confirmed_lsn OR p.timeline <> excluded.timeline)`,
+			r.Slot, r.SystemID, r.Timeline, r.LSN.String(), last)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("write %s: %w", Table, explain(err))
+	}
+	return nil
+}
+
+func explain(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("%w: table %s does not exist: run walpost migrate (%w)", ErrNoTable, Table, err)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		return fmt.Errorf("%w; fix: GRANT SELECT, INSERT, UPDATE ON %s TO <walpost's role>", err, Table)
+	}
+	return err
+}
