@@ -34,7 +34,8 @@ func (f *Forwarder) monitorSlot(ctx context.Context, every time.Duration) {
 					m.walStatus.WithLabelValues(s).Set(v)
 				}
 			}
-		} else if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+		} else if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+			// (ok false with no error: the slot does not exist yet.)
 			f.log.Debug("slot monitor", "slot", slot, "err", err.Error())
 		}
 		select {
