@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
 )
@@ -53,7 +54,8 @@ func (a Action) String() string {
 // Classify decides what a session's error means, in this order: the
 // context first (ctx ended: Stop), then terminal errors (a pgoutput message
 // that cannot be decoded, a lost slot, a schema or set-up error, a refused
-// login or privilege, the poison breaker, a checkpoint regression: Fail),
+// login or privilege, the poison breaker, a checkpoint regression, a poison
+// table that cannot take an event: Fail),
 // then destination errors (WaitForDestination), then an active slot
 // (StandBy), else Retry. cause is the label of walpost_reconnects_total for
 // the actions that reconnect, "" otherwise.
@@ -63,7 +65,8 @@ func Classify(ctx context.Context, err error) (a Action, cause string) {
 		return Stop, ""
 	case err == nil:
 		return Retry, "other"
-	case replication.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression):
+	case replication.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression),
+		errors.Is(err, poison.ErrUnwritable):
 		// Invariant INV-1: a regression means the watermark arithmetic is
 		// broken; reconnecting could confirm past an unacknowledged event.
 		return Fail, ""

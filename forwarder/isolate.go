@@ -324,9 +324,12 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 	}
 }
 
-// quarantine writes the poison row, retrying until it commits: the slot
-// never moves past the event meanwhile (INV-1), and the event is
-// never dropped (INV-2).
+// quarantine writes the poison row, retrying a transient failure until it
+// commits: the slot never moves past the event meanwhile (INV-1), and the
+// event is never dropped (INV-2). A failure retrying cannot cure
+// (poison.ErrUnwritable) ends the session instead, with the event neither
+// confirmed nor quarantined. Once more than MaxRate events were
+// quarantined within RateWindow the breaker trips.
 func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attempts int, cause error, class string) error {
 	e := poison.Entry{Event: it.ev, Topic: topic, Attempts: attempts, LastError: cause.Error(), ErrorClass: class}
 	backoff := i.cfg.Backoff
@@ -334,6 +337,11 @@ func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attemp
 		err := i.store.Put(ctx, e)
 		if err == nil {
 			break
+		}
+		if errors.Is(err, poison.ErrUnwritable) {
+			i.cfg.Logger.Error("cannot write the poison row, and retrying cannot help; walpost stops with the slot before this event",
+				"idempotency_key", it.ev.IdempotencyKey, "topic", topic, "lsn", it.ev.CommitLSN.String(), "err", err.Error())
+			return fmt.Errorf("quarantine event %q (commit %s): %w", it.ev.IdempotencyKey, it.ev.CommitLSN, err)
 		}
 		i.cfg.Logger.Error("cannot write the poison row; the slot stays before this event and walpost retries",
 			"idempotency_key", it.ev.IdempotencyKey, "topic", topic, "err", err.Error(), "retry_in", backoff.String())
@@ -351,6 +359,12 @@ func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attemp
 	}
 	now := time.Now()
 	i.poisoned = append(i.poisoned, now)
+	return i.breaker(now, class, topic)
+}
+
+// breaker forgets quarantines older than RateWindow and returns ErrBreaker
+// when more than MaxRate remain.
+func (i *Isolator) breaker(now time.Time, class, topic string) error {
 	cut := 0
 	for cut < len(i.poisoned) && now.Sub(i.poisoned[cut]) > i.cfg.RateWindow {
 		cut++

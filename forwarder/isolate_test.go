@@ -91,6 +91,8 @@ type fakeQuarantine struct {
 	entries   []poison.Entry
 	// onPut, when set, runs at the start of every Put (call number from 1).
 	onPut func(e poison.Entry, call int)
+	// permanent, when set, is every Put's error (after failFirst).
+	permanent error
 }
 
 func (q *fakeQuarantine) Put(_ context.Context, e poison.Entry) error {
@@ -104,6 +106,9 @@ func (q *fakeQuarantine) Put(_ context.Context, e poison.Entry) error {
 	}
 	if call <= q.failFirst {
 		return fmt.Errorf("put %d: connection refused (injected)", call)
+	}
+	if q.permanent != nil {
+		return q.permanent
 	}
 	q.mu.Lock()
 	q.entries = append(q.entries, e)
@@ -127,6 +132,8 @@ type harnessOpts struct {
 	rule     rule
 	failPuts int
 	maxRate  int
+	// permanent is every Put's error (fakeQuarantine.permanent).
+	permanent error
 	// onPoisoned is Config.OnPoisoned.
 	onPoisoned func(topic, class string)
 	// onOrderViolation is Config.OnOrderViolation.
@@ -174,7 +181,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	h.k = k
 	h.tr = checkpoint.New(0, checkpoint.Limits{})
-	h.q = &fakeQuarantine{failFirst: o.failPuts}
+	h.q = &fakeQuarantine{failFirst: o.failPuts, permanent: o.permanent}
 	var tracker forwarder.Tracker = h.tr
 	if o.wrap != nil {
 		tracker = o.wrap(h.tr)
@@ -705,6 +712,33 @@ func TestIsolatorBreakerTrips(t *testing.T) {
 	}
 	if got := entryKeys(h.q.Entries()); !slices.Equal(got, bad) {
 		t.Errorf("quarantined %v, want %v (in emit order)", got, bad)
+	}
+}
+
+// f4. A poison write that fails for good (poison.ErrUnwritable: a value
+// the table's types refuse) is tried once, not forever: Run returns the
+// error, the event is not confirmed.
+func TestIsolatorUnwritablePoisonRowStops(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	txns, keys := makeTxns(10, 3)
+	chosen := pickKey(t, keys)
+	permanent := &poison.TableError{Table: `"poison_outbox"`, Column: "outbox_id", Key: chosen, Problem: "does not cast", Fix: "ALTER TABLE"}
+	h := newHarness(t, harnessOpts{rule: failKey(chosen, -1, kerr.InvalidRecord), permanent: permanent})
+	defer h.close()
+
+	h.emit(txns)
+	err := h.wait(10 * time.Second)
+	if !errors.Is(err, poison.ErrUnwritable) || !strings.Contains(err.Error(), chosen) {
+		t.Fatalf("Run = %v, want an error naming %s and wrapping poison.ErrUnwritable", err, chosen)
+	}
+	if a, _ := forwarder.Classify(context.Background(), err); a != forwarder.Fail {
+		t.Errorf("Classify = %s, want fail", a)
+	}
+	if n := h.q.Calls(); n != 1 {
+		t.Errorf("Put called %d time(s), want 1 (not retried)", n)
+	}
+	if c := h.tr.Confirmed(); c >= txnEnd(txns, chosen) {
+		t.Errorf("Confirmed() = %s, at or past %s's transaction, which was never quarantined", c, chosen)
 	}
 }
 

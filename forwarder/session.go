@@ -46,6 +46,12 @@ func (f *Forwarder) session(ctx context.Context) error {
 	if slot.Active {
 		return fmt.Errorf("%w: slot %q is streaming to PostgreSQL backend pid %d", replication.ErrSlotActive, cfg.Postgres.Slot, slot.ActivePID)
 	}
+	// The poison table must be able to take an event before one is read:
+	// a schema it refuses would otherwise be found only at the first
+	// quarantine (poison.ErrUnwritable, terminal).
+	if err := f.store.Check(ctx); err != nil {
+		return err
+	}
 	conn, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
