@@ -37,7 +37,9 @@
 //     never quarantined, never confirmed past.
 //  5. More than poison.max_rate quarantined events within poison.rate_window
 //     trips the breaker (ErrBreaker): walpost stops rather than drain the
-//     outbox.
+//     outbox. The window starts with the poison rows of the window
+//     (IsolatorConfig.Recent, read at session start), so restarts do not
+//     reset it; a full window trips before another row is written.
 //
 // Invariants (DESIGN.md) enforced here: INV-1, Done is called only after
 // the ack or the committed poison row; INV-2, every event ends as a record

@@ -68,6 +68,11 @@ type IsolatorConfig struct {
 	// OnOrderViolation is called when a record was appended ahead of an
 	// earlier record of its partition that the broker refused (metrics).
 	OnOrderViolation func(topic string, partition int32)
+	// Recent are the ages of the quarantines already within RateWindow
+	// when the Isolator starts (poison.Store.Recent, by the database's
+	// clock): the breaker counts them, so a restart loop cannot quarantine
+	// MaxRate more events each time.
+	Recent []time.Duration
 }
 
 // Isolator routes events to the sink and settles failed ones.
@@ -120,7 +125,13 @@ func NewIsolator(cfg IsolatorConfig, prod sink.Sink, store Quarantine, tracker T
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Isolator{cfg: cfg, prod: prod, store: store, tracker: tracker, kick: make(chan struct{}, 1)}
+	i := &Isolator{cfg: cfg, prod: prod, store: store, tracker: tracker, kick: make(chan struct{}, 1)}
+	now := time.Now()
+	for _, age := range cfg.Recent {
+		i.poisoned = append(i.poisoned, now.Add(-age))
+	}
+	slices.SortFunc(i.poisoned, time.Time.Compare)
+	return i
 }
 
 // Emit hands an event on: produced at once, or held in order while failed
@@ -329,8 +340,12 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 // event is never dropped (INV-2). A failure retrying cannot cure
 // (poison.ErrUnwritable) ends the session instead, with the event neither
 // confirmed nor quarantined. Once more than MaxRate events were
-// quarantined within RateWindow the breaker trips.
+// quarantined within RateWindow (counting those of earlier sessions) the
+// breaker trips, before writing another row.
 func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attempts int, cause error, class string) error {
+	if err := i.breaker(time.Now(), class, topic); err != nil {
+		return err
+	}
 	e := poison.Entry{Event: it.ev, Topic: topic, Attempts: attempts, LastError: cause.Error(), ErrorClass: class}
 	backoff := i.cfg.Backoff
 	for {

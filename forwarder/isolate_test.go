@@ -134,6 +134,8 @@ type harnessOpts struct {
 	maxRate  int
 	// permanent is every Put's error (fakeQuarantine.permanent).
 	permanent error
+	// recent is IsolatorConfig.Recent.
+	recent []time.Duration
 	// onPoisoned is Config.OnPoisoned.
 	onPoisoned func(topic, class string)
 	// onOrderViolation is Config.OnOrderViolation.
@@ -193,6 +195,8 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		DefaultTopic:     testTopic,
 		OnPoisoned:       o.onPoisoned,
 		OnOrderViolation: o.onOrderViolation,
+		RateWindow:       time.Hour,
+		Recent:           o.recent,
 	}, k, h.q, tracker)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -712,6 +716,52 @@ func TestIsolatorBreakerTrips(t *testing.T) {
 	}
 	if got := entryKeys(h.q.Entries()); !slices.Equal(got, bad) {
 		t.Errorf("quarantined %v, want %v (in emit order)", got, bad)
+	}
+}
+
+// f2. The breaker counts the quarantines of earlier sessions (Recent):
+// with MaxRate 3 and 2 already within the window, the second quarantine of
+// this session trips it (4 > 3); quarantines older than the window are not
+// counted.
+func TestIsolatorBreakerCountsRecent(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	txns, keys := makeTxns(4, 3)
+	bad := []string{keys[1], keys[5], keys[9]}
+	h := newHarness(t, harnessOpts{rule: failKeys(kerr.InvalidRecord, bad...), maxRate: 3,
+		recent: []time.Duration{2 * time.Hour, 10 * time.Minute, time.Minute}})
+	defer h.close()
+
+	h.emit(txns)
+	err := h.wait(10 * time.Second)
+	if !errors.Is(err, forwarder.ErrBreaker) || !strings.Contains(err.Error(), "4 events quarantined") {
+		t.Fatalf("Run = %v, want ErrBreaker with 4 events quarantined (2 recent + 2)", err)
+	}
+	if got := entryKeys(h.q.Entries()); !slices.Equal(got, bad[:2]) {
+		t.Errorf("quarantined %v, want %v", got, bad[:2])
+	}
+	if c := h.tr.Confirmed(); c >= txnEnd(txns, bad[2]) {
+		t.Errorf("Confirmed() = %s, at or past the third bad event's transaction, which was never quarantined", c)
+	}
+}
+
+// f3. A window already over MaxRate when the session starts trips the
+// breaker at the first candidate, before writing its row.
+func TestIsolatorBreakerFullWindowWritesNothing(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	txns, keys := makeTxns(2, 3)
+	h := newHarness(t, harnessOpts{rule: failKeys(kerr.InvalidRecord, keys[2]), maxRate: 2,
+		recent: []time.Duration{3 * time.Minute, 2 * time.Minute, time.Minute}})
+	defer h.close()
+
+	h.emit(txns)
+	if err := h.wait(10 * time.Second); !errors.Is(err, forwarder.ErrBreaker) {
+		t.Fatalf("Run = %v, want ErrBreaker", err)
+	}
+	if n := h.q.Calls(); n != 0 {
+		t.Errorf("Put called %d time(s) with the breaker's window already full, want 0", n)
+	}
+	if c := h.tr.Confirmed(); c >= txnEnd(txns, keys[2]) {
+		t.Errorf("Confirmed() = %s, at or past the refused event's transaction", c)
 	}
 }
 

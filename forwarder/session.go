@@ -52,6 +52,16 @@ func (f *Forwarder) session(ctx context.Context) error {
 	if err := f.store.Check(ctx); err != nil {
 		return err
 	}
+	// The breaker counts the quarantines of earlier sessions and
+	// processes within its window.
+	recent, err := f.store.Recent(ctx, cfg.Poison.RateWindow)
+	if err != nil {
+		return err
+	}
+	if len(recent) > 0 {
+		f.log.Info("poison breaker counts earlier quarantines", "poisoned", len(recent),
+			"rate_window", cfg.Poison.RateWindow.String(), "max_rate", cfg.Poison.MaxRate)
+	}
 	conn, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
@@ -72,6 +82,7 @@ func (f *Forwarder) session(ctx context.Context) error {
 		OnPoisoned:       f.m.onPoisoned,
 		OnOrderViolation: f.m.onOrderViolation,
 		OnAck:            f.m.onAck(cfg.Kafka.Topic),
+		Recent:           recent,
 	}, f.sink, f.store, tracker)
 	f.m.tracker.Store(tracker)
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,

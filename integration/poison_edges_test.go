@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -215,6 +216,63 @@ func TestPoisonInsertRefusedStops(t *testing.T) {
 	rows := f.poisonList(t)
 	if len(rows) != 1 || rows[0].Key != "bad-id" || rows[0].OutboxID != "order-7" {
 		t.Fatalf("poison rows %+v, want bad-id with outbox_id order-7", rows)
+	}
+}
+
+// TestPoisonBreakerCountsEarlierQuarantines: poison.max_rate 3. Two
+// quarantines, a clean restart, then two more: the breaker counts the two
+// of the first process and trips on the fourth (more than 3 within the
+// window). A restart after that trips before writing another row.
+func TestPoisonBreakerCountsEarlierQuarantines(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1, topicConfig: map[string]*string{"max.message.bytes": ptr("4096")}})
+	env := []string{"WALPOST_POISON_MAX_ATTEMPTS=1", "WALPOST_POISON_BACKOFF=10ms", "WALPOST_POISON_MAX_RATE=3", "WALPOST_POISON_RATE_WINDOW=1h"}
+	insertBig := func(keys ...string) {
+		for _, k := range keys {
+			mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ($1, $2)`, f.Table), k, oversized(k))
+		}
+	}
+	p := f.start(env...)
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatal("walpost did not stream")
+	}
+	insertBig("b-1", "b-2")
+	waitFor(t, 60*time.Second, "two quarantines", func() bool { return f.poisonCount(t) == 2 })
+	if _, err := p.signal(syscall.SIGTERM, 60*time.Second); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+
+	p = f.start(env...)
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatal("walpost did not stream after the restart")
+	}
+	if !strings.Contains(tail(p.log, 40), "poisoned=2") {
+		t.Errorf("restart log does not count the 2 earlier quarantines:\n%s", tail(p.log, 40))
+	}
+	insertBig("b-3", "b-4")
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("breaker did not trip after 4 quarantines within the window across a restart (poison rows: %d)", f.poisonCount(t))
+	}
+	if code := exitCode(p.err); code != 1 || !strings.Contains(tail(p.log, 20), "poison breaker tripped") {
+		t.Fatalf("exit %d (%v), want 1 with the breaker:\n%s", code, p.err, tail(p.log, 20))
+	}
+	if n := f.poisonCount(t); n != 4 {
+		t.Fatalf("%d poison rows, want 4", n)
+	}
+
+	p = f.start(env...)
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatal("walpost did not stream after the second restart")
+	}
+	insertBig("b-5")
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("breaker did not trip at once after a restart with the window already full")
+	}
+	if n := f.poisonCount(t); n != 4 {
+		t.Fatalf("%d poison rows after a restart with the breaker tripped, want still 4 (nothing more quarantined)", n)
 	}
 }
 

@@ -166,3 +166,26 @@ func TestCheckTable(t *testing.T) {
 		t.Fatalf("CheckTable of a missing table = %v, want ErrUnwritable saying run walpost migrate", err)
 	}
 }
+
+// TestStoreRecent: the ages of the rows quarantined within the window, by
+// the database's clock, oldest first.
+func TestStoreRecent(t *testing.T) {
+	pool, table := newTable(t)
+	ctx := context.Background()
+	s := poison.NewStore(pool, table)
+	for i, ago := range []string{"2 hours", "10 minutes", "1 minute"} {
+		if err := s.Put(ctx, entry(fmt.Sprintf("00000000-0000-0000-0000-%012d", i), "k", pglogrepl.LSN(0x1000*(i+1)), `{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET poisoned_at = now() - $1::interval WHERE commit_lsn = $2::pg_lsn`, table), ago, pglogrepl.LSN(0x1000*(i+1)).String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ages, err := s.Recent(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ages) != 2 || ages[0] < 9*time.Minute || ages[0] > 11*time.Minute || ages[1] < 50*time.Second || ages[1] > 2*time.Minute {
+		t.Fatalf("Recent(1h) = %v, want about [10m 1m]", ages)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -269,4 +270,25 @@ func (s *Store) explain(ctx context.Context, key string, t colTypes, err error, 
 		te.Fix = fmt.Sprintf("make the outbox's %s fit the poison table's column (walpost check), then restart walpost", te.Column)
 	}
 	return te
+}
+
+// Recent returns how long ago each row of the table was quarantined, for
+// the rows quarantined within window (oldest first), by the database's
+// clock: the breaker (forwarder.Isolator) counts them after a restart.
+func (s *Store) Recent(ctx context.Context, window time.Duration) ([]time.Duration, error) {
+	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT extract(epoch FROM now() - poisoned_at)::float8 FROM %s
+		WHERE poisoned_at > now() - make_interval(secs => $1) ORDER BY poisoned_at`, s.table), window.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("count recent quarantines in %s: %w", s.table, err)
+	}
+	var ages []time.Duration
+	var secs float64
+	_, err = pgx.ForEachRow(rows, []any{&secs}, func() error {
+		ages = append(ages, max(0, time.Duration(secs*float64(time.Second))))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count recent quarantines in %s: %w", s.table, err)
+	}
+	return ages, nil
 }
