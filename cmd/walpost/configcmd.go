@@ -6,7 +6,6 @@ import (
 	"github.com/walpost/walpost/config"
 )
 
-
 func newConfigCommand() *cobra.Command {
 	var reference bool
 	cmd := &cobra.Command{

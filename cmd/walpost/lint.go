@@ -8,7 +8,6 @@ import (
 	"github.com/walpost/walpost/lint"
 )
 
-
 func newLintCommand() *cobra.Command {
 	var (
 		jsonOut     bool

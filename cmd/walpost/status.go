@@ -7,7 +7,6 @@ import (
 	"github.com/walpost/walpost/status"
 )
 
-
 func newStatusCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{

@@ -16,7 +16,6 @@ import (
 	"github.com/walpost/walpost/verify"
 )
 
-
 func newVerifyCommand() *cobra.Command {
 	lt := &verify.LeakTest{}
 	var asJSON bool
