@@ -29,13 +29,17 @@
 //  3. A record-level failure (sink.Record) is retried up to
 //     poison.max_attempts with doubling back-off, then written to the poison
 //     table; only after that insert commits is the event done for the
-//     watermark. A failing insert is retried; the slot never moves past the
-//     event meanwhile.
+//     watermark. A transiently failing insert is retried; the slot never
+//     moves past the event meanwhile. An insert PostgreSQL refuses for good
+//     (poison.ErrUnwritable) ends walpost (Classify: Fail), the event
+//     unconfirmed; the session checks the poison table first (Store.Check).
 //  4. Destination and unknown failures end the session with a clear error:
 //     never quarantined, never confirmed past.
 //  5. More than poison.max_rate quarantined events within poison.rate_window
 //     trips the breaker (ErrBreaker): walpost stops rather than drain the
-//     outbox.
+//     outbox. The window starts with the poison rows of the window
+//     (IsolatorConfig.Recent, read at session start), so restarts do not
+//     reset it; a full window trips before another row is written.
 //
 // Invariants (DESIGN.md) enforced here: INV-1, Done is called only after
 // the ack or the committed poison row; INV-2, every event ends as a record

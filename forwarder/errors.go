@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
@@ -55,7 +56,8 @@ func (a Action) String() string {
 // context first (ctx ended: Stop), then terminal errors (a pgoutput message
 // that cannot be decoded, a lost slot, a gap after walpost's recorded position or another
 // cluster behind the URL, a schema or set-up error, a refused
-// login or privilege, the poison breaker, a checkpoint regression: Fail),
+// login or privilege, the poison breaker, a checkpoint regression, a poison
+// table that cannot take an event: Fail),
 // then destination errors (WaitForDestination), then an active slot
 // (StandBy), else Retry (ErrDataLoss with its own cause). cause is the label of walpost_reconnects_total for
 // the actions that reconnect, "" otherwise.
@@ -65,7 +67,8 @@ func Classify(ctx context.Context, err error) (a Action, cause string) {
 		return Stop, ""
 	case err == nil:
 		return Retry, "other"
-	case replication.IsTerminal(err), position.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression):
+	case replication.IsTerminal(err), position.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression),
+		errors.Is(err, poison.ErrUnwritable):
 		// Invariant INV-1: a regression means the watermark arithmetic is
 		// broken; reconnecting could confirm past an unacknowledged event.
 		return Fail, ""

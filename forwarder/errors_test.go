@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
@@ -44,6 +45,8 @@ func TestClassify(t *testing.T) {
 		{"wrong password", live, &pgconn.PgError{Code: "28P01"}, Fail, ""},
 		{"breaker", live, fmt.Errorf("%w: 101 events", ErrBreaker), Fail, ""},
 		{"checkpoint regression is an assertion, never retried", live, fmt.Errorf("seal: %w", checkpoint.ErrRegression), Fail, ""},
+		{"poison table cannot take the event", live, fmt.Errorf("quarantine event %q: %w", "k", &poison.TableError{Table: "p", Column: "outbox_id", Problem: "does not cast"}), Fail, ""},
+		{"poison table schema", live, &poison.TableError{Table: "p", Column: "commit_lsn", Problem: "has type text"}, Fail, ""},
 		{"destination", live, dest, WaitForDestination, "kafka_destination"},
 		{"destination wrapped", live, fmt.Errorf("session: %w", dest), WaitForDestination, "kafka_destination"},
 		{"slot active", live, fmt.Errorf("%w: pid 42", replication.ErrSlotActive), StandBy, "slot_active"},

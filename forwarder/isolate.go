@@ -69,6 +69,11 @@ type IsolatorConfig struct {
 	// OnOrderViolation is called when a record was appended ahead of an
 	// earlier record of its partition that the broker refused (metrics).
 	OnOrderViolation func(topic string, partition int32)
+	// Recent are the ages of the quarantines already within RateWindow
+	// when the Isolator starts (poison.Store.Recent, by the database's
+	// clock): the breaker counts them, so a restart loop cannot quarantine
+	// MaxRate more events each time.
+	Recent []time.Duration
 }
 
 // Isolator routes events to the sink and settles failed ones.
@@ -125,7 +130,13 @@ func NewIsolator(cfg IsolatorConfig, prod sink.Sink, store Quarantine, tracker T
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Isolator{cfg: cfg, prod: prod, store: store, tracker: tracker, kick: make(chan struct{}, 1), backoffWait: sleep}
+	i := &Isolator{cfg: cfg, prod: prod, store: store, tracker: tracker, kick: make(chan struct{}, 1), backoffWait: sleep}
+	now := time.Now()
+	for _, age := range cfg.Recent {
+		i.poisoned = append(i.poisoned, now.Add(-age))
+	}
+	slices.SortFunc(i.poisoned, time.Time.Compare)
+	return i
 }
 
 // Emit hands an event on: produced at once, or held in order while failed
@@ -345,16 +356,28 @@ func attemptPause(first time.Duration, n int) time.Duration {
 	return min(d, config.PoisonBackoffCap)
 }
 
-// quarantine writes the poison row, retrying until it commits: the slot
-// never moves past the event meanwhile (INV-1), and the event is
-// never dropped (INV-2).
+// quarantine writes the poison row, retrying a transient failure until it
+// commits: the slot never moves past the event meanwhile (INV-1), and the
+// event is never dropped (INV-2). A failure retrying cannot cure
+// (poison.ErrUnwritable) ends the session instead, with the event neither
+// confirmed nor quarantined. Once more than MaxRate events were
+// quarantined within RateWindow (counting those of earlier sessions) the
+// breaker trips, before writing another row.
 func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attempts int, cause error, class string) error {
+	if err := i.breaker(time.Now(), class, topic); err != nil {
+		return err
+	}
 	e := poison.Entry{Event: it.ev, Topic: topic, Attempts: attempts, LastError: cause.Error(), ErrorClass: class}
 	backoff := i.cfg.Backoff
 	for {
 		err := i.store.Put(ctx, e)
 		if err == nil {
 			break
+		}
+		if errors.Is(err, poison.ErrUnwritable) {
+			i.cfg.Logger.Error("cannot write the poison row, and retrying cannot help; walpost stops with the slot before this event",
+				"idempotency_key", it.ev.IdempotencyKey, "topic", topic, "lsn", it.ev.CommitLSN.String(), "err", err.Error())
+			return fmt.Errorf("quarantine event %q (commit %s): %w", it.ev.IdempotencyKey, it.ev.CommitLSN, err)
 		}
 		i.cfg.Logger.Error("cannot write the poison row; the slot stays before this event and walpost retries",
 			"idempotency_key", it.ev.IdempotencyKey, "topic", topic, "err", err.Error(), "retry_in", backoff.String())
@@ -372,6 +395,12 @@ func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attemp
 	}
 	now := time.Now()
 	i.poisoned = append(i.poisoned, now)
+	return i.breaker(now, class, topic)
+}
+
+// breaker forgets quarantines older than RateWindow and returns ErrBreaker
+// when more than MaxRate remain.
+func (i *Isolator) breaker(now time.Time, class, topic string) error {
 	cut := 0
 	for cut < len(i.poisoned) && now.Sub(i.poisoned[cut]) > i.cfg.RateWindow {
 		cut++

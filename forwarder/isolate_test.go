@@ -91,6 +91,8 @@ type fakeQuarantine struct {
 	entries   []poison.Entry
 	// onPut, when set, runs at the start of every Put (call number from 1).
 	onPut func(e poison.Entry, call int)
+	// permanent, when set, is every Put's error (after failFirst).
+	permanent error
 }
 
 func (q *fakeQuarantine) Put(_ context.Context, e poison.Entry) error {
@@ -104,6 +106,9 @@ func (q *fakeQuarantine) Put(_ context.Context, e poison.Entry) error {
 	}
 	if call <= q.failFirst {
 		return fmt.Errorf("put %d: connection refused (injected)", call)
+	}
+	if q.permanent != nil {
+		return q.permanent
 	}
 	q.mu.Lock()
 	q.entries = append(q.entries, e)
@@ -127,6 +132,10 @@ type harnessOpts struct {
 	rule     rule
 	failPuts int
 	maxRate  int
+	// permanent is every Put's error (fakeQuarantine.permanent).
+	permanent error
+	// recent is IsolatorConfig.Recent.
+	recent []time.Duration
 	// onPoisoned is Config.OnPoisoned.
 	onPoisoned func(topic, class string)
 	// onOrderViolation is Config.OnOrderViolation.
@@ -177,7 +186,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	}
 	h.k = k
 	h.tr = checkpoint.New(0, checkpoint.Limits{})
-	h.q = &fakeQuarantine{failFirst: o.failPuts}
+	h.q = &fakeQuarantine{failFirst: o.failPuts, permanent: o.permanent}
 	var tracker forwarder.Tracker = h.tr
 	if o.wrap != nil {
 		tracker = o.wrap(h.tr)
@@ -189,6 +198,8 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		DefaultTopic:     testTopic,
 		OnPoisoned:       o.onPoisoned,
 		OnOrderViolation: o.onOrderViolation,
+		RateWindow:       time.Hour,
+		Recent:           o.recent,
 	}, k, h.q, tracker)
 	if o.backoffWait != nil {
 		forwarder.SetBackoffWait(h.iso, o.backoffWait)
@@ -757,6 +768,79 @@ func TestIsolatorBreakerTrips(t *testing.T) {
 	}
 	if got := entryKeys(h.q.Entries()); !slices.Equal(got, bad) {
 		t.Errorf("quarantined %v, want %v (in emit order)", got, bad)
+	}
+}
+
+// f2. The breaker counts the quarantines of earlier sessions (Recent):
+// with MaxRate 3 and 2 already within the window, the second quarantine of
+// this session trips it (4 > 3); quarantines older than the window are not
+// counted.
+func TestIsolatorBreakerCountsRecent(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	txns, keys := makeTxns(4, 3)
+	bad := []string{keys[1], keys[5], keys[9]}
+	h := newHarness(t, harnessOpts{rule: failKeys(kerr.InvalidRecord, bad...), maxRate: 3,
+		recent: []time.Duration{2 * time.Hour, 10 * time.Minute, time.Minute}})
+	defer h.close()
+
+	h.emit(txns)
+	err := h.wait(10 * time.Second)
+	if !errors.Is(err, forwarder.ErrBreaker) || !strings.Contains(err.Error(), "4 events quarantined") {
+		t.Fatalf("Run = %v, want ErrBreaker with 4 events quarantined (2 recent + 2)", err)
+	}
+	if got := entryKeys(h.q.Entries()); !slices.Equal(got, bad[:2]) {
+		t.Errorf("quarantined %v, want %v", got, bad[:2])
+	}
+	if c := h.tr.Confirmed(); c >= txnEnd(txns, bad[2]) {
+		t.Errorf("Confirmed() = %s, at or past the third bad event's transaction, which was never quarantined", c)
+	}
+}
+
+// f3. A window already over MaxRate when the session starts trips the
+// breaker at the first candidate, before writing its row.
+func TestIsolatorBreakerFullWindowWritesNothing(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	txns, keys := makeTxns(2, 3)
+	h := newHarness(t, harnessOpts{rule: failKeys(kerr.InvalidRecord, keys[2]), maxRate: 2,
+		recent: []time.Duration{3 * time.Minute, 2 * time.Minute, time.Minute}})
+	defer h.close()
+
+	h.emit(txns)
+	if err := h.wait(10 * time.Second); !errors.Is(err, forwarder.ErrBreaker) {
+		t.Fatalf("Run = %v, want ErrBreaker", err)
+	}
+	if n := h.q.Calls(); n != 0 {
+		t.Errorf("Put called %d time(s) with the breaker's window already full, want 0", n)
+	}
+	if c := h.tr.Confirmed(); c >= txnEnd(txns, keys[2]) {
+		t.Errorf("Confirmed() = %s, at or past the refused event's transaction", c)
+	}
+}
+
+// f4. A poison write that fails for good (poison.ErrUnwritable: a value
+// the table's types refuse) is tried once, not forever: Run returns the
+// error, the event is not confirmed.
+func TestIsolatorUnwritablePoisonRowStops(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	txns, keys := makeTxns(10, 3)
+	chosen := pickKey(t, keys)
+	permanent := &poison.TableError{Table: `"poison_outbox"`, Column: "outbox_id", Key: chosen, Problem: "does not cast", Fix: "ALTER TABLE"}
+	h := newHarness(t, harnessOpts{rule: failKey(chosen, -1, kerr.InvalidRecord), permanent: permanent})
+	defer h.close()
+
+	h.emit(txns)
+	err := h.wait(10 * time.Second)
+	if !errors.Is(err, poison.ErrUnwritable) || !strings.Contains(err.Error(), chosen) {
+		t.Fatalf("Run = %v, want an error naming %s and wrapping poison.ErrUnwritable", err, chosen)
+	}
+	if a, _ := forwarder.Classify(context.Background(), err); a != forwarder.Fail {
+		t.Errorf("Classify = %s, want fail", a)
+	}
+	if n := h.q.Calls(); n != 1 {
+		t.Errorf("Put called %d time(s), want 1 (not retried)", n)
+	}
+	if c := h.tr.Confirmed(); c >= txnEnd(txns, chosen) {
+		t.Errorf("Confirmed() = %s, at or past %s's transaction, which was never quarantined", c, chosen)
 	}
 }
 

@@ -68,6 +68,22 @@ func (f *Forwarder) session(ctx context.Context) error {
 	if slot.Active {
 		return fmt.Errorf("%w: slot %q is streaming to PostgreSQL backend pid %d", replication.ErrSlotActive, cfg.Postgres.Slot, slot.ActivePID)
 	}
+	// The poison table must be able to take an event before one is read:
+	// a schema it refuses would otherwise be found only at the first
+	// quarantine (poison.ErrUnwritable, terminal).
+	if err := f.store.Check(ctx); err != nil {
+		return err
+	}
+	// The breaker counts the quarantines of earlier sessions and
+	// processes within its window.
+	recent, err := f.store.Recent(ctx, cfg.Poison.RateWindow)
+	if err != nil {
+		return err
+	}
+	if len(recent) > 0 {
+		f.log.Info("poison breaker counts earlier quarantines", "poisoned", len(recent),
+			"rate_window", cfg.Poison.RateWindow.String(), "max_rate", cfg.Poison.MaxRate)
+	}
 	if !found {
 		if err := f.recordFirst(ctx, side, id, slot); err != nil {
 			return err
@@ -110,6 +126,7 @@ func (f *Forwarder) session(ctx context.Context) error {
 		OnPoisoned:       f.m.onPoisoned,
 		OnOrderViolation: f.m.onOrderViolation,
 		OnAck:            f.m.onAck(cfg.Kafka.Topic),
+		Recent:           recent,
 	}, f.sink, f.store, tracker)
 	f.m.tracker.Store(tracker)
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,

@@ -415,6 +415,7 @@ func checkSchemaContract(t *testing.T, dump []string) {
 		"outbox column 11 headers jsonb",
 		"UNIQUE (idempotency_key)",
 		"poison_outbox column", "commit_lsn pg_lsn notnull=t",
+		"PRIMARY KEY (outbox_id, commit_lsn)", // 00002: one row per quarantined event
 		"poisoned_at timestamp with time zone notnull=t default=now()",
 		"replayed_at timestamp with time zone notnull=f",
 		"replay_count integer notnull=t default=0",
@@ -484,8 +485,9 @@ func TestPoisonOutboxRefusesDeleteAndTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := randName("poisoned")
-	if _, err := tx.Exec(ctx, `INSERT INTO poison_outbox (idempotency_key, payload, created_at, topic, attempts, last_error, error_class, commit_lsn)
-		VALUES ($1, '{}', now(), 'orders', 5, 'MESSAGE_TOO_LARGE', 'record', '0/16B3748')`, key); err != nil {
+	// outbox_id is NOT NULL since 00002: with commit_lsn it is the row's key.
+	if _, err := tx.Exec(ctx, `INSERT INTO poison_outbox (idempotency_key, outbox_id, payload, created_at, topic, attempts, last_error, error_class, commit_lsn)
+		VALUES ($1, gen_random_uuid(), '{}', now(), 'orders', 5, 'MESSAGE_TOO_LARGE', 'record', '0/16B3748')`, key); err != nil {
 		t.Fatal(err)
 	}
 	for _, stmt := range []string{

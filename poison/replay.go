@@ -88,12 +88,12 @@ func (p *Replayer) Replay(ctx context.Context, rows []Row, dryRun bool) (ReplayR
 			res.Failed++
 			res.Errors[row.IdempotencyKey] = err.Error()
 			out(fmt.Sprintf("FAILED %s to %s: %v", row.IdempotencyKey, row.Topic, err))
-			if merr := p.Store.MarkFailed(ctx, row.IdempotencyKey, err.Error(), class); merr != nil {
+			if merr := p.Store.MarkFailed(ctx, row, err.Error(), class); merr != nil {
 				return res, merr
 			}
 			continue
 		}
-		if err := p.Store.MarkReplayed(ctx, row.IdempotencyKey); err != nil {
+		if err := p.Store.MarkReplayed(ctx, row); err != nil {
 			return res, fmt.Errorf("%s was produced but could not be marked replayed: %w", row.IdempotencyKey, err)
 		}
 		res.Replayed++

@@ -2,8 +2,8 @@ package poison
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,6 +49,9 @@ type Row struct {
 type Store struct {
 	pool  *pgxpool.Pool
 	table string // sanitized identifier
+	// checked holds the column types Check read (nil before: the types
+	// walpost's migrations create).
+	checked atomic.Pointer[colTypes]
 }
 
 // NewStore uses pool and the (optionally schema-qualified) table name.
@@ -69,8 +72,32 @@ func quoteQualified(name string) string {
 	return pgx.Identifier(parts).Sanitize()
 }
 
-// Put inserts the entry; a row with the same idempotency_key already there
-// is kept (ON CONFLICT DO NOTHING). It returns once the insert committed.
+// identity is the outbox_id a row is stored under, cast to the column's
+// type typ, from the parameters key, id and lsn: the event's outbox id, or,
+// for an event whose id is NULL, a uuid derived from its idempotency key
+// and commit LSN (as migration 00002 does for such rows already there).
+func identity(key, id, lsn, typ string) string {
+	return fmt.Sprintf(`coalesce(%s::text, md5(%s::text || '/' || %s::text)::uuid::text)::%s`, id, key, lsn, typ)
+}
+
+// insertSQL is Put's statement for the column types t (Check reads them;
+// the defaults are the types walpost's migrations create).
+func (s *Store) insertSQL(t colTypes) string {
+	return fmt.Sprintf(`
+		INSERT INTO %s (idempotency_key, outbox_id, payload, created_at, topic, partition_key, event_type, headers,
+		                attempts, last_error, error_class, commit_lsn)
+		VALUES ($1, %s, $3::text::%s, $4::timestamptz, $5, $6, $7, $8::text::%s, $9, $10, $11, $12::text::pg_lsn)
+		ON CONFLICT (outbox_id, commit_lsn) DO NOTHING`, s.table, identity("$1", "$2", "$12", t.outboxID), t.payload, t.headers)
+}
+
+// Put inserts the entry under the event's identity (outbox id, commit
+// LSN), so two events with one idempotency key are two rows. It returns
+// once the insert committed. The same event put again (a restart before the
+// slot moved past it) is kept once and is no error; a different event
+// that finds its identity taken is an error wrapping ErrUnwritable, as is a
+// value or a schema the poison table refuses (SQLSTATE classes 22, 23 and
+// 42, except 42501: a missing privilege is granted at run time, so it is
+// retried): neither heals by retrying.
 func (s *Store) Put(ctx context.Context, e Entry) error {
 	ev := e.Event
 	var pk, et, headers *string
@@ -97,17 +124,43 @@ func (s *Store) Put(ctx context.Context, e Entry) error {
 	if created == "" {
 		created = ev.CommitTime.UTC().Format(time.RFC3339Nano)
 	}
-	_, err := s.pool.Exec(ctx, fmt.Sprintf(`
-		INSERT INTO %s (idempotency_key, outbox_id, payload, created_at, topic, partition_key, event_type, headers,
-		                attempts, last_error, error_class, commit_lsn)
-		VALUES ($1, $2::uuid, $3::jsonb, $4::timestamptz, $5, $6, $7, $8::jsonb, $9, $10, $11, $12::pg_lsn)
-		ON CONFLICT (idempotency_key) DO NOTHING`, s.table),
+	t := s.types()
+	lsn := ev.CommitLSN.String()
+	tag, err := s.pool.Exec(ctx, s.insertSQL(t),
 		ev.IdempotencyKey, id, payload, created, e.Topic, pk, et, headers,
-		e.Attempts, e.LastError, e.ErrorClass, ev.CommitLSN.String())
+		e.Attempts, e.LastError, e.ErrorClass, lsn)
 	if err != nil {
+		if permanent(err) {
+			return s.explain(ctx, ev.IdempotencyKey, t, err, id, payload, created, headers, lsn)
+		}
 		return fmt.Errorf("insert into poison table %s: %w", s.table, err)
 	}
-	return nil
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	// Nothing written: the identity is taken. By this event (kept once)
+	// or by another one, which must not be dropped in its favour.
+	var heldKey string
+	err = s.pool.QueryRow(ctx, fmt.Sprintf(`SELECT idempotency_key FROM %s WHERE outbox_id = %s AND commit_lsn = $3::text::pg_lsn`,
+		s.table, identity("$1", "$2", "$3", t.outboxID)), ev.IdempotencyKey, id, lsn).Scan(&heldKey)
+	if err != nil {
+		return fmt.Errorf("insert into poison table %s wrote nothing for %q; reading the row that holds its outbox_id and commit_lsn: %w", s.table, ev.IdempotencyKey, err)
+	}
+	if heldKey == ev.IdempotencyKey {
+		return nil
+	}
+	return &TableError{
+		Table: s.table, Key: ev.IdempotencyKey, Column: "outbox_id",
+		Problem: fmt.Sprintf("a different event (idempotency_key %q) already holds outbox_id %s at commit_lsn %s, so this event's row was not written", heldKey, idText(id), lsn),
+		Fix:     "every outbox row needs its own id; inspect both with walpost poison list, then restart walpost",
+	}
+}
+
+func idText(id *string) string {
+	if id == nil {
+		return "NULL (derived from the key and the commit LSN)"
+	}
+	return *id
 }
 
 // Filter selects rows.
@@ -117,14 +170,15 @@ type Filter struct {
 	Limit int      // 0 means no limit
 }
 
-// List returns rows in created_at order.
+// List returns rows in created_at order (then commit order): every row
+// of a key, one per quarantined event.
 func (s *Store) List(ctx context.Context, f Filter) ([]Row, error) {
 	q := fmt.Sprintf(`
 		SELECT idempotency_key, coalesce(outbox_id::text, ''), topic, partition_key, event_type, coalesce(payload::text, 'null'),
 		       headers::text, created_at, attempts, last_error, error_class, commit_lsn::text, poisoned_at, replayed_at, replay_count
 		FROM %s
 		WHERE ($1::text[] IS NULL OR idempotency_key = ANY($1)) AND ($2 OR replayed_at IS NULL)
-		ORDER BY created_at, poisoned_at, idempotency_key`, s.table)
+		ORDER BY created_at, commit_lsn, poisoned_at, idempotency_key, outbox_id`, s.table)
 	var keys []string
 	if len(f.Keys) > 0 {
 		keys = f.Keys
@@ -162,24 +216,31 @@ func createdAt(ts pgtype.Timestamptz) (time.Time, string) {
 	return ts.Time, string(outbox.AppendTime(nil, ts.Time.UTC()))
 }
 
-// MarkReplayed records a successful replay; the row stays.
-func (s *Store) MarkReplayed(ctx context.Context, key string) error {
-	tag, err := s.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET replayed_at = now(), replay_count = replay_count + 1 WHERE idempotency_key = $1`, s.table), key)
+// MarkReplayed records a successful replay of the row r (addressed by its
+// identity, outbox_id and commit_lsn, never by its key alone); the row
+// stays.
+func (s *Store) MarkReplayed(ctx context.Context, r Row) error {
+	tag, err := s.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET replayed_at = now(), replay_count = replay_count + 1
+		WHERE outbox_id = $1::text::%s AND commit_lsn = $2::text::pg_lsn`, s.table, s.types().outboxID), r.OutboxID, r.CommitLSN)
 	if err == nil && tag.RowsAffected() != 1 {
-		err = errors.New("row not found")
+		err = fmt.Errorf("%d rows with outbox_id %s and commit_lsn %s, want 1", tag.RowsAffected(), r.OutboxID, r.CommitLSN)
 	}
 	if err != nil {
-		return fmt.Errorf("mark %q replayed: %w", key, err)
+		return fmt.Errorf("mark %q replayed: %w", r.IdempotencyKey, err)
 	}
 	return nil
 }
 
-// MarkFailed records a failed replay: the row keeps its place and gets the
-// new error.
-func (s *Store) MarkFailed(ctx context.Context, key, lastError, class string) error {
-	_, err := s.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET last_error = $2, error_class = $3, attempts = attempts + 1 WHERE idempotency_key = $1`, s.table), key, lastError, class)
+// MarkFailed records a failed replay of the row r: it keeps its place and
+// gets the new error.
+func (s *Store) MarkFailed(ctx context.Context, r Row, lastError, class string) error {
+	tag, err := s.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET last_error = $3, error_class = $4, attempts = attempts + 1
+		WHERE outbox_id = $1::text::%s AND commit_lsn = $2::text::pg_lsn`, s.table, s.types().outboxID), r.OutboxID, r.CommitLSN, lastError, class)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("%d rows with outbox_id %s and commit_lsn %s, want 1", tag.RowsAffected(), r.OutboxID, r.CommitLSN)
+	}
 	if err != nil {
-		return fmt.Errorf("record replay failure of %q: %w", key, err)
+		return fmt.Errorf("record replay failure of %q: %w", r.IdempotencyKey, err)
 	}
 	return nil
 }

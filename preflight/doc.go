@@ -63,7 +63,11 @@
 //     (max_replication_slots), and a free WAL sender (max_wal_senders
 //     against pg_stat_replication). OK shows both as used/max.
 //   - poison_table: postgres.poison_table exists (walpost migrate creates
-//     it).
+//     it), has every column walpost writes with a type it can write
+//     (poison.CheckTable; FAIL names the column and the ALTER TABLE that
+//     fixes it) and a unique key on exactly (outbox_id, commit_lsn) and on
+//     nothing else (FAIL: run walpost migrate). walpost run makes the same
+//     check at the start of every session and exits 1 on it.
 //
 // Kafka, through kafka.brokers, whatever PostgreSQL's outcome:
 //

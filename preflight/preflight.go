@@ -14,6 +14,7 @@ import (
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
@@ -204,12 +205,12 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 		r.ok("capacity", fmt.Sprintf("slots %d/%d used, wal senders %d/%d used", c.UsedSlots, c.MaxSlots, c.UsedWALSenders, c.MaxWALSenders))
 	}
 
-	if exists, err := replication.TableExists(ctx, conn, cfg.Postgres.PoisonTable); err != nil {
+	// What walpost run checks at the start of every session: a poison
+	// table it cannot write would stop it at the first quarantine.
+	if err := poison.CheckTable(ctx, conn, cfg.Postgres.PoisonTable); err != nil {
 		r.fail("poison_table", err)
-	} else if !exists {
-		r.fail("poison_table", fmt.Errorf("table %q does not exist; fix: run walpost migrate", cfg.Postgres.PoisonTable))
 	} else {
-		r.ok("poison_table", fmt.Sprintf("%q exists", cfg.Postgres.PoisonTable))
+		r.ok("poison_table", fmt.Sprintf("%q has the columns walpost writes, keyed by (outbox_id, commit_lsn)", cfg.Postgres.PoisonTable))
 	}
 }
 

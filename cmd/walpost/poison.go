@@ -78,6 +78,9 @@ type poisonListRow struct {
 	PoisonedAt   time.Time  `json:"poisoned_at"`
 	ReplayedAt   *time.Time `json:"replayed_at"`
 	ReplayCount  int        `json:"replay_count"`
+	// OutboxID with CommitLSN is the row's identity: one key may have
+	// several rows, one per quarantined event.
+	OutboxID string `json:"outbox_id"`
 }
 
 func writePoisonList(w io.Writer, rows []poison.Row, asJSON bool) error {
@@ -86,7 +89,8 @@ func writePoisonList(w io.Writer, rows []poison.Row, asJSON bool) error {
 		for i, r := range rows {
 			out[i] = poisonListRow{Key: r.IdempotencyKey, Topic: r.Topic, EventType: r.EventType, PartitionKey: r.PartitionKey,
 				Attempts: r.Attempts, ErrorClass: r.ErrorClass, Error: r.LastError, CommitLSN: r.CommitLSN,
-				CreatedAt: r.CreatedAtHeader(), PoisonedAt: r.PoisonedAt.UTC(), ReplayedAt: utcPtr(r.ReplayedAt), ReplayCount: r.ReplayCount}
+				CreatedAt: r.CreatedAtHeader(), PoisonedAt: r.PoisonedAt.UTC(), ReplayedAt: utcPtr(r.ReplayedAt), ReplayCount: r.ReplayCount,
+				OutboxID: r.OutboxID}
 		}
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -129,7 +133,8 @@ func newPoisonReplayCommand() *cobra.Command {
 		Short: "Re-produce quarantined events with their original key, in created_at order",
 		Long: "replay re-produces rows of the poison table through the idempotent producer, with the\n" +
 			"original key, value and headers plus a replayed_from_poison header. Each replayed row gets\n" +
-			"replayed_at and replay_count; rows are never deleted. Rows already replayed are skipped\n" +
+			"replayed_at and replay_count; rows are never deleted. --key K replays every row of K (one per\n" +
+			"quarantined event with that key). Rows already replayed are skipped\n" +
 			"unless --force. A row that fails again keeps its row with the new error, and the command\n" +
 			"exits 1.",
 		Args: cobra.NoArgs,

@@ -128,7 +128,7 @@ func TestWritePoisonListJSONShape(t *testing.T) {
 		t.Fatalf("--json output is not a JSON array: %v", err)
 	}
 	keys := []string{"idempotency_key", "topic", "event_type", "partition_key", "attempts", "error_class", "error",
-		"commit_lsn", "created_at", "poisoned_at", "replayed_at", "replay_count"}
+		"commit_lsn", "created_at", "poisoned_at", "replayed_at", "replay_count", "outbox_id"}
 	for i, o := range out {
 		if len(o) != len(keys) {
 			t.Errorf("row %d has %d keys, want %d: %v", i, len(o), len(keys), o)
