@@ -722,7 +722,7 @@ func TestColumnAddedMidStream(t *testing.T) {
 
 // TestRequiredColumnDropped: dropping created_at stops walpost with a
 // non-zero exit and a message naming the column, and the slot is not
-// confirmed past the last event before the DROP.
+// confirmed past the transaction it could not forward, so it is re-sent.
 func TestRequiredColumnDropped(t *testing.T) {
 	f := faultFixture(t, 3)
 	p := f.start()
@@ -742,12 +742,36 @@ func TestRequiredColumnDropped(t *testing.T) {
 		lsn, _, _ := f.slotState()
 		return lsn >= lastGood
 	})
-	pre := f.currentWAL()
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s DROP COLUMN created_at`, f.Table))
-	after, err := f.writeTxn(ctx, "bad", []string{"bad-a", "bad-b"}, `{"bad": true}`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The bad transaction, written here rather than with writeTxn so that
+	// the WAL insert position just before its COMMIT can be read: the commit
+	// record starts at or after badLSN, and PostgreSQL re-sends a transaction
+	// whose commit record starts at or after the slot's confirmed position.
+	// Keepalives may confirm anything before that (the DROP included).
+	after := []verify.Expected{{Key: "bad-a", Txn: "bad", Index: 0}, {Key: "bad-b", Txn: "bad", Index: 1}}
+	var badLSN pglogrepl.LSN
+	func() {
+		tx, err := f.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		for _, e := range after {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ($1, '{"bad": true}')`, f.Table), e.Key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var s string
+		if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if badLSN, err = pglogrepl.ParseLSN(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}()
 	postCommit := f.currentWAL()
 	select {
 	case <-p.done:
@@ -773,9 +797,9 @@ func TestRequiredColumnDropped(t *testing.T) {
 		t.Errorf("walpost retried a fatal schema error")
 	}
 	confirmed, _, _ := f.slotState()
-	t.Logf("slot confirmed %s; WAL before the DROP %s, after the bad transaction %s", confirmed, pre, postCommit)
-	if confirmed > pre {
-		t.Errorf("slot confirmed %s, past the WAL position before the DROP (%s)", confirmed, pre)
+	t.Logf("slot confirmed %s; WAL insert position before the bad COMMIT %s, after it %s", confirmed, badLSN, postCommit)
+	if confirmed > badLSN {
+		t.Errorf("slot confirmed %s, past the start of the bad transaction's commit record (at or after %s): it would not be re-sent", confirmed, badLSN)
 	}
 	if confirmed >= postCommit {
 		t.Errorf("slot confirmed %s, past the transaction walpost could not forward (ends by %s)", confirmed, postCommit)
