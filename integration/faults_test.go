@@ -502,12 +502,14 @@ func TestNetworkCutPostgres20s(t *testing.T) {
 // a reset), while new connections work. With wal_sender_timeout = 20s the
 // server drops its side and frees the slot after 20 s; walpost must notice
 // its dead session by itself and forward again within 60 s of the freeze,
-// without the network being healed.
+// without the network being healed. It runs with receive_timeout 15s and
+// status_interval 5s, so it notices after ~15-20 s and has the slot once
+// the server let it go (20 s): some 35 s of the minute are margin.
 func TestHalfOpenPostgresConnection(t *testing.T) {
 	f := faultFixture(t, 3)
 	faultWalSenderTimeout(t, f, "20s")
 	proxy, u := faultPGProxy(t)
-	p := f.start("WALPOST_POSTGRES_URL=" + u)
+	p := f.start("WALPOST_POSTGRES_URL="+u, "WALPOST_POSTGRES_RECEIVE_TIMEOUT=15s", "WALPOST_POSTGRES_STATUS_INTERVAL=5s")
 	faultStreaming(t, p)
 	l := newFaultLoad(f, 2, 10, 20*time.Millisecond).start()
 	l.waitWritten(t, 1000, time.Minute)
@@ -652,7 +654,11 @@ func TestStartWhilePostgresUnreachable(t *testing.T) {
 	p := f.start("WALPOST_POSTGRES_URL=" + u)
 	faultSleep(t, p, 15*time.Second, "started while PostgreSQL was unreachable")
 	proxy.Restore()
-	faultStreaming(t, p)
+	// After 15 s of refused attempts the back-off (1 s doubling, jittered,
+	// ≤ 30 s) may be ~16 s before the next one: a minute for it.
+	restored := time.Now()
+	faultWaitStreamingAgain(t, p, 0, time.Minute)
+	t.Logf("streaming %s after PostgreSQL became reachable", time.Since(restored).Round(time.Millisecond))
 	l.waitWritten(t, 1000, time.Minute)
 	expected := l.finish(t)
 	faultVerify(t, f, expected, 2*time.Minute)
