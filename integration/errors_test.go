@@ -316,7 +316,7 @@ func TestRunErrorSlotLost(t *testing.T) {
 		}
 		return *s
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for round := 0; walStatus() != "lost"; round++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("slot %s still has wal_status %q after %d rounds of WAL", slot, walStatus(), round)

@@ -113,7 +113,7 @@ func TestPostgresTLS(t *testing.T) {
 	admin.Close(ctx)
 
 	tlsURL := strings.Replace(plainURL, "sslmode=disable", "sslmode=verify-full&sslrootcert="+certFile, 1)
-	waitFor(t, 10*time.Second, "TLS on the scratch server", func() bool {
+	waitFor(t, 30*time.Second, "TLS on the scratch server", func() bool {
 		c, err := pgx.Connect(ctx, tlsURL)
 		if err != nil {
 			return false
