@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,6 +78,36 @@ func needStack(t testing.TB) {
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago. It
+// is closed again, so another process may take it before the one it is
+// handed to binds it: hand it over through retryPort.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// retryPort calls start with a port from freePort, and again with a new
+// one (3 attempts in all) while it fails with output saying the address
+// was already in use: the port was taken between freePort and the bind.
+// It returns the port of the last attempt and that attempt's output and
+// error.
+func retryPort(t testing.TB, start func(port int) (output string, err error)) (int, string, error) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		port := freePort(t)
+		out, err := start(port)
+		if err == nil || attempt == 3 || !strings.Contains(strings.ToLower(out), "already in use") {
+			return port, out, err
+		}
+		t.Logf("port %d was taken before it was bound (attempt %d: %v); again with another", port, attempt, err)
 	}
 }
 
