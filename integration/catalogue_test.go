@@ -52,6 +52,7 @@ func catRun(t *testing.T, env []string, timeout time.Duration) (string, int, tim
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "run")
+	cmd.SysProcAttr = childAttr()
 	cmd.Env = append(baseEnv(), env...)
 	cmd.WaitDelay = 5 * time.Second
 	var buf bytes.Buffer

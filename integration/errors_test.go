@@ -33,6 +33,7 @@ func errsRun(t *testing.T, env []string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), errsRunTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "run")
+	cmd.SysProcAttr = childAttr()
 	cmd.Env = append(baseEnv(), env...)
 	cmd.WaitDelay = 5 * time.Second
 	var buf bytes.Buffer

@@ -141,6 +141,7 @@ func TestPostgresTLS(t *testing.T) {
 		t.Fatalf("migrate over TLS: %v\n%s", err, out)
 	}
 	cmd := exec.Command(binary, "run")
+	cmd.SysProcAttr = childAttr()
 	cmd.Env = append(baseEnv(), env...)
 	logf, err := os.CreateTemp(t.TempDir(), "walpost-tls-*.log")
 	if err != nil {
