@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.uber.org/goleak"
 
+	"github.com/walpost/walpost/internal/leak"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
@@ -24,7 +24,7 @@ import (
 // Every test of the package must leave no goroutine behind: the Kafka
 // client, kfake and the consumers are all closed.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leak.VerifyTestMain(m)
 }
 
 const testTopic = "orders"
