@@ -803,7 +803,7 @@ func TestIsolatorOrderHoldsWhenFailurePromiseIsLate(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // franz-go reads the refusal and fails A
 	end := emitOne(2, c, false)
 	adm := kadm.NewClient(h.k.Client())
-	appended := eventually(time.Second, func() bool {
+	appended := eventually(10*time.Second, func() bool {
 		ends, err := adm.ListEndOffsets(context.Background(), testTopic)
 		if err != nil {
 			return false
