@@ -145,11 +145,14 @@ func newFaultLoad(f *fixture, writers, maxTxn int, pause time.Duration) *faultLo
 
 func (l *faultLoad) start() *faultLoad {
 	base := `{"data": "` + strings.Repeat("x", 150) + `"}`
+	// Writer w draws from PCG(w, seed).
+	seed := uint64(time.Now().UnixNano())
+	l.f.t.Logf("fault load: %d writers, seed %d", l.writers, seed)
 	for w := 0; w < l.writers; w++ {
 		l.wg.Add(1)
 		go func(w int) {
 			defer l.wg.Done()
-			rng := mrand.New(mrand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			rng := mrand.New(mrand.NewPCG(uint64(w), seed))
 			for n := 0; !l.stop.Load(); n++ {
 				size := 1 + rng.IntN(l.maxTxn)
 				txn := fmt.Sprintf("w%d-t%d", w, n)
