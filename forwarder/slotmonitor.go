@@ -16,6 +16,8 @@ func (f *Forwarder) monitorSlot(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		// !ok with a nil error: the slot does not exist yet (the first
+		// session creates it); nothing to report.
 		row, ok, err := replication.QuerySlot(ctx, f.pool, slot)
 		if err == nil && ok {
 			if row.LagBytes != nil {
@@ -34,7 +36,7 @@ func (f *Forwarder) monitorSlot(ctx context.Context, every time.Duration) {
 					m.walStatus.WithLabelValues(s).Set(v)
 				}
 			}
-		} else if ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+		} else if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 			f.log.Debug("slot monitor", "slot", slot, "err", err.Error())
 		}
 		select {
