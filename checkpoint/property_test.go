@@ -7,10 +7,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pglogrepl"
-	"go.uber.org/goleak"
 	"pgregory.net/rapid"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/internal/leak"
 )
 
 const (
@@ -143,7 +143,7 @@ func (m *model) markHandled(e *modelEvent) {
 // order, and keepalive idle advances, and compares it with a model after
 // every step.
 func TestTrackerModel(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer leak.VerifyNone(t)
 	rapid.Check(t, func(t *rapid.T) {
 		start := pglogrepl.LSN(rapid.Uint64Range(0, 1<<40).Draw(t, "start"))
 		m := &model{tr: checkpoint.New(start, checkpoint.Limits{}), lastEnd: start, confirmed: start, seen: start}
@@ -343,7 +343,7 @@ func TestTrackerModel(t *testing.T) {
 // marked handled before its Done, so whatever Confirmed returns, every
 // transaction at or below it must be fully marked. Run with -race.
 func TestTrackerConcurrent(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer leak.VerifyNone(t)
 	const (
 		workers = 8
 		txns    = 2000

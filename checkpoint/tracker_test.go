@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"go.uber.org/goleak"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/internal/leak"
 )
 
 // txnSpec describes one transaction of a scenario: how many events it gets
@@ -412,7 +412,7 @@ func TestTrackerFull(t *testing.T) {
 }
 
 func TestTrackerWait(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer leak.VerifyNone(t)
 	tr := checkpoint.New(0x1000, checkpoint.Limits{MaxEvents: 2})
 	x, _ := tr.Open()
 
@@ -456,7 +456,7 @@ func TestTrackerWait(t *testing.T) {
 }
 
 func TestTrackerWaitDrained(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer leak.VerifyNone(t)
 	tr := checkpoint.New(0x1000, checkpoint.Limits{})
 	if err := tr.WaitDrained(context.Background()); err != nil {
 		t.Fatalf("WaitDrained on an empty tracker: %v", err)

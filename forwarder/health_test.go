@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/leak"
 )
 
 func testConfig(t *testing.T) *config.Config {
@@ -26,7 +27,7 @@ func testConfig(t *testing.T) *config.Config {
 // once it ends, shuts down and returns with every goroutine it started
 // joined.
 func TestHTTPServerLifecycle(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
 	cfg := testConfig(t)
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	f, err := New(cfg, Deps{})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/forwarder"
+	"github.com/walpost/walpost/internal/leak"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/sink/kafka"
@@ -484,7 +485,7 @@ func txnEnd(txns []txn, key string) pglogrepl.LSN {
 // a. A record refused twice, then taken: delivered once, in its place,
 // never quarantined.
 func TestIsolatorRecordRefusedTwiceIsRetried(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
 	txns, keys := makeTxns(10, 3)
 	chosen := pickKey(t, keys)
 	h := newHarness(t, harnessOpts{rule: failKey(chosen, 2, kerr.InvalidRecord)})
@@ -505,7 +506,7 @@ func TestIsolatorRecordRefusedTwiceIsRetried(t *testing.T) {
 // b. A record always refused: quarantined after exactly MaxAttempts broker
 // attempts, with its class; its neighbours go on, in order.
 func TestIsolatorPermanentRecordFailureIsQuarantined(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
 	txns, keys := makeTxns(10, 3)
 	chosen := pickKey(t, keys)
 	var mu sync.Mutex
@@ -595,7 +596,7 @@ func TestIsolatorNeighboursResentWithoutBackoff(t *testing.T) {
 // reader is paused and events emitted meanwhile are held (not produced);
 // then everything goes on in order and nothing is lost.
 func TestIsolatorQuarantineStoreFailureHoldsWatermark(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
 	all, keys := makeTxns(14, 3)
 	wave1, wave2 := all[:10], all[10:]
 	chosen := pickKey(t, keys[:30])
@@ -675,7 +676,7 @@ func entryKeys(es []poison.Entry) []string {
 // d. A row whose headers cannot be a Kafka header set: INVALID_HEADERS,
 // quarantined without ever reaching the broker; neighbours unaffected.
 func TestIsolatorInvalidHeadersQuarantinedWithoutBroker(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
 	txns, keys := makeTxns(10, 3)
 	chosen := pickKey(t, keys)
 	for _, x := range txns {
@@ -711,7 +712,7 @@ func TestIsolatorInvalidHeadersQuarantinedWithoutBroker(t *testing.T) {
 // *DestinationError, nothing is quarantined, and the watermark never
 // passes the first refused event.
 func TestIsolatorDestinationErrorHalts(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
 	txns, keys := makeTxns(10, 3)
 	p := partitionOf(keys[4])
 	var firstOnP string
@@ -755,7 +756,7 @@ func TestIsolatorDestinationErrorHalts(t *testing.T) {
 // f. More quarantined events than MaxRate within the window trip the
 // breaker.
 func TestIsolatorBreakerTrips(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
 	txns, keys := makeTxns(4, 3)
 	bad := []string{keys[1], keys[5], keys[9]}
 	h := newHarness(t, harnessOpts{rule: failKeys(kerr.InvalidRecord, bad...), maxRate: 2})
@@ -874,7 +875,7 @@ func (g *gatedTracker) Done(k checkpoint.Ticket) {
 // A) is emitted. walpost cannot prevent this (README, delivery
 // guarantees); it must detect and report it, and lose nothing.
 func TestIsolatorOrderHoldsWhenFailurePromiseIsLate(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
 	_, keys := makeTxns(10, 3)
 	var a, b, c string
 	for _, k := range keys {
@@ -938,7 +939,7 @@ func TestIsolatorOrderHoldsWhenFailurePromiseIsLate(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // franz-go reads the refusal and fails A
 	end := emitOne(2, c, false)
 	adm := kadm.NewClient(h.k.Client())
-	appended := eventually(time.Second, func() bool {
+	appended := eventually(10*time.Second, func() bool {
 		ends, err := adm.ListEndOffsets(context.Background(), testTopic)
 		if err != nil {
 			return false

@@ -16,6 +16,8 @@ func (f *Forwarder) monitorSlot(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		// !ok with a nil error: the slot does not exist yet (the first
+		// session creates it); nothing to report.
 		row, ok, err := replication.QuerySlot(ctx, f.pool, slot)
 		if err == nil && ok {
 			if row.LagBytes != nil {

@@ -229,7 +229,7 @@ func TestCheck(t *testing.T) {
 		if _, skipped := r.byStatus("SKIP")["topic"]; !skipped {
 			t.Errorf("topic not skipped although Kafka is unreachable:\n%s", r.Output)
 		}
-		if d := time.Since(start); d > 30*time.Second {
+		if d := time.Since(start); d > 90*time.Second {
 			t.Errorf("check took %s against an unreachable broker", d)
 		}
 	})
@@ -247,7 +247,11 @@ func TestCheck(t *testing.T) {
 // only failure.
 func TestCheckWalLevelNotLogical(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
-	scratchURL := scratchPG(t, "check_replica", 54391, "replica")
+	scratchURL := scratchPG(t, "check_replica", 0, "replica")
+	su, err := url.Parse(scratchURL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The scratch cluster's own walpost schema, under the default names.
 	env := f.env(
 		"WALPOST_POSTGRES_URL="+scratchURL,
@@ -261,31 +265,44 @@ func TestCheckWalLevelNotLogical(t *testing.T) {
 	}
 	r := runCheck(t, env)
 	expectFailures(t, r, map[string][]string{"wal_level": {`"replica"`, "wal_level = logical", "restart PostgreSQL"}})
-	if d := r.byStatus("OK")["postgres"]; !strings.Contains(d, ":54391/") {
+	if d := r.byStatus("OK")["postgres"]; !strings.Contains(d, ":"+su.Port()+"/") {
 		t.Errorf("check did not connect to the scratch cluster: %q", d)
 	}
 }
 
 // scratchPG starts a throwaway cluster with scripts/stack.sh and returns
-// its URL; cleanup removes it.
+// its URL; cleanup removes it. Port 0 picks a free port (another one when
+// it is taken before the server binds it).
 func scratchPG(t *testing.T, name string, port int, walLevel string) string {
 	t.Helper()
 	script := filepath.Join(repoRoot, "scripts", "stack.sh")
-	cmd := exec.Command(script, "scratch-pg-up", name, fmt.Sprint(port), walLevel)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	var out []byte
+	up := func(port int) (string, error) {
+		cmd := exec.Command(script, "scratch-pg-up", name, fmt.Sprint(port), walLevel)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		var err error
+		out, err = cmd.Output()
+		return stderr.String(), err
+	}
 	t.Cleanup(func() {
 		if out, err := exec.Command(script, "scratch-pg-down", name).CombinedOutput(); err != nil {
 			t.Errorf("scratch-pg-down %s: %v\n%s", name, err, out)
 		}
 	})
+	var errOut string
+	var err error
+	if port == 0 {
+		port, errOut, err = retryPort(t, up)
+	} else {
+		errOut, err = up(port)
+	}
 	if err != nil {
-		t.Fatalf("scratch-pg-up %s %d %s: %v\n%s", name, port, walLevel, err, stderr.String())
+		t.Fatalf("scratch-pg-up %s %d %s: %v\n%s", name, port, walLevel, err, errOut)
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
 	if len(lines) == 0 {
-		t.Fatalf("scratch-pg-up printed no URL; stderr:\n%s", stderr.String())
+		t.Fatalf("scratch-pg-up printed no URL; stderr:\n%s", errOut)
 	}
 	return lines[len(lines)-1]
 }

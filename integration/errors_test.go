@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os/exec"
 	"strings"
@@ -34,6 +33,7 @@ func errsRun(t *testing.T, env []string) (string, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), errsRunTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "run")
+	cmd.SysProcAttr = childAttr()
 	cmd.Env = append(baseEnv(), env...)
 	cmd.WaitDelay = 5 * time.Second
 	var buf bytes.Buffer
@@ -75,24 +75,12 @@ func errsAssertStopped(t *testing.T, out string, code int, wants ...string) {
 	}
 }
 
-// errsFreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func errsFreePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // errsScratchPG starts a throwaway PostgreSQL cluster with walLevel and
 // returns its URL; cleanup removes it.
 func errsScratchPG(t *testing.T, walLevel string) string {
 	t.Helper()
 	needStack(t)
 	name := randName("errs_" + walLevel)
-	port := errsFreePort(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
@@ -102,15 +90,20 @@ func errsScratchPG(t *testing.T, walLevel string) string {
 			t.Errorf("scratch-pg-down %s: %v\n%s", name, err, out)
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "scripts/stack.sh", "scratch-pg-up", name, fmt.Sprint(port), walLevel)
-	cmd.Dir = repoRoot
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.Output()
+	var stdout []byte
+	port, errOut, err := retryPort(t, func(port int) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "scripts/stack.sh", "scratch-pg-up", name, fmt.Sprint(port), walLevel)
+		cmd.Dir = repoRoot
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		var err error
+		stdout, err = cmd.Output()
+		return stderr.String(), err
+	})
 	if err != nil {
-		t.Fatalf("scratch-pg-up %s %d %s: %v\n%s", name, port, walLevel, err, stderr.String())
+		t.Fatalf("scratch-pg-up %s %d %s: %v\n%s", name, port, walLevel, err, errOut)
 	}
 	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
 	u := strings.TrimSpace(lines[len(lines)-1])
@@ -316,7 +309,7 @@ func TestRunErrorSlotLost(t *testing.T) {
 		}
 		return *s
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for round := 0; walStatus() != "lost"; round++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("slot %s still has wal_status %q after %d rounds of WAL", slot, walStatus(), round)

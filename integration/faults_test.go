@@ -145,11 +145,14 @@ func newFaultLoad(f *fixture, writers, maxTxn int, pause time.Duration) *faultLo
 
 func (l *faultLoad) start() *faultLoad {
 	base := `{"data": "` + strings.Repeat("x", 150) + `"}`
+	// Writer w draws from PCG(w, seed).
+	seed := uint64(time.Now().UnixNano())
+	l.f.t.Logf("fault load: %d writers, seed %d", l.writers, seed)
 	for w := 0; w < l.writers; w++ {
 		l.wg.Add(1)
 		go func(w int) {
 			defer l.wg.Done()
-			rng := mrand.New(mrand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			rng := mrand.New(mrand.NewPCG(uint64(w), seed))
 			for n := 0; !l.stop.Load(); n++ {
 				size := 1 + rng.IntN(l.maxTxn)
 				txn := fmt.Sprintf("w%d-t%d", w, n)
@@ -502,12 +505,14 @@ func TestNetworkCutPostgres20s(t *testing.T) {
 // a reset), while new connections work. With wal_sender_timeout = 20s the
 // server drops its side and frees the slot after 20 s; walpost must notice
 // its dead session by itself and forward again within 60 s of the freeze,
-// without the network being healed.
+// without the network being healed. It runs with receive_timeout 15s and
+// status_interval 5s, so it notices after ~15-20 s and has the slot once
+// the server let it go (20 s): some 35 s of the minute are margin.
 func TestHalfOpenPostgresConnection(t *testing.T) {
 	f := faultFixture(t, 3)
 	faultWalSenderTimeout(t, f, "20s")
 	proxy, u := faultPGProxy(t)
-	p := f.start("WALPOST_POSTGRES_URL=" + u)
+	p := f.start("WALPOST_POSTGRES_URL="+u, "WALPOST_POSTGRES_RECEIVE_TIMEOUT=15s", "WALPOST_POSTGRES_STATUS_INTERVAL=5s")
 	faultStreaming(t, p)
 	l := newFaultLoad(f, 2, 10, 20*time.Millisecond).start()
 	l.waitWritten(t, 1000, time.Minute)
@@ -652,7 +657,11 @@ func TestStartWhilePostgresUnreachable(t *testing.T) {
 	p := f.start("WALPOST_POSTGRES_URL=" + u)
 	faultSleep(t, p, 15*time.Second, "started while PostgreSQL was unreachable")
 	proxy.Restore()
-	faultStreaming(t, p)
+	// After 15 s of refused attempts the back-off (1 s doubling, jittered,
+	// ≤ 30 s) may be ~16 s before the next one: a minute for it.
+	restored := time.Now()
+	faultWaitStreamingAgain(t, p, 0, time.Minute)
+	t.Logf("streaming %s after PostgreSQL became reachable", time.Since(restored).Round(time.Millisecond))
 	l.waitWritten(t, 1000, time.Minute)
 	expected := l.finish(t)
 	faultVerify(t, f, expected, 2*time.Minute)
@@ -722,7 +731,7 @@ func TestColumnAddedMidStream(t *testing.T) {
 
 // TestRequiredColumnDropped: dropping created_at stops walpost with a
 // non-zero exit and a message naming the column, and the slot is not
-// confirmed past the last event before the DROP.
+// confirmed past the transaction it could not forward, so it is re-sent.
 func TestRequiredColumnDropped(t *testing.T) {
 	f := faultFixture(t, 3)
 	p := f.start()
@@ -742,12 +751,36 @@ func TestRequiredColumnDropped(t *testing.T) {
 		lsn, _, _ := f.slotState()
 		return lsn >= lastGood
 	})
-	pre := f.currentWAL()
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s DROP COLUMN created_at`, f.Table))
-	after, err := f.writeTxn(ctx, "bad", []string{"bad-a", "bad-b"}, `{"bad": true}`)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The bad transaction, written here rather than with writeTxn so that
+	// the WAL insert position just before its COMMIT can be read: the commit
+	// record starts at or after badLSN, and PostgreSQL re-sends a transaction
+	// whose commit record starts at or after the slot's confirmed position.
+	// Keepalives may confirm anything before that (the DROP included).
+	after := []verify.Expected{{Key: "bad-a", Txn: "bad", Index: 0}, {Key: "bad-b", Txn: "bad", Index: 1}}
+	var badLSN pglogrepl.LSN
+	func() {
+		tx, err := f.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		for _, e := range after {
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ($1, '{"bad": true}')`, f.Table), e.Key); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var s string
+		if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if badLSN, err = pglogrepl.ParseLSN(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}()
 	postCommit := f.currentWAL()
 	select {
 	case <-p.done:
@@ -773,9 +806,9 @@ func TestRequiredColumnDropped(t *testing.T) {
 		t.Errorf("walpost retried a fatal schema error")
 	}
 	confirmed, _, _ := f.slotState()
-	t.Logf("slot confirmed %s; WAL before the DROP %s, after the bad transaction %s", confirmed, pre, postCommit)
-	if confirmed > pre {
-		t.Errorf("slot confirmed %s, past the WAL position before the DROP (%s)", confirmed, pre)
+	t.Logf("slot confirmed %s; WAL insert position before the bad COMMIT %s, after it %s", confirmed, badLSN, postCommit)
+	if confirmed > badLSN {
+		t.Errorf("slot confirmed %s, past the start of the bad transaction's commit record (at or after %s): it would not be re-sent", confirmed, badLSN)
 	}
 	if confirmed >= postCommit {
 		t.Errorf("slot confirmed %s, past the transaction walpost could not forward (ends by %s)", confirmed, postCommit)

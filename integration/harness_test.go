@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,6 +78,36 @@ func needStack(t testing.TB) {
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
+	}
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago. It
+// is closed again, so another process may take it before the one it is
+// handed to binds it: hand it over through retryPort.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// retryPort calls start with a port from freePort, and again with a new
+// one (3 attempts in all) while it fails with output saying the address
+// was already in use: the port was taken between freePort and the bind.
+// It returns the port of the last attempt and that attempt's output and
+// error.
+func retryPort(t testing.TB, start func(port int) (output string, err error)) (int, string, error) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		port := freePort(t)
+		out, err := start(port)
+		if err == nil || attempt == 3 || !strings.Contains(strings.ToLower(out), "already in use") {
+			return port, out, err
+		}
+		t.Logf("port %d was taken before it was bound (attempt %d: %v); again with another", port, attempt, err)
 	}
 }
 
@@ -151,10 +182,15 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 func (f *fixture) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	// The slot may still be held by a walsender that is shutting down.
-	for i := 0; i < 50; i++ {
+	// The slot may still be held by a walsender that is shutting down; a
+	// slot left behind pins WAL for the rest of the run, so say so.
+	for deadline := time.Now().Add(20 * time.Second); ; {
 		_, err := f.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, f.Slot)
 		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			f.t.Logf("cleanup: replication slot %s NOT dropped (it retains WAL until dropped by hand): %v", f.Slot, err)
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -206,6 +242,7 @@ func walpostOutput(t testing.TB, env []string, args ...string) (string, error) {
 	t.Helper()
 	needStack(t)
 	cmd := exec.Command(binary, args...)
+	cmd.SysProcAttr = childAttr()
 	cmd.Env = append(baseEnv(), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -237,6 +274,7 @@ func (f *fixture) start(extraEnv ...string) *proc {
 		f.t.Fatal(err)
 	}
 	cmd := exec.Command(binary, "run")
+	cmd.SysProcAttr = childAttr()
 	cmd.Env = append(baseEnv(), f.env(extraEnv...)...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

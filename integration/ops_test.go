@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -17,16 +16,6 @@ import (
 
 	"github.com/walpost/walpost/verify"
 )
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // scrape returns the samples of /metrics whose names start with prefix,
 // keyed by the whole series text (name and labels).
@@ -77,9 +66,21 @@ func stackCmd(t testing.TB, args ...string) {
 // 200 again after.
 func TestMetricsAndReadiness(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 2})
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	p := f.start("WALPOST_HTTP_LISTEN="+addr, "WALPOST_HTTP_READY_STALL_TIMEOUT=5s", "WALPOST_LOG_LEVEL=info")
-	waitFor(t, 30*time.Second, "/readyz 200", func() bool { c, _ := readyz(addr); return c == 200 })
+	var addr string
+	var p *proc
+	// http.listen is bound first thing: a port taken meanwhile ends walpost
+	// at once, and it is started again on another.
+	if _, out, err := retryPort(t, func(port int) (string, error) {
+		addr = fmt.Sprintf("127.0.0.1:%d", port)
+		p = f.start("WALPOST_HTTP_LISTEN="+addr, "WALPOST_HTTP_READY_STALL_TIMEOUT=5s", "WALPOST_LOG_LEVEL=info")
+		waitFor(t, 30*time.Second, "/readyz 200", func() bool { c, _ := readyz(addr); return c == 200 || p.exited() })
+		if p.exited() {
+			return tail(p.log, 30), fmt.Errorf("walpost exited: %v", p.err)
+		}
+		return "", nil
+	}); err != nil {
+		t.Fatalf("walpost with http.listen %s: %v\n%s", addr, err, out)
+	}
 	if resp, err := http.Get("http://" + addr + "/healthz"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("/healthz: %v %v", resp, err)
 	}

@@ -342,7 +342,7 @@ func TestProxy(t *testing.T) {
 		return c
 	}
 	roundTrip := func(c net.Conn, msg []byte) error {
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second)) // beyond the upper bounds below
 		if _, err := c.Write(msg); err != nil {
 			return err
 		}
@@ -418,7 +418,7 @@ func TestProxy(t *testing.T) {
 	if err := roundTrip(c3, []byte("ping")); err != nil {
 		t.Fatal(err)
 	}
-	if rtt := time.Since(start); rtt < 200*time.Millisecond || rtt > 2*time.Second {
+	if rtt := time.Since(start); rtt < 200*time.Millisecond || rtt > 10*time.Second {
 		t.Fatalf("round trip with 100 ms latency each way took %s", rtt)
 	}
 	p.SetLatency(0)
@@ -429,7 +429,7 @@ func TestProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 256 KiB up then down, pipelined: at least ~1 s at 256 KiB/s.
-	if took := time.Since(start); took < 900*time.Millisecond || took > 5*time.Second {
+	if took := time.Since(start); took < 900*time.Millisecond || took > 20*time.Second {
 		t.Fatalf("256 KiB at 256 KiB/s took %s", took)
 	}
 }

@@ -20,6 +20,7 @@ import (
 func runStatusJSON(t *testing.T, env []string) status.Report {
 	t.Helper()
 	cmd := exec.Command(binary, "status", "--json")
+	cmd.SysProcAttr = childAttr()
 	cmd.Env = append(baseEnv(), env...)
 	out, err := cmd.Output() // stdout only: the JSON
 	if err != nil {

@@ -68,12 +68,18 @@ func selfSigned(t testing.TB, dir string) (certFile, keyFile string) {
 func TestPostgresTLS(t *testing.T) {
 	needStack(t)
 	name := randName("tls")
-	port := freePort(t)
-	out, err := exec.Command(repoRoot+"/scripts/stack.sh", "scratch-pg-up", name, strconv.Itoa(port), "logical").Output()
-	if err != nil {
-		t.Fatalf("scratch-pg-up: %v", err)
-	}
 	t.Cleanup(func() { _ = exec.Command(repoRoot+"/scripts/stack.sh", "scratch-pg-down", name).Run() })
+	var out []byte
+	if _, errOut, err := retryPort(t, func(port int) (string, error) {
+		cmd := exec.Command(repoRoot+"/scripts/stack.sh", "scratch-pg-up", name, strconv.Itoa(port), "logical")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		var err error
+		out, err = cmd.Output()
+		return stderr.String(), err
+	}); err != nil {
+		t.Fatalf("scratch-pg-up: %v\n%s", err, errOut)
+	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	plainURL := lines[len(lines)-1]
 	dataDir := filepath.Join(repoRoot, ".stack", "scratch", name, "data")
@@ -113,7 +119,7 @@ func TestPostgresTLS(t *testing.T) {
 	admin.Close(ctx)
 
 	tlsURL := strings.Replace(plainURL, "sslmode=disable", "sslmode=verify-full&sslrootcert="+certFile, 1)
-	waitFor(t, 10*time.Second, "TLS on the scratch server", func() bool {
+	waitFor(t, 30*time.Second, "TLS on the scratch server", func() bool {
 		c, err := pgx.Connect(ctx, tlsURL)
 		if err != nil {
 			return false
@@ -135,6 +141,7 @@ func TestPostgresTLS(t *testing.T) {
 		t.Fatalf("migrate over TLS: %v\n%s", err, out)
 	}
 	cmd := exec.Command(binary, "run")
+	cmd.SysProcAttr = childAttr()
 	cmd.Env = append(baseEnv(), env...)
 	logf, err := os.CreateTemp(t.TempDir(), "walpost-tls-*.log")
 	if err != nil {

@@ -110,7 +110,7 @@ func TestVerifyNothingForwarding(t *testing.T) {
 	}
 	mustMatch(t, out, `written\s+500 events`, `delivered\s+0\n`, `lost\s+500\n`, `Nothing of this run arrived on topic `+regexp.QuoteMeta(f.Topic)+` within 5s`,
 		`(?m)^FAIL: 500 lost`)
-	if took := time.Since(start); took > time.Minute {
+	if took := time.Since(start); took > 3*time.Minute {
 		t.Fatalf("verify took %s with a 5s timeout", took)
 	}
 }

@@ -245,8 +245,8 @@ func TestStatusKafkaUnreachable(t *testing.T) {
 	if k.Error == nil || !strings.Contains(*k.Error, "unreachable") || k.Partitions != nil || k.EndOffsetSum != nil {
 		t.Fatalf("unreachable: %+v", k)
 	}
-	if d := time.Since(start); d > 10*time.Second {
-		t.Fatalf("took %s", d)
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("took %s with a 2 s timeout", d)
 	}
 	none := gatherKafka(context.Background(), kafkaConfig(nil, "events"), time.Second)
 	if none.Error == nil || !strings.Contains(*none.Error, "kafka.brokers") {

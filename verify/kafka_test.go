@@ -9,13 +9,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
-	"go.uber.org/goleak"
+
+	"github.com/walpost/walpost/internal/leak"
 )
 
 // Every test of the package must leave no goroutine behind: kfake and the
 // leak test's clients are all closed.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leak.VerifyTestMain(m)
 }
 
 // saslCluster is a kfake cluster that refuses clients without SASL PLAIN

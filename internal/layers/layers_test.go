@@ -21,6 +21,7 @@ var allowed = map[string][]string{
 	"outbox":          {},
 	"checkpoint":      {"outbox"},
 	"internal/redact": {},
+	"internal/leak":   {},
 	"config":          {"internal/redact"},
 	"replication":     {"checkpoint", "outbox"},
 	"sink":            {"outbox"},

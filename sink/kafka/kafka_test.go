@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"go.uber.org/goleak"
 
+	"github.com/walpost/walpost/internal/leak"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
@@ -25,7 +25,7 @@ import (
 // Every test of the package must leave no goroutine behind: the Kafka
 // client, kfake and the consumers are all closed.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leak.VerifyTestMain(m)
 }
 
 const testTopic = "orders"
