@@ -38,6 +38,7 @@ var allowed = map[string][]string{
 	"bench/drain":     {"config", "forwarder", "outbox", "sink", "sink/kafka", "replication", "checkpoint"},
 	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "migrations", "lint", "sink/kafka", "replication", "internal/redact"},
 	"internal/layers": {},
+	"writer":          {},
 }
 
 // banned lists, per package, third-party import prefixes its production
