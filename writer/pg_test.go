@@ -267,7 +267,7 @@ func TestRefusedEventNeverReachesTheDatabase(t *testing.T) {
 			d := newDB(t)
 			good := writer.Event{Key: writer.NewKey(), Payload: []byte(`{"ok": true}`)}
 			err := v.run(t, d, func(insert, batch func([]writer.Event) error, exec func(string, ...any) error) error {
-				if err := exec(`INSERT INTO `+d.Schema+`.accounts VALUES ('a1', 100)`); err != nil {
+				if err := exec(`INSERT INTO ` + d.Schema + `.accounts VALUES ('a1', 100)`); err != nil {
 					return err
 				}
 				for _, bad := range [][]writer.Event{
@@ -330,7 +330,7 @@ func TestBusinessAndOutboxRowsCommitTogether(t *testing.T) {
 				t.Fatal("the transaction whose connection was killed committed")
 			}
 			if err := v.run(t, d, func(insert, _ func([]writer.Event) error, exec func(string, ...any) error) error {
-				if err := exec(`INSERT INTO `+d.Schema+`.accounts VALUES ('rolled-back', 100)`); err != nil {
+				if err := exec(`INSERT INTO ` + d.Schema + `.accounts VALUES ('rolled-back', 100)`); err != nil {
 					return err
 				}
 				if err := insert([]writer.Event{{Key: writer.NewKey(), Payload: []byte(`{"account": "rolled-back"}`)}}); err != nil {
