@@ -34,7 +34,7 @@ var allowed = map[string][]string{
 	"status":          {"config", "replication", "sink/kafka", "internal/redact", "poison", "checkpoint", "outbox"},
 	"preflight":       {"config", "replication", "sink/kafka", "internal/redact", "poison", "position", "outbox"},
 	"verify":          {"config", "replication", "sink/kafka", "internal/redact", "outbox"},
-	"integration":     {"config", "replication", "sink", "sink/kafka", "verify", "status", "outbox", "checkpoint", "position", "internal/redact"},
+	"integration":     {"config", "replication", "sink", "sink/kafka", "verify", "status", "outbox", "checkpoint", "position", "internal/redact", "writer"},
 	"bench/drain":     {"config", "forwarder", "outbox", "sink", "sink/kafka", "replication", "checkpoint"},
 	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "migrations", "lint", "sink/kafka", "replication", "internal/redact"},
 	"internal/layers": {},
