@@ -127,12 +127,13 @@ func Example_batch() {
 }
 
 func ExampleDeriveKey() {
-	// The same entity version gives the same key, in every process.
+	// The same entity version gives the same key, in every process and
+	// language; the next version another.
 	fmt.Println(writer.DeriveKey("account/a1/debit", 1))
-	fmt.Println(writer.DeriveKey("account/a1/debit", 1) == writer.DeriveKey("account/a1/debit", 1))
+	fmt.Println(writer.DeriveKey("account/a1/debit", 2))
 	// Output:
 	// a6149f8d-ebb5-5b53-b650-922ed8c684f3
-	// true
+	// 167764c8-7362-5085-831d-cbe6889281eb
 }
 
 func ExampleNewKey() {
