@@ -91,7 +91,6 @@
 // key, in any process or language, so a retry that recomputes the key
 // cannot produce a second event.
 //
-// The package imports pgx, database/sql, github.com/google/uuid and the
-// standard library only: not walpost's forwarder, its Kafka client or its
-// configuration.
+// The package imports pgx, database/sql and the standard library only:
+// not walpost's forwarder, its Kafka client or its configuration.
 package writer

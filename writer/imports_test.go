@@ -7,7 +7,7 @@ import (
 )
 
 // TestImports holds the package to what its documentation promises: it
-// imports pgx, github.com/google/uuid and the standard library, and
+// imports pgx and the standard library only, and
 // nothing else of walpost, its Kafka client or its configuration comes
 // with it.
 func TestImports(t *testing.T) {
@@ -20,8 +20,8 @@ func TestImports(t *testing.T) {
 	}
 	for _, imp := range list("-f", `{{join .Imports " "}}`, ".") {
 		std := !strings.Contains(strings.SplitN(imp, "/", 2)[0], ".")
-		if !std && imp != "github.com/google/uuid" && imp != "github.com/jackc/pgx/v5" && !strings.HasPrefix(imp, "github.com/jackc/pgx/v5/") {
-			t.Errorf("writer imports %s; allowed: the standard library, pgx, github.com/google/uuid", imp)
+		if !std && imp != "github.com/jackc/pgx/v5" && !strings.HasPrefix(imp, "github.com/jackc/pgx/v5/") {
+			t.Errorf("writer imports %s; allowed: the standard library and pgx", imp)
 		}
 	}
 	deps := list("-deps", ".")
