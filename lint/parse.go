@@ -8,11 +8,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
-	"github.com/pganalyze/pg_query_go/v6/parser"
+	pgquery "github.com/wasilibs/go-pgquery"
+	"github.com/wasilibs/go-pgquery/parser"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -155,11 +155,6 @@ func (f *file) parserError(err error, text string, base int, what string) *Error
 	return f.errorAt(off, what+pe.Message)
 }
 
-// plpgsqlMu serialises calls into libpg_query's PL/pgSQL compiler, which
-// keeps its compile state in (thread-local) globals; files are small, so
-// this costs nothing and rules out interference between goroutines.
-var plpgsqlMu sync.Mutex
-
 var gooseRE = regexp.MustCompile(`(?i)^--\s*\+goose\s+(.*?)\s*$`)
 
 // parseFile parses one file into statements. A nil *Error means success.
@@ -183,7 +178,7 @@ func parseFile(a *analysis, name string, raw []byte) (*file, *Error) {
 	if strings.HasPrefix(text, "\uFEFF") { // a byte-order mark: blank it, keep offsets
 		text = "   " + text[3:]
 	}
-	tree, err := pg.Parse(text)
+	tree, err := pgquery.Parse(text)
 	if err != nil {
 		return nil, f.parserError(err, text, 0, "")
 	}
@@ -192,7 +187,7 @@ func parseFile(a *analysis, name string, raw []byte) (*file, *Error) {
 	var sectionStarts []int
 	gooseFile, gooseNoTx := false, false
 	var topComments []comment
-	if sc, err := pg.Scan(text); err == nil {
+	if sc, err := pgquery.Scan(text); err == nil {
 		for _, t := range sc.Tokens {
 			if t.Token != pg.Token_SQL_COMMENT && t.Token != pg.Token_C_COMMENT {
 				continue
@@ -445,8 +440,8 @@ func flattenLists(n *pg.Node, out *[]*pg.Node) {
 func (a *analysis) newBody(f *file, s *stmt, as *pg.DefElem, depth int) *body {
 	b := &body{a: a, f: f, id: a.newID(), unit: a.newID(), txn: a.newID(), inBlock: true,
 		start: s.pos, end: s.end, depth: depth + 1, owner: s}
-	if as != nil && s.verbatim && as.ArgLocation >= 0 {
-		if off := s.at(as.ArgLocation); off != s.pos && off < len(f.src) {
+	if as != nil && s.verbatim {
+		if off := s.bodyArg(as); off != s.pos && off < len(f.src) {
 			b.start, b.exact = bodyStart(f.src, off), true
 		}
 	}
@@ -459,6 +454,31 @@ func (a *analysis) newBody(f *file, s *stmt, as *pg.DefElem, depth int) *body {
 		}
 	}
 	return b
+}
+
+// bodyArg is the file offset of the string constant that holds the body
+// named by as, the "as" option of s (a DO block or CREATE FUNCTION), or s.pos
+// when it is unknown. The parser gives the option's own location only (its
+// ArgLocation field is left 0): for DO that is the string itself; for CREATE
+// FUNCTION it is the AS keyword, and the string is the next token.
+func (s *stmt) bodyArg(as *pg.DefElem) int {
+	off, end := s.at(as.Location), min(s.end, len(s.f.src))
+	if off == s.pos || off >= end {
+		return s.pos
+	}
+	if _, ok := s.node.(*pg.CreateFunctionStmt); !ok {
+		return off
+	}
+	sc, err := pgquery.Scan(s.f.src[off:end])
+	if err != nil || len(sc.Tokens) == 0 || sc.Tokens[0].Token != pg.Token_AS {
+		return s.pos
+	}
+	for _, t := range sc.Tokens[1:] {
+		if t.Token != pg.Token_SQL_COMMENT && t.Token != pg.Token_C_COMMENT {
+			return off + int(t.Start)
+		}
+	}
+	return s.pos
 }
 
 // bodyStart skips the opening quote of the string constant at off.
@@ -584,7 +604,7 @@ func (b *body) scanComments(text string) {
 	if !b.exact {
 		return
 	}
-	sc, err := pg.Scan(text)
+	sc, err := pgquery.Scan(text)
 	if err != nil {
 		return
 	}
@@ -603,7 +623,7 @@ func (b *body) scanComments(text string) {
 
 // sql expands a LANGUAGE sql function body.
 func (b *body) sql(text string) *Error {
-	tree, err := pg.Parse(text)
+	tree, err := pgquery.Parse(text)
 	if err != nil {
 		if !b.exact {
 			return b.f.errorAt(b.owner.pos, "in SQL function body: "+err.Error())
@@ -674,9 +694,7 @@ type plEvent struct {
 // plpgsql expands a PL/pgSQL body: stmtText is the whole CREATE FUNCTION or
 // DO statement, which libpg_query compiles.
 func (b *body) plpgsql(stmtText string) *Error {
-	plpgsqlMu.Lock()
-	out, err := pg.ParsePlPgSqlToJSON(stmtText)
-	plpgsqlMu.Unlock()
+	out, err := pgquery.ParsePlPgSqlToJSON(stmtText)
 	if err != nil {
 		return b.plpgsqlError(err)
 	}
@@ -696,7 +714,7 @@ func (b *body) plpgsql(stmtText string) *Error {
 			b.txn = b.a.newID()
 			continue
 		}
-		tree, err := pg.Parse(ev.sql)
+		tree, err := pgquery.Parse(ev.sql)
 		if err != nil {
 			continue // the PL/pgSQL compiler checked the syntax; what it let through is not ours to judge
 		}
@@ -724,7 +742,7 @@ func (b *body) dynamic(raw *pg.RawStmt, ev plEvent) {
 		return
 	}
 	text := c.GetSval().Sval
-	tree, err := pg.Parse(text)
+	tree, err := pgquery.Parse(text)
 	if err != nil {
 		return
 	}
