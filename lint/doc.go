@@ -2,7 +2,9 @@
 // application SQL (migrations, query files, PL/pgSQL function bodies and DO
 // blocks) with PostgreSQL's own parser and reports the outbox anti-patterns
 // that lose or double events before any forwarder runs. Rules are listed by
-// Rules; their exact semantics are documented in README.md beside this file.
+// Rules; their exact semantics, with a bad and a good example each, are
+// documented in docs/lint.md at the repository root (TestManualExamples lints
+// those examples).
 //
 // The parser is libpg_query compiled to WebAssembly and run by wazero
 // (wasilibs/go-pgquery), so `CGO_ENABLED=0 go build` gives a static walpost.

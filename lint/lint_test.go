@@ -53,57 +53,66 @@ func TestRuleTable(t *testing.T) {
 	}
 }
 
-// TestREADMEDocumentsEveryRule: the README has a section per rule with
-// a bad and a good example.
-func TestREADMEDocumentsEveryRule(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+// manual is the rule manual, docs/lint.md; README.md must link to it.
+func manual(t *testing.T) string {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
+	if !strings.Contains(string(readme), "](docs/lint.md)") {
+		t.Error("README.md does not link to docs/lint.md")
+	}
+	b, err := os.ReadFile("../docs/lint.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestManualDocumentsEveryRule: docs/lint.md has a section per rule with a
+// bad and a good example.
+func TestManualDocumentsEveryRule(t *testing.T) {
+	doc := manual(t)
 	for _, r := range Rules() {
-		head := "### " + r.ID + " `" + r.Name + "`"
-		i := strings.Index(readme, head)
+		head := "## " + r.ID + " `" + r.Name + "`"
+		i := strings.Index(doc, head)
 		if i < 0 {
-			t.Errorf("README.md lacks the heading %q", head)
+			t.Errorf("docs/lint.md lacks the heading %q", head)
 			continue
 		}
-		section := readme[i+len(head):]
-		if j := strings.Index(section, "\n### "); j >= 0 {
+		section := doc[i+len(head):]
+		if j := strings.Index(section, "\n## "); j >= 0 {
 			section = section[:j]
 		}
 		if !strings.Contains(section, "Bad:") || !strings.Contains(section, "Good:") || strings.Count(section, "```sql") < 2 {
-			t.Errorf("README.md section of %s needs a Bad: and a Good: SQL example", r.ID)
+			t.Errorf("docs/lint.md section of %s needs a Bad: and a Good: SQL example", r.ID)
 		}
 	}
 	for _, key := range []string{"lint.disable", "postgres.table", "postgres.poison_table", "--json", "--disable"} {
-		if !strings.Contains(readme, key) {
-			t.Errorf("README.md does not mention %s", key)
+		if !strings.Contains(doc, key) {
+			t.Errorf("docs/lint.md does not mention %s", key)
 		}
 	}
 }
 
-// TestREADMEExamples lints every example of README.md: Bad: blocks must
+// TestManualExamples lints every example of docs/lint.md: Bad: blocks must
 // yield their section's rule, Good: blocks nothing at all.
-func TestREADMEExamples(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sectionRE := regexp.MustCompile(`(?m)^### (OBX\d{3}) `)
+func TestManualExamples(t *testing.T) {
+	doc := manual(t)
+	sectionRE := regexp.MustCompile(`(?m)^## (OBX\d{3}) `)
 	blockRE := regexp.MustCompile("(?s)(Bad|Good):[^\\n]*\\n+```sql\\n(.*?)```")
-	readme := string(b)
-	idx := sectionRE.FindAllStringSubmatchIndex(readme, -1)
+	idx := sectionRE.FindAllStringSubmatchIndex(doc, -1)
 	if len(idx) != len(Rules()) {
 		t.Fatalf("found %d rule sections", len(idx))
 	}
 	for k, m := range idx {
-		rule := readme[m[2]:m[3]]
-		end := len(readme)
+		rule := doc[m[2]:m[3]]
+		end := len(doc)
 		if k+1 < len(idx) {
 			end = idx[k+1][0]
 		}
-		for _, blk := range blockRE.FindAllStringSubmatch(readme[m[0]:end], -1) {
+		for _, blk := range blockRE.FindAllStringSubmatch(doc[m[0]:end], -1) {
 			res := lintString(t, Options{}, blk[2])
 			if len(res.Errors) > 0 {
 				t.Errorf("%s %s example does not parse: %+v\n%s", rule, blk[1], res.Errors, blk[2])

@@ -26,7 +26,9 @@ type ruleDef struct {
 
 // rules lists every rule in id order. Each rule lives in a file of its own
 // (obx001_outbox_unique_key.go, …) that declares its id constant, registers
-// its metadata and check from init, and holds the check's helpers.
+// its metadata and check from init, and holds the check's helpers. A new
+// rule is such a file, its bad and good files under testdata/ and its
+// section in docs/lint.md (TestRuleTable also counts the rules).
 var rules []ruleDef
 
 // register adds a rule to rules, keeping id order; an id or name used twice
