@@ -46,7 +46,7 @@ func (a *analysis) expandBodies(f *file, s *stmt, stmtText string, depth int) *E
 		}
 		b := a.newBody(f, s, as, depth)
 		b.unit, b.txn, b.inBlock = s.unit, s.txn, s.inBlock // runs inline, in the caller's transaction
-		return b.plpgsql(stmtText)
+		return b.plpgsql(stmtText, strVal(as.Arg))
 	case *pg.CreateFunctionStmt:
 		lang, as := bodyOptions(x.Options, "")
 		if x.SqlBody != nil { // BEGIN ATOMIC … END: already parsed, absolute locations
@@ -75,7 +75,7 @@ func (a *analysis) expandBodies(f *file, s *stmt, stmtText string, depth int) *E
 		}
 		switch lang {
 		case "plpgsql":
-			return a.newBody(f, s, as, depth).plpgsql(stmtText)
+			return a.newBody(f, s, as, depth).plpgsql(stmtText, strVal(items[0]))
 		case "sql":
 			return a.newBody(f, s, as, depth).sql(strVal(items[0]))
 		}

@@ -367,3 +367,68 @@ func TestFuzzSeedsParse(t *testing.T) {
 		}
 	}
 }
+
+// TestPLNestingLimit: a PL/pgSQL body nested deeper than maxPLNesting is an
+// error of its file and never reaches the PL/pgSQL compiler, whose C stack
+// (libpg_query as WebAssembly) would overflow into its static data and
+// spoil the files linted after it. A body nested exactly maxPLNesting deep
+// compiles and leaves the parser intact.
+func TestPLNestingLimit(t *testing.T) {
+	nested := func(depth int, open, close string) string {
+		// The body's own BEGIN … END is the first level.
+		return "DO $$\nBEGIN\n" + strings.Repeat(open, depth-1) + "NULL;\n" + strings.Repeat(close, depth-1) + "END\n$$;\n"
+	}
+	after, err := os.ReadFile(filepath.Join("testdata", "bad", "OBX005_plpgsql.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := textOf(lintString(t, Options{}, string(after)))
+	for _, tc := range []struct {
+		name        string
+		src         string
+		wantErrLine int // 0: no error
+	}{
+		{"blocks at the limit", nested(maxPLNesting, "BEGIN\n", "END;\n"), 0},
+		{"IF at the limit", nested(maxPLNesting, "IF true THEN\n", "END IF;\n"), 0},
+		{"blocks past the limit", nested(maxPLNesting+1, "BEGIN\n", "END;\n"), maxPLNesting + 2},
+		{"LOOP past the limit", nested(maxPLNesting+1, "LOOP\n", "END LOOP;\n"), maxPLNesting + 2},
+		{"CASE past the limit", nested(maxPLNesting+1, "CASE 1 WHEN 1 THEN\n", "END CASE;\n"), maxPLNesting + 2},
+		{"FOR over CASE past the limit", nested(maxPLNesting+1, "FOR r IN SELECT CASE WHEN true THEN 1 END LOOP\n", "END LOOP;\n"), maxPLNesting + 2},
+		{"far past the limit", nested(1000, "BEGIN\n", "END;\n"), maxPLNesting + 2},
+		{"IF EXISTS and CASE expressions are no nesting", "DO $$\nDECLARE x int;\nBEGIN\n" +
+			strings.Repeat("DROP TABLE IF EXISTS t;\nx := CASE WHEN x > 0 THEN 1 ELSE CASE WHEN x < 0 THEN 2 END END;\n", 2*maxPLNesting) + "END\n$$;\n", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Lint(Options{}, []File{{Name: "deep.sql", Src: []byte(tc.src)}, {Name: "after.sql", Src: after}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var errs []Error
+			for _, e := range res.Errors {
+				if e.File == "after.sql" {
+					t.Fatalf("after.sql: %+v", e)
+				}
+				errs = append(errs, e)
+			}
+			switch {
+			case tc.wantErrLine == 0 && len(errs) > 0:
+				t.Fatalf("want no error, got %+v", errs)
+			case tc.wantErrLine > 0 && (len(errs) != 1 || errs[0].Line != tc.wantErrLine || !strings.Contains(errs[0].Message, "nest more than")):
+				t.Fatalf("want one nesting error at line %d, got %+v", tc.wantErrLine, errs)
+			}
+			// The file after it lints as it does alone.
+			res.Errors = nil
+			var findings []Finding
+			for _, f := range res.Findings {
+				if f.File == "after.sql" {
+					f.File = "t.sql"
+					findings = append(findings, f)
+				}
+			}
+			res.Findings = findings
+			if got := textOf(res); got != alone {
+				t.Errorf("the next file lints differently:\n%s\nalone:\n%s", got, alone)
+			}
+		})
+	}
+}

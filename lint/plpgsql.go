@@ -3,6 +3,7 @@ package lint
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
 	"sort"
@@ -32,9 +33,25 @@ type plEvent struct {
 	dynamic  bool
 }
 
+// maxPLNesting bounds how deep PL/pgSQL blocks and IF, LOOP and CASE
+// statements may nest in a body handed to the PL/pgSQL compiler. libpg_query
+// runs as WebAssembly with a 64 KiB C stack and no guard below it: a body
+// nested about 48 deep overflows the stack into the module's static data, the
+// compile still succeeds, and every later parse in the process (the next
+// files of the run) fails or goes wrong. The limit leaves a margin;
+// hand-written code seldom nests a fifth as deep.
+const maxPLNesting = 32
+
 // plpgsql expands a PL/pgSQL body: stmtText is the whole CREATE FUNCTION or
-// DO statement, which libpg_query compiles.
-func (b *body) plpgsql(stmtText string) *Error {
+// DO statement, which libpg_query compiles, and code the body's source.
+func (b *body) plpgsql(stmtText, code string) *Error {
+	if at := plTooDeep(code); at >= 0 {
+		off := b.owner.pos
+		if b.exact && b.bodyText() == code {
+			off = b.start + at
+		}
+		return b.f.errorAt(off, fmt.Sprintf("in PL/pgSQL body: blocks and IF, LOOP and CASE statements nest more than %d deep, more than walpost lint's parser can compile", maxPLNesting))
+	}
 	out, err := pgquery.ParsePlPgSqlToJSON(stmtText)
 	if err != nil {
 		return b.plpgsqlError(err)
@@ -68,6 +85,55 @@ func (b *body) plpgsql(stmtText string) *Error {
 		}
 	}
 	return nil
+}
+
+// plTooDeep returns the offset in code of the first token that opens a
+// block or an IF, LOOP or CASE statement more than maxPLNesting deep, or -1.
+// The PL/pgSQL compiler reads code with the SQL lexer, so its tokens tell the
+// structure: BEGIN and LOOP open, so do IF and CASE where a statement starts,
+// a CASE elsewhere opens an expression, END closes whatever is open, and the
+// IF, LOOP or CASE right after an END that closed a statement belongs to it.
+// A word such as a column named loop may be counted as an opener: the depth
+// is never under-counted. When code does not lex, -1: the compiler then
+// rejects it before compiling.
+func plTooDeep(code string) int {
+	sc, err := pgquery.Scan(code)
+	if err != nil {
+		return -1
+	}
+	var open []bool // true: a statement, false: a CASE expression
+	depth, prev, closedStmt := 0, ";", false
+	for _, t := range sc.Tokens {
+		start, end := int(t.Start), int(t.End)
+		if t.Token == pg.Token_SQL_COMMENT || t.Token == pg.Token_C_COMMENT || start < 0 || end > len(code) || start > end {
+			continue
+		}
+		word := strings.ToLower(code[start:end])
+		stmtStart := false
+		switch prev {
+		case ";", "begin", "then", "else", "loop":
+			stmtStart = true
+		}
+		qualifier := closedStmt && (word == "if" || word == "loop" || word == "case")
+		closedStmt = false
+		switch {
+		case qualifier:
+		case word == "begin" || word == "loop" || (word == "if" || word == "case") && stmtStart:
+			open = append(open, true)
+			if depth++; depth > maxPLNesting {
+				return start
+			}
+		case word == "case":
+			open = append(open, false)
+		case word == "end" && len(open) > 0:
+			if closedStmt = open[len(open)-1]; closedStmt {
+				depth--
+			}
+			open = open[:len(open)-1]
+		}
+		prev = word
+	}
+	return -1
 }
 
 // dynamic handles EXECUTE 'constant SQL': the string is parsed as SQL, with
