@@ -1,9 +1,16 @@
 // Package lint is the offline gate behind `walpost lint`: it parses
 // application SQL (migrations, query files, PL/pgSQL function bodies and DO
-// blocks) with PostgreSQL's own parser (pganalyze/pg_query_go) and reports
-// the outbox anti-patterns that lose or double events before any forwarder
-// runs. Rules are listed by Rules; their exact semantics are documented in
-// README.md beside this file.
+// blocks) with PostgreSQL's own parser and reports the outbox anti-patterns
+// that lose or double events before any forwarder runs. Rules are listed by
+// Rules; their exact semantics, with a bad and a good example each, are
+// documented in docs/lint.md at the repository root (TestManualExamples lints
+// those examples).
+//
+// The parser is libpg_query compiled to WebAssembly and run by wazero
+// (wasilibs/go-pgquery), so `CGO_ENABLED=0 go build` gives a static walpost.
+// Parse trees are pganalyze/pg_query_go's generated types: with CGO_ENABLED=0
+// that package is pure Go; with cgo enabled it also compiles and links
+// pg_query_go's own C parser, which nothing calls.
 //
 // The unit of analysis is a file set: every file handed to one Lint call.
 // Some rules look across the whole set (a UNIQUE index added in a later

@@ -53,57 +53,66 @@ func TestRuleTable(t *testing.T) {
 	}
 }
 
-// TestREADMEDocumentsEveryRule: the README has a section per rule with
-// a bad and a good example.
-func TestREADMEDocumentsEveryRule(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+// manual is the rule manual, docs/lint.md; README.md must link to it.
+func manual(t *testing.T) string {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(b)
+	if !strings.Contains(string(readme), "](docs/lint.md)") {
+		t.Error("README.md does not link to docs/lint.md")
+	}
+	b, err := os.ReadFile("../docs/lint.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestManualDocumentsEveryRule: docs/lint.md has a section per rule with a
+// bad and a good example.
+func TestManualDocumentsEveryRule(t *testing.T) {
+	doc := manual(t)
 	for _, r := range Rules() {
-		head := "### " + r.ID + " `" + r.Name + "`"
-		i := strings.Index(readme, head)
+		head := "## " + r.ID + " `" + r.Name + "`"
+		i := strings.Index(doc, head)
 		if i < 0 {
-			t.Errorf("README.md lacks the heading %q", head)
+			t.Errorf("docs/lint.md lacks the heading %q", head)
 			continue
 		}
-		section := readme[i+len(head):]
-		if j := strings.Index(section, "\n### "); j >= 0 {
+		section := doc[i+len(head):]
+		if j := strings.Index(section, "\n## "); j >= 0 {
 			section = section[:j]
 		}
 		if !strings.Contains(section, "Bad:") || !strings.Contains(section, "Good:") || strings.Count(section, "```sql") < 2 {
-			t.Errorf("README.md section of %s needs a Bad: and a Good: SQL example", r.ID)
+			t.Errorf("docs/lint.md section of %s needs a Bad: and a Good: SQL example", r.ID)
 		}
 	}
 	for _, key := range []string{"lint.disable", "postgres.table", "postgres.poison_table", "--json", "--disable"} {
-		if !strings.Contains(readme, key) {
-			t.Errorf("README.md does not mention %s", key)
+		if !strings.Contains(doc, key) {
+			t.Errorf("docs/lint.md does not mention %s", key)
 		}
 	}
 }
 
-// TestREADMEExamples lints every example of README.md: Bad: blocks must
+// TestManualExamples lints every example of docs/lint.md: Bad: blocks must
 // yield their section's rule, Good: blocks nothing at all.
-func TestREADMEExamples(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sectionRE := regexp.MustCompile(`(?m)^### (OBX\d{3}) `)
+func TestManualExamples(t *testing.T) {
+	doc := manual(t)
+	sectionRE := regexp.MustCompile(`(?m)^## (OBX\d{3}) `)
 	blockRE := regexp.MustCompile("(?s)(Bad|Good):[^\\n]*\\n+```sql\\n(.*?)```")
-	readme := string(b)
-	idx := sectionRE.FindAllStringSubmatchIndex(readme, -1)
+	idx := sectionRE.FindAllStringSubmatchIndex(doc, -1)
 	if len(idx) != len(Rules()) {
 		t.Fatalf("found %d rule sections", len(idx))
 	}
 	for k, m := range idx {
-		rule := readme[m[2]:m[3]]
-		end := len(readme)
+		rule := doc[m[2]:m[3]]
+		end := len(doc)
 		if k+1 < len(idx) {
 			end = idx[k+1][0]
 		}
-		for _, blk := range blockRE.FindAllStringSubmatch(readme[m[0]:end], -1) {
+		for _, blk := range blockRE.FindAllStringSubmatch(doc[m[0]:end], -1) {
 			res := lintString(t, Options{}, blk[2])
 			if len(res.Errors) > 0 {
 				t.Errorf("%s %s example does not parse: %+v\n%s", rule, blk[1], res.Errors, blk[2])
@@ -357,6 +366,71 @@ func TestFuzzSeedsParse(t *testing.T) {
 		if len(res.Errors) > 0 {
 			t.Errorf("%s: %+v", p, res.Errors)
 		}
+	}
+}
+
+// TestPLNestingLimit: a PL/pgSQL body nested deeper than maxPLNesting is an
+// error of its file and never reaches the PL/pgSQL compiler, whose C stack
+// (libpg_query as WebAssembly) would overflow into its static data and
+// spoil the files linted after it. A body nested exactly maxPLNesting deep
+// compiles and leaves the parser intact.
+func TestPLNestingLimit(t *testing.T) {
+	nested := func(depth int, open, close string) string {
+		// The body's own BEGIN … END is the first level.
+		return "DO $$\nBEGIN\n" + strings.Repeat(open, depth-1) + "NULL;\n" + strings.Repeat(close, depth-1) + "END\n$$;\n"
+	}
+	after, err := os.ReadFile(filepath.Join("testdata", "bad", "OBX005_plpgsql.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := textOf(lintString(t, Options{}, string(after)))
+	for _, tc := range []struct {
+		name        string
+		src         string
+		wantErrLine int // 0: no error
+	}{
+		{"blocks at the limit", nested(maxPLNesting, "BEGIN\n", "END;\n"), 0},
+		{"IF at the limit", nested(maxPLNesting, "IF true THEN\n", "END IF;\n"), 0},
+		{"blocks past the limit", nested(maxPLNesting+1, "BEGIN\n", "END;\n"), maxPLNesting + 2},
+		{"LOOP past the limit", nested(maxPLNesting+1, "LOOP\n", "END LOOP;\n"), maxPLNesting + 2},
+		{"CASE past the limit", nested(maxPLNesting+1, "CASE 1 WHEN 1 THEN\n", "END CASE;\n"), maxPLNesting + 2},
+		{"FOR over CASE past the limit", nested(maxPLNesting+1, "FOR r IN SELECT CASE WHEN true THEN 1 END LOOP\n", "END LOOP;\n"), maxPLNesting + 2},
+		{"far past the limit", nested(1000, "BEGIN\n", "END;\n"), maxPLNesting + 2},
+		{"IF EXISTS and CASE expressions are no nesting", "DO $$\nDECLARE x int;\nBEGIN\n" +
+			strings.Repeat("DROP TABLE IF EXISTS t;\nx := CASE WHEN x > 0 THEN 1 ELSE CASE WHEN x < 0 THEN 2 END END;\n", 2*maxPLNesting) + "END\n$$;\n", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Lint(Options{}, []File{{Name: "deep.sql", Src: []byte(tc.src)}, {Name: "after.sql", Src: after}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var errs []Error
+			for _, e := range res.Errors {
+				if e.File == "after.sql" {
+					t.Fatalf("after.sql: %+v", e)
+				}
+				errs = append(errs, e)
+			}
+			switch {
+			case tc.wantErrLine == 0 && len(errs) > 0:
+				t.Fatalf("want no error, got %+v", errs)
+			case tc.wantErrLine > 0 && (len(errs) != 1 || errs[0].Line != tc.wantErrLine || !strings.Contains(errs[0].Message, "nest more than")):
+				t.Fatalf("want one nesting error at line %d, got %+v", tc.wantErrLine, errs)
+			}
+			// The file after it lints as it does alone.
+			res.Errors = nil
+			var findings []Finding
+			for _, f := range res.Findings {
+				if f.File == "after.sql" {
+					f.File = "t.sql"
+					findings = append(findings, f)
+				}
+			}
+			res.Findings = findings
+			if got := textOf(res); got != alone {
+				t.Errorf("the next file lints differently:\n%s\nalone:\n%s", got, alone)
+			}
+		})
 	}
 }
 

@@ -2,7 +2,11 @@ package lint
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
 // Rule describes one check. ID and Name are stable: configuration and
@@ -14,72 +18,42 @@ type Rule struct {
 	Fix     string // the generic fix, also attached to every finding
 }
 
-// Rule ids.
-const (
-	RuleOutboxUniqueKey       = "OBX001"
-	RuleOutboxSameTransaction = "OBX002"
-	RuleOutboxPollOrder       = "OBX003"
-	RuleSentBeforePublish     = "OBX004"
-	RulePoisonNoDelete        = "OBX005"
-	RuleReplayNewKey          = "OBX006"
-	RuleAttemptsUnbounded     = "OBX007"
-	RulePublicationScope      = "OBX008"
-)
+// ruleDef is a rule and the check that implements it.
+type ruleDef struct {
+	Rule
+	check func(*analysis) []Finding
+}
 
-var rules = []Rule{
-	{
-		ID: RuleOutboxUniqueKey, Name: "outbox-unique-key",
-		Summary: "the outbox table's idempotency_key must be NOT NULL and UNIQUE (or the primary key)",
-		Fix:     "declare idempotency_key text NOT NULL UNIQUE (or add a unique index on idempotency_key alone)",
-	},
-	{
-		ID: RuleOutboxSameTransaction, Name: "outbox-same-transaction",
-		Summary: "an INSERT INTO outbox must commit in the same transaction as the business write it belongs to",
-		Fix:     "put the business write and the INSERT INTO outbox in one BEGIN … COMMIT block",
-	},
-	{
-		ID: RuleOutboxPollOrder, Name: "outbox-poll-order",
-		Summary: "a poller that reads the outbox with LIMIT or FOR UPDATE SKIP LOCKED must ORDER BY created_at (or the id/sequence)",
-		Fix:     "add ORDER BY created_at (or the sequence/id column), ascending, before LIMIT / FOR UPDATE SKIP LOCKED",
-	},
-	{
-		ID: RuleSentBeforePublish, Name: "outbox-sent-before-publish",
-		Summary: "UPDATE outbox SET sent_at must come after the publish step, never before it",
-		Fix:     "publish first and set sent_at only once the broker acknowledged the record (walpost itself never needs sent_at)",
-	},
-	{
-		ID: RulePoisonNoDelete, Name: "poison-no-delete",
-		Summary: "rows of the poison table are never deleted or truncated, and its no-delete trigger is never dropped or disabled",
-		Fix:     "keep quarantined rows; replay them (walpost poison replay) and let replayed_at/replay_count record it",
-	},
-	{
-		ID: RuleReplayNewKey, Name: "replay-new-key",
-		Summary: "a replay from the poison table must re-insert the original idempotency_key, not a newly generated one",
-		Fix:     "insert the poison row's own idempotency_key (with ON CONFLICT (idempotency_key) DO NOTHING if the row may still be there)",
-	},
-	{
-		ID: RuleAttemptsUnbounded, Name: "attempts-unbounded",
-		Summary: "a retry loop that increments attempts needs a bound (attempts compared against a maximum), and max_attempts must not be 0",
-		Fix:     "stop retrying at a bound (e.g. WHERE attempts < 5) and quarantine the row in the poison table; max_attempts ≥ 1",
-	},
-	{
-		ID: RulePublicationScope, Name: "publication-scope",
-		Summary: "the outbox publication publishes inserts only and names its tables (no FOR ALL TABLES / TABLES IN SCHEMA)",
-		Fix:     "CREATE PUBLICATION … FOR TABLE outbox WITH (publish = 'insert')",
-	},
+// rules lists every rule in id order. Each rule lives in a file of its own
+// (obx001_outbox_unique_key.go, …) that declares its id constant, registers
+// its metadata and check from init, and holds the check's helpers. A new
+// rule is such a file, its bad and good files under testdata/ and its
+// section in docs/lint.md (TestRuleTable also counts the rules).
+var rules []ruleDef
+
+// register adds a rule to rules, keeping id order; an id or name used twice
+// is a programming error.
+func register(r Rule, check func(*analysis) []Finding) {
+	i, found := slices.BinarySearchFunc(rules, r.ID, func(d ruleDef, id string) int { return strings.Compare(d.ID, id) })
+	if found || slices.ContainsFunc(rules, func(d ruleDef) bool { return d.Name == r.Name }) {
+		panic("lint: rule registered twice: " + r.ID + " " + r.Name)
+	}
+	rules = slices.Insert(rules, i, ruleDef{Rule: r, check: check})
 }
 
 // Rules returns every rule, in id order.
 func Rules() []Rule {
 	out := make([]Rule, len(rules))
-	copy(out, rules)
+	for i, r := range rules {
+		out[i] = r.Rule
+	}
 	return out
 }
 
 func ruleByID(id string) Rule {
 	for _, r := range rules {
 		if r.ID == id {
-			return r
+			return r.Rule
 		}
 	}
 	panic("lint: unknown rule " + id)
@@ -90,7 +64,7 @@ func LookupRule(s string) (Rule, bool) {
 	s = strings.TrimSpace(s)
 	for _, r := range rules {
 		if strings.EqualFold(r.ID, s) || strings.EqualFold(r.Name, s) {
-			return r, true
+			return r.Rule, true
 		}
 	}
 	return Rule{}, false
@@ -98,3 +72,58 @@ func LookupRule(s string) (Rule, bool) {
 
 // ErrUnknownRule is wrapped by Lint and Run when Options.Disable names no rule.
 var ErrUnknownRule = errors.New("unknown lint rule")
+
+// run applies every enabled rule to the parsed file set, in id order.
+func (a *analysis) run() []Finding {
+	a.collectSchema()
+	var out []Finding
+	for _, r := range rules {
+		if a.cfg.enabled[r.ID] {
+			out = append(out, r.check(a)...)
+		}
+	}
+	return out
+}
+
+func (a *analysis) finding(rule string, s *stmt, off int, format string, args ...any) Finding {
+	r := ruleByID(rule)
+	line, col := s.f.lineCol(off)
+	return Finding{Rule: r.ID, Name: r.Name, File: s.f.name, Line: line, Column: col,
+		Message: fmt.Sprintf(format, args...), Fix: r.Fix}
+}
+
+func (a *analysis) allStmts(fn func(*stmt)) {
+	for _, f := range a.files {
+		for _, s := range f.stmts {
+			fn(s)
+		}
+	}
+}
+
+// units groups the statements of the file set by unit, in file position
+// order.
+func (a *analysis) units() [][]*stmt {
+	var order []int
+	by := map[int][]*stmt{}
+	a.allStmts(func(s *stmt) {
+		if _, ok := by[s.unit]; !ok {
+			order = append(order, s.unit)
+		}
+		by[s.unit] = append(by[s.unit], s)
+	})
+	out := make([][]*stmt, 0, len(order))
+	for _, u := range order {
+		out = append(out, by[u])
+	}
+	return out
+}
+
+func lineOf(s *stmt, off int) int {
+	l, _ := s.f.lineCol(off)
+	return l
+}
+
+// isReplay: the INSERT's own query reads the poison table.
+func (a *analysis) isReplay(ins *pg.InsertStmt) bool {
+	return mentions(ins.SelectStmt, a.cfg.poison) || mentions(ins.WithClause, a.cfg.poison)
+}

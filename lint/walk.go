@@ -248,3 +248,29 @@ func mentions(m proto.Message, t tableName) bool {
 	})
 	return found
 }
+
+// opName is the operator of an expression ("<", "=", …).
+func opName(e *pg.A_Expr) string { return lastName(e.Name) }
+
+// valuesAt lists the expressions an INSERT source puts in column idx.
+func valuesAt(n *pg.Node, idx int) []*pg.Node {
+	sel := n.GetSelectStmt()
+	if sel == nil {
+		return nil
+	}
+	if sel.Op != pg.SetOperation_SETOP_NONE {
+		return append(valuesAt(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: sel.Larg}}, idx),
+			valuesAt(&pg.Node{Node: &pg.Node_SelectStmt{SelectStmt: sel.Rarg}}, idx)...)
+	}
+	var out []*pg.Node
+	for _, row := range sel.ValuesLists {
+		items := row.GetList().GetItems()
+		if idx < len(items) {
+			out = append(out, items[idx])
+		}
+	}
+	if len(sel.ValuesLists) == 0 && idx < len(sel.TargetList) {
+		out = append(out, sel.TargetList[idx].GetResTarget().GetVal())
+	}
+	return out
+}
