@@ -321,3 +321,55 @@ func TestRecoverAfterSlotInvalidated(t *testing.T) {
 	gap = append(gap, posWriteEvents(t, w, "gap2", 100)...)
 	recRecoverAndCheck(t, f, w, env, before, gap, "commit timestamp (track_commit_timestamp = on)")
 }
+
+// TestPruneOnlyConfirmed: walpost confirms 300 events and stops; a backlog
+// of 200 is written while it is down. walpost prune deletes exactly the
+// confirmed rows (in batches of --batch), never the backlog; with the
+// default recover.margin (rows chosen by created_at) it keeps the rows of
+// the last 10 minutes; without a position it refuses.
+func TestPruneOnlyConfirmed(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	noRow := append(f.env(), "WALPOST_POSTGRES_SLOT=nothing_recorded_here")
+	if out, code := recCommand(t, noRow, "prune", "--older-than", "1ms"); code != 1 || !strings.Contains(out, "no position is recorded") {
+		t.Errorf("prune without a position: exit %d, want 1 naming the missing position", code)
+	}
+	if out, code := recCommand(t, f.env(), "prune"); code != 2 || !strings.Contains(out, "--older-than is required") {
+		t.Errorf("prune without --older-than: exit %d, want 2 naming the flag", code)
+	}
+	posForget(t, f.Pool, f.Slot)
+	confirmed := recRunThenStop(t, f, f, nil, "old", 300)
+	backlog := posWriteEvents(t, f, "backlog", 200)
+	count := func(prefix string) int {
+		var n int
+		if err := f.Pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT count(*) FROM %s WHERE idempotency_key LIKE $1`, f.Table), prefix+"-%").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	out, code := recCommand(t, f.env(), "prune", "--older-than", "1ms")
+	if code != 0 || !strings.Contains(out, "deleted:           0 row(s)") {
+		t.Errorf("prune with the default recover.margin (10m): exit %d, want 0 rows deleted", code)
+	}
+	noMargin := append(f.env(), "WALPOST_RECOVER_MARGIN=0s")
+	out, code = recCommand(t, noMargin, "prune", "--older-than", "1ms", "--dry-run")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d row(s) would be deleted", len(confirmed))) {
+		t.Errorf("prune --dry-run: exit %d, want %d rows planned", code, len(confirmed))
+	}
+	if n := count("old"); n != len(confirmed) {
+		t.Fatalf("the dry run deleted rows: %d of %d left", n, len(confirmed))
+	}
+	out, code = recCommand(t, noMargin, "prune", "--older-than", "1ms", "--batch", "7")
+	if code != 0 {
+		t.Fatalf("prune: exit %d", code)
+	}
+	if want := fmt.Sprintf("deleted:           %d row(s) in %d batch(es)", len(confirmed), (len(confirmed)+6)/7); !strings.Contains(out, want) {
+		t.Errorf("prune report lacks %q", want)
+	}
+	if n := count("old"); n != 0 {
+		t.Errorf("%d confirmed rows left after prune, want 0", n)
+	}
+	if n := count("backlog"); n != len(backlog) {
+		t.Errorf("prune deleted unconfirmed rows: %d of the backlog's %d left", n, len(backlog))
+	}
+}

@@ -159,7 +159,9 @@ func (p *Pruner) Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.CreatedBefore = b
 	}
 	rep.CommitAtOrBefore = row.LastCommit.Add(-commitSlack)
-	where := `created_at < $1`
+	// $2 (the commit bound) is unused without commit timestamps; it is
+	// named so that PostgreSQL knows its type.
+	where := `created_at < $1 AND $2::timestamptz IS NOT NULL`
 	if rep.ByCommitTS {
 		margin := row.LastCommit.Add(-cfg.Recover.Margin)
 		ts := `pg_xact_commit_timestamp(xmin)`

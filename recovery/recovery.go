@@ -172,9 +172,9 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 	case slot.Active:
 		return rep, fmt.Errorf("%w: slot %q is in use by PostgreSQL backend pid %d: stop the process streaming from it first", ErrRefused, name, slot.ActivePID)
 	case slot.WALStatus == "lost":
-		rep.SlotState, drop = "invalidated (wal_status = lost): dropped and created again", true
+		rep.SlotState, drop = "invalidated (wal_status = lost)", true
 	case found && !row.RecoveringSince.IsZero():
-		rep.SlotState, drop = fmt.Sprintf("left by a recovery started at %s that did not finish: dropped and created again", row.RecoveringSince.UTC().Format(time.RFC3339)), true
+		rep.SlotState, drop = fmt.Sprintf("left by a recovery started at %s that did not finish", row.RecoveringSince.UTC().Format(time.RFC3339)), true
 	default:
 		return rep, fmt.Errorf("%w: slot %q exists and is usable (confirmed_flush_lsn %s, wal_status %s): walpost run streams from it, there is no gap to close. To re-send from an earlier time anyway, drop the slot first (SELECT pg_drop_replication_slot('%s')) with walpost stopped",
 			ErrNothingToRecover, name, slot.ConfirmedFlush, slot.WALStatus, name)
@@ -197,6 +197,11 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.By, rep.CommitFrom, rep.CreatedFrom = ByCommitTimestamp, last.Add(-CommitSlack), last.Add(-cfg.Recover.Margin)
 	default:
 		rep.By, rep.CreatedFrom = ByCreatedAt, last.Add(-cfg.Recover.Margin)
+	}
+	if drop && opts.DryRun {
+		rep.SlotState += ": would be dropped and created again"
+	} else if drop {
+		rep.SlotState += ": dropped and created again"
 	}
 	cols, err := replication.TableColumns(ctx, side, table)
 	if err != nil {
