@@ -216,10 +216,15 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, nil
 	}
 
-	if found {
-		if err := store.MarkRecovering(ctx, name); err != nil {
+	if !found {
+		// A row to mark: without one, a recovery that stopped after
+		// creating the slot would look like a first install to walpost run.
+		if err := store.Reset(ctx, position.Row{Slot: name, Identity: id}); err != nil {
 			return rep, err
 		}
+	}
+	if err := store.MarkRecovering(ctx, name); err != nil {
+		return rep, err
 	}
 	if drop {
 		if _, err := side.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name); err != nil {
