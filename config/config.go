@@ -34,6 +34,7 @@ type Config struct {
 	Kafka    Kafka    `mapstructure:"kafka"`
 	Pipeline Pipeline `mapstructure:"pipeline"`
 	Poison   Poison   `mapstructure:"poison"`
+	Recover  Recover  `mapstructure:"recover"`
 	HTTP     HTTP     `mapstructure:"http"`
 	Log      Log      `mapstructure:"log"`
 	Lint     Lint     `mapstructure:"lint"`
@@ -135,6 +136,19 @@ type Poison struct {
 	MaxRate int `mapstructure:"max_rate" doc:"Quarantined records within poison.rate_window that stop walpost." default:"100"`
 	// RateWindow is the window of MaxRate.
 	RateWindow time.Duration `mapstructure:"rate_window" doc:"Window for poison.max_rate (duration)." default:"1m"`
+}
+
+// Recover governs walpost recover and walpost prune (README, Runbook,
+// "Slot lost").
+type Recover struct {
+	// Margin widens the window of rows chosen by created_at (when
+	// track_commit_timestamp is off, or a row's commit timestamp is not
+	// known): created_at is when the inserting transaction started, so a
+	// transaction that ran longer than Margin and committed after the last
+	// confirmed one could be missed by recover, and deleted by prune.
+	// Recover re-sends the rows of the margin (consumers deduplicate);
+	// prune keeps them. Default 10m.
+	Margin time.Duration `mapstructure:"margin" doc:"How far before the last confirmed commit walpost recover reads and walpost prune stops when rows are chosen by created_at (track_commit_timestamp off): longer than your longest transaction (duration)." default:"10m"`
 }
 
 // HTTP serves metrics and health.
@@ -512,6 +526,9 @@ func (c *Config) ValidateFor(need Needs) error {
 	}
 	if c.Poison.RateWindow <= 0 {
 		bad("poison.rate_window", c.Poison.RateWindow.String(), "a positive duration")
+	}
+	if c.Recover.Margin < 0 {
+		bad("recover.margin", c.Recover.Margin.String(), "0 or a positive duration, longer than the longest transaction that writes the outbox")
 	}
 	if c.HTTP.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {

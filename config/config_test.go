@@ -103,6 +103,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"kafka.flush_timeout", cfg.Kafka.FlushTimeout, 30 * time.Second},
 		{"poison.max_attempts", cfg.Poison.MaxAttempts, 5},
 		{"poison.backoff", cfg.Poison.Backoff, 200 * time.Millisecond},
+		{"recover.margin", cfg.Recover.Margin, 10 * time.Minute},
 		{"http.listen", cfg.HTTP.Listen, ":9187"},
 		{"log.level", cfg.Log.Level, "info"},
 		{"log.format", cfg.Log.Format, "text"},
@@ -188,6 +189,8 @@ func TestConfigInvalid(t *testing.T) {
 			wantKey: []string{"pipeline.max_inflight_bytes"}},
 		{name: "negative create_topic_partitions", env: with(minimalEnv, "WALPOST_KAFKA_CREATE_TOPIC_PARTITIONS", "-3"), need: NeedAll,
 			wantKey: []string{"kafka.create_topic_partitions"}},
+		{name: "negative recover.margin", env: with(minimalEnv, "WALPOST_RECOVER_MARGIN", "-1m"), need: NeedAll,
+			wantKey: []string{"recover.margin", "WALPOST_RECOVER_MARGIN", `"-1m0s"`, "longest transaction"}},
 		{name: "all problems at once", env: with(minimalEnv, "WALPOST_LOG_LEVEL", "loud", "WALPOST_POISON_MAX_ATTEMPTS", "0", "WALPOST_KAFKA_BROKERS", "localhost"), need: NeedAll,
 			wantKey: []string{"log.level", "poison.max_attempts", "kafka.brokers"}},
 	}

@@ -113,7 +113,7 @@ func TestSlotDroppedWhileDownRefuses(t *testing.T) {
 		t.Errorf("walpost re-created slot %s over the gap", f.Slot)
 	}
 	r := runCheck(t, f.env())
-	expectFailures(t, r, map[string][]string{"position": {"does not exist", "walpost recover", "pg_create_logical_replication_slot"}})
+	expectFailures(t, r, map[string][]string{"position": {"does not exist", "walpost recover", "exported snapshot"}})
 }
 
 // TestOtherSystemIdentifierRefused: the URL reaches another cluster (a

@@ -44,6 +44,10 @@ type Event struct {
 	// Replayed marks an event re-sent from the poison table (walpost
 	// poison replay); its record carries the header replayed_from_poison.
 	Replayed bool
+	// Recovered marks an event read from the outbox table by walpost
+	// recover (a gap of a lost slot), not from the WAL; its record carries
+	// the header walpost_recovered.
+	Recovered bool
 }
 
 // Size is the approximate number of bytes the event holds in memory, used to

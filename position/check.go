@@ -33,6 +33,10 @@ func Check(row Row, found bool, id Identity, slot Slot) (Plan, error) {
 	if !found {
 		return Plan{}, nil
 	}
+	if !row.RecoveringSince.IsZero() {
+		return Plan{}, fmt.Errorf("%w: a walpost recover of slot %q started at %s and did not finish (%s): the slot it created may be past outbox rows not yet in Kafka, so walpost run does not stream from it. Fix: run walpost recover again (README, Runbook, \"Slot lost\")",
+			ErrGap, slot.Name, row.RecoveringSince.UTC().Format(time.RFC3339), row.Last())
+	}
 	if row.SystemID != id.SystemID {
 		return Plan{}, fmt.Errorf("%w: postgres.url reaches %s, but walpost's position for slot %q was recorded on system identifier %d (%s): a restored backup, pg_upgrade or the wrong server; LSNs of two clusters are unrelated, so walpost creates and confirms nothing. Fix: if this is the wrong server, correct postgres.url; if the database moved here, %s",
 			ErrOtherSystem, id, slot.Name, row.SystemID, row.Last(), recoverHint(slot.Name, row))
@@ -61,12 +65,9 @@ func since(r Row) string {
 	return r.LastCommit.UTC().Format(time.RFC3339Nano)
 }
 
-// recoverHint is the fix for a gap. walpost recover is not in this
-// version; the hint says what it will do and how to do it by hand.
+// recoverHint is the fix for a gap.
 func recoverHint(slot string, r Row) string {
-	return fmt.Sprintf("run walpost recover (not yet available in this version; README, Runbook, \"Slot lost\"). By hand: "+
-		"create the slot with SELECT pg_create_logical_replication_slot('%s', 'pgoutput'), re-send the outbox rows committed after %s "+
-		"(created_at minus a margin for long transactions; consumers deduplicate on idempotency_key), "+
-		"then accept the new position with DELETE FROM %s WHERE slot = '%s' and start walpost run",
-		slot, since(r), Table, slot)
+	return fmt.Sprintf("run walpost recover (walpost recover --dry-run prints its plan first; README, Runbook, \"Slot lost\"): "+
+		"it creates slot %q with an exported snapshot and produces the outbox rows committed after %s from it, then records the new position",
+		slot, since(r))
 }

@@ -73,6 +73,10 @@ type Row struct {
 	LastCommit time.Time
 	// UpdatedAt is when the row was last written (set by Save).
 	UpdatedAt time.Time
+	// RecoveringSince, when not zero, is when a walpost recover marked
+	// the row before creating a slot over a gap (MarkRecovering); Reset
+	// clears it. A marked row is refused by Check.
+	RecoveringSince time.Time
 }
 
 // Last describes the last confirmed transaction for messages.
@@ -100,9 +104,9 @@ func NewStore(db DB) *Store { return &Store{db: db} }
 // table is ErrNoTable.
 func (s *Store) Load(ctx context.Context, slot string) (row Row, ok bool, err error) {
 	var lsn string
-	var last *time.Time
-	err = s.db.QueryRow(ctx, `SELECT slot, system_identifier, timeline, confirmed_lsn::text, last_commit_at, updated_at FROM `+Table+` WHERE slot = $1`, slot).
-		Scan(&row.Slot, &row.SystemID, &row.Timeline, &lsn, &last, &row.UpdatedAt)
+	var last, recovering *time.Time
+	err = s.db.QueryRow(ctx, `SELECT slot, system_identifier, timeline, confirmed_lsn::text, last_commit_at, updated_at, recovering_since FROM `+Table+` WHERE slot = $1`, slot).
+		Scan(&row.Slot, &row.SystemID, &row.Timeline, &lsn, &last, &row.UpdatedAt, &recovering)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Row{}, false, nil
 	}
@@ -114,6 +118,9 @@ func (s *Store) Load(ctx context.Context, slot string) (row Row, ok bool, err er
 	}
 	if last != nil {
 		row.LastCommit = *last
+	}
+	if recovering != nil {
+		row.RecoveringSince = *recovering
 	}
 	return row, true, nil
 }
@@ -148,10 +155,64 @@ WHERE p.system_identifier = excluded.system_identifier
 	return nil
 }
 
+// MarkRecovering marks the slot's row before walpost recover creates a slot
+// over a gap (synchronous_commit = on): until Reset clears the mark, Check
+// refuses the row, so a recovery that stops half way is never taken for a
+// slot that is simply ahead. The row must exist.
+func (s *Store) MarkRecovering(ctx context.Context, slot string) error {
+	var n int64
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE `+Table+` SET recovering_since = now() WHERE slot = $1`, slot)
+		n = tag.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("mark %s of slot %q as recovering: %w", Table, slot, explain(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("mark %s of slot %q as recovering: no row", Table, slot)
+	}
+	return nil
+}
+
+// Reset replaces the slot's row with r (synchronous_commit = on), whatever
+// the stored one holds: it may move the row backwards, to another system
+// identifier or timeline, and it clears the recovering mark. Only walpost
+// recover calls it, with the position of a slot it has just created and
+// whose gap it has produced.
+func (s *Store) Reset(ctx context.Context, r Row) error {
+	var last *time.Time
+	if !r.LastCommit.IsZero() {
+		last = &r.LastCommit
+	}
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+Table+` (slot, system_identifier, timeline, confirmed_lsn, last_commit_at, updated_at, recovering_since)
+VALUES ($1, $2, $3, $4::pg_lsn, $5, now(), NULL)
+ON CONFLICT (slot) DO UPDATE SET system_identifier = excluded.system_identifier, timeline = excluded.timeline,
+    confirmed_lsn = excluded.confirmed_lsn, last_commit_at = excluded.last_commit_at,
+    updated_at = excluded.updated_at, recovering_since = NULL`,
+			r.Slot, r.SystemID, r.Timeline, r.LSN.String(), last)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("reset %s of slot %q: %w", Table, r.Slot, explain(err))
+	}
+	return nil
+}
+
 func explain(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return fmt.Errorf("%w: table %s does not exist: run walpost migrate (%w)", ErrNoTable, Table, err)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" {
+		return fmt.Errorf("%w: table %s lacks a column of this walpost version: run walpost migrate (%w)", ErrNoTable, Table, err)
 	}
 	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
 		return fmt.Errorf("%w; fix: GRANT SELECT, INSERT, UPDATE ON %s TO <walpost's role>", err, Table)

@@ -131,6 +131,8 @@ func newRootCommand() *cobra.Command {
 		newCheckCommand(),
 		newStatusCommand(),
 		newPoisonCommand(),
+		newRecoverCommand(),
+		newPruneCommand(),
 		newVerifyCommand(),
 		newConfigCommand(),
 		newLintCommand(),

@@ -30,13 +30,15 @@ var allowed = map[string][]string{
 	"migrations":      {},
 	"position":        {},
 	"lint":            {},
+	"recovery":        {"config", "replication", "position", "sink", "outbox", "internal/redact"},
+	"prune":           {"config", "replication", "position", "internal/redact"},
 	"forwarder":       {"config", "replication", "checkpoint", "sink", "sink/kafka", "poison", "position", "outbox", "internal/redact"},
 	"status":          {"config", "replication", "sink/kafka", "internal/redact", "poison", "checkpoint", "outbox"},
 	"preflight":       {"config", "replication", "sink/kafka", "internal/redact", "poison", "position", "outbox"},
 	"verify":          {"config", "replication", "sink/kafka", "internal/redact", "outbox"},
 	"integration":     {"config", "replication", "sink", "sink/kafka", "verify", "status", "outbox", "checkpoint", "position", "internal/redact", "writer"},
 	"bench/drain":     {"config", "forwarder", "outbox", "sink", "sink/kafka", "replication", "checkpoint"},
-	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "migrations", "lint", "sink/kafka", "replication", "internal/redact"},
+	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "recovery", "prune", "migrations", "lint", "sink/kafka", "replication", "internal/redact"},
 	"internal/layers": {},
 	"writer":          {},
 }
@@ -52,6 +54,8 @@ var banned = map[string][]string{
 	"outbox":      {"github.com/twmb/franz-go", "github.com/jackc/pgx"},
 	"forwarder":   {"github.com/spf13/cobra", "github.com/spf13/viper"},
 	"sink/kafka":  {"github.com/jackc/pgx", "github.com/spf13/viper"},
+	"recovery":    {"github.com/twmb/franz-go", "github.com/spf13/cobra", "github.com/spf13/viper"},
+	"prune":       {"github.com/twmb/franz-go", "github.com/spf13/cobra", "github.com/spf13/viper"},
 }
 
 func TestImportEdges(t *testing.T) {

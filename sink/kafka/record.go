@@ -35,6 +35,10 @@ const (
 	// HeaderReplayed ("true") marks a record re-sent from the poison table
 	// (outbox.Event.Replayed); it comes after every other header.
 	HeaderReplayed = "replayed_from_poison"
+	// HeaderRecovered ("true") marks a record walpost recover read from the
+	// outbox table over a lost slot's gap (outbox.Event.Recovered); it
+	// comes after every other header.
+	HeaderRecovered = "walpost_recovered"
 )
 
 // BuildRecord turns an event into its Kafka record (DESIGN.md, Contracts): topic = the
@@ -122,6 +126,9 @@ func buildInto(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTo
 	}
 	if ev.Replayed {
 		hs = append(hs, kgo.RecordHeader{Key: HeaderReplayed, Value: []byte("true")})
+	}
+	if ev.Recovered {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderRecovered, Value: []byte("true")})
 	}
 	r.Topic = topic
 	r.Key = view(ev.IdempotencyKey)

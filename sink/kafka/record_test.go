@@ -96,6 +96,10 @@ func TestBuildRecordGolden(t *testing.T) {
 		{"payload exactly as PostgreSQL rendered it, unicode and escapes kept", func(e *outbox.Event) {
 			e.Payload = []byte(`{"note": "caf\u00e9 ☕", "nested": {"b": [1, 2.50, null]}, "s": "a\"b"}`)
 		}},
+		{"recovered by walpost recover: walpost_recovered after the row's headers", func(e *outbox.Event) {
+			e.Recovered = true
+			e.Headers = []byte(`{"tenant": "acme"}`)
+		}},
 		{"commit time with a zone is stored as the same instant", func(e *outbox.Event) {
 			e.CommitTime = time.Date(2026, 11, 30, 4, 20, 51, 130007000, time.FixedZone("IST", 5*3600+1800))
 		}},

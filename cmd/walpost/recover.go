@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/recovery"
+	"github.com/walpost/walpost/sink/kafka"
+)
+
+func newRecoverCommand() *cobra.Command {
+	var since string
+	var dryRun, otherSystem bool
+	cmd := &cobra.Command{
+		Use:   "recover",
+		Short: "Re-create a lost slot and produce the outbox rows committed in its gap",
+		Long: "recover closes the gap of a dropped or invalidated slot (walpost run refuses to start over it):\n" +
+			"it creates the slot with an exported snapshot, reads in that snapshot the outbox rows committed\n" +
+			"after walpost's recorded position (by commit timestamp when track_commit_timestamp is on, else by\n" +
+			"created_at minus recover.margin), produces them in that order through the idempotent producer\n" +
+			"with the header walpost_recovered: true, records the new slot's position and prints a report.\n" +
+			"Then walpost run streams from the new slot. Rows deleted before the snapshot cannot be recovered.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var opts recovery.Options
+			if since != "" {
+				t, err := parseSince(since, time.Now())
+				if err != nil {
+					return usageError(err)
+				}
+				opts.Since = t
+			}
+			opts.DryRun, opts.AllowOtherSystem = dryRun, otherSystem
+			cfg, err := loadConfigFor(cmd, config.NeedAll)
+			if err != nil {
+				return err
+			}
+			logger := newLogger(cmd.ErrOrStderr(), cfg.Log)
+			r := &recovery.Recoverer{Config: cfg, Logger: logger}
+			if !dryRun {
+				kcfg, err := kafka.ConfigFrom(cfg)
+				if err != nil {
+					return err
+				}
+				kcfg.ClientID += "-recover"
+				kcfg.Logger = logger.With("component", "kafka")
+				k, err := kafka.New(kcfg)
+				if err != nil {
+					return err
+				}
+				defer k.Close()
+				r.Sink = k
+			}
+			rep, err := r.Run(cmd.Context(), opts)
+			if err == nil || rep.Found > 0 {
+				_ = rep.Write(cmd.OutOrStdout())
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&since, "since", "", "re-send rows committed at or after this time instead of the recorded position's (RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration such as 2h for that long ago); no margin is applied")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan and the rows it would produce now; create and produce nothing")
+	cmd.Flags().BoolVar(&otherSystem, "allow-other-system", false, "replace a position recorded on another PostgreSQL system identifier (the database was restored or upgraded here)")
+	return cmd
+}
+
+// parseSince reads --since: an RFC 3339 time, or a duration before now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	if strings.HasSuffix(s, "d") {
+		return time.Time{}, fmt.Errorf("--since %q: days are not a Go duration; write hours, e.g. 48h", s)
+	}
+	return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time (2026-12-01T10:00:00Z) or a positive duration before now (2h, 90m)", s)
+}

@@ -1,0 +1,208 @@
+// Package prune is `walpost prune`: it deletes outbox rows that are old
+// enough and whose transactions walpost confirmed, in batches that each
+// hold their row locks for one short transaction (DESIGN.md, "Recovery").
+//
+// Confirmed means at or before walpost's recorded position
+// (walpost_position): a row's commit timestamp at or before the recorded
+// last commit time minus recovery.CommitSlack when track_commit_timestamp
+// is on, else (and for rows without a commit timestamp) its created_at
+// before that time minus recover.margin. The rows after the position are
+// the ones walpost recover needs when the slot is lost, so prune never
+// deletes them; without a recorded position it deletes nothing. It never
+// touches the poison table.
+package prune
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/position"
+	"github.com/walpost/walpost/replication"
+)
+
+// commitSlack is recovery.CommitSlack (prune does not import recovery).
+const commitSlack = time.Second
+
+// ErrRefused: prune will not run as configured; the message names the fix.
+var ErrRefused = errors.New("walpost prune refused")
+
+// Options are the command's flags.
+type Options struct {
+	// OlderThan: only rows created more than this long ago. Above 0.
+	OlderThan time.Duration
+	// Batch is the most rows one transaction deletes. Default 1000.
+	Batch int
+	// DryRun counts what would be deleted.
+	DryRun bool
+}
+
+// Report is what prune did.
+type Report struct {
+	DryRun bool
+	Table  string
+	// CreatedBefore is the created_at bound: now − OlderThan, or the
+	// recorded last commit − recover.margin when that is earlier (for
+	// rows without a commit timestamp).
+	CreatedBefore time.Time
+	// CommitAtOrBefore, with commit timestamps, bounds a row's commit
+	// timestamp: the recorded last commit − the slack.
+	CommitAtOrBefore time.Time
+	ByCommitTS       bool
+	Position         position.Row
+	// Deleted rows (with DryRun: that would be deleted now) in Batches
+	// transactions; LongestBatch is the longest of them.
+	Deleted, Batches int
+	LongestBatch     time.Duration
+}
+
+// Write renders the report.
+func (r *Report) Write(w io.Writer) error {
+	pr := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	pr("table:             %s", r.Table)
+	pr("recorded position: %s", r.Position.Last())
+	if r.ByCommitTS {
+		pr("bound:             created before %s and committed at or before %s (rows without a commit timestamp: created before %s)",
+			utc(r.CreatedBefore), utc(r.CommitAtOrBefore), utc(r.CreatedBefore))
+	} else {
+		pr("bound:             created before %s (--older-than, and the last confirmed commit minus recover.margin)", utc(r.CreatedBefore))
+	}
+	if r.DryRun {
+		pr("dry run:           %d row(s) would be deleted", r.Deleted)
+		return nil
+	}
+	pr("deleted:           %d row(s) in %d batch(es), the longest took %s", r.Deleted, r.Batches, r.LongestBatch.Round(time.Millisecond))
+	return nil
+}
+
+func utc(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// Pruner runs walpost prune.
+type Pruner struct {
+	Config *config.Config
+	Logger *slog.Logger
+	// Now is the clock (tests); nil: time.Now.
+	Now func() time.Time
+}
+
+// Run prunes the outbox of Config.
+func (p *Pruner) Run(ctx context.Context, opts Options) (*Report, error) {
+	cfg := p.Config
+	log := p.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := time.Now
+	if p.Now != nil {
+		now = p.Now
+	}
+	if opts.OlderThan <= 0 {
+		return nil, fmt.Errorf("%w: --older-than %s: want a positive duration, e.g. 168h for 7 days", ErrRefused, opts.OlderThan)
+	}
+	if opts.Batch == 0 {
+		opts.Batch = 1000
+	}
+	if opts.Batch < 1 || opts.Batch > 100000 {
+		return nil, fmt.Errorf("%w: --batch %d: want 1 to 100000 rows per transaction", ErrRefused, opts.Batch)
+	}
+	rep := &Report{DryRun: opts.DryRun}
+	conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return rep, redact.Error(fmt.Errorf("connect to postgres.url: %w", err))
+	}
+	defer conn.Close(context.Background())
+	table, err := replication.ResolveTable(ctx, conn, cfg.Postgres.Table)
+	if err != nil {
+		return rep, err
+	}
+	rep.Table = table.String()
+	if poisonT, err := replication.ResolveTable(ctx, conn, cfg.Postgres.PoisonTable); err == nil && poisonT == table {
+		return rep, fmt.Errorf("%w: postgres.table and postgres.poison_table are both %s: prune never deletes from the poison table", ErrRefused, table)
+	}
+	row, found, err := position.NewStore(conn).Load(ctx, cfg.Postgres.Slot)
+	if err != nil {
+		return rep, err
+	}
+	rep.Position = row
+	switch {
+	case !found:
+		return rep, fmt.Errorf("%w: no position is recorded for slot %q in %s: prune deletes only rows walpost confirmed; start walpost run (it records the position) or check postgres.slot", ErrRefused, cfg.Postgres.Slot, position.Table)
+	case !row.RecoveringSince.IsZero():
+		return rep, fmt.Errorf("%w: a walpost recover of slot %q started at %s did not finish: the rows it needs stay; run walpost recover first", ErrRefused, cfg.Postgres.Slot, utc(row.RecoveringSince))
+	case row.LastCommit.IsZero():
+		return rep, fmt.Errorf("%w: walpost has not confirmed any transaction on slot %q yet (%s): nothing is confirmed to delete", ErrRefused, cfg.Postgres.Slot, row.Last())
+	}
+	repl, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return rep, redact.Error(fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication)))
+	}
+	id, err := position.Identify(ctx, repl)
+	repl.Close(context.Background())
+	if err != nil {
+		return rep, err
+	}
+	if id.SystemID != row.SystemID {
+		return rep, fmt.Errorf("%w: postgres.url reaches %s, but the position of slot %q was recorded on system identifier %d: what it confirmed says nothing about this server's rows; run walpost recover (README, Runbook) first", ErrRefused, id, cfg.Postgres.Slot, row.SystemID)
+	}
+	if err := conn.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp') = 'on'`).Scan(&rep.ByCommitTS); err != nil {
+		return rep, fmt.Errorf("read track_commit_timestamp: %w", err)
+	}
+	rep.CreatedBefore = now().Add(-opts.OlderThan)
+	if b := row.LastCommit.Add(-cfg.Recover.Margin); b.Before(rep.CreatedBefore) && !rep.ByCommitTS {
+		rep.CreatedBefore = b
+	}
+	rep.CommitAtOrBefore = row.LastCommit.Add(-commitSlack)
+	// $2 (the commit bound) is unused without commit timestamps; it is
+	// named so that PostgreSQL knows its type.
+	where := `created_at < $1 AND $2::timestamptz IS NOT NULL`
+	if rep.ByCommitTS {
+		margin := row.LastCommit.Add(-cfg.Recover.Margin)
+		ts := `pg_xact_commit_timestamp(xmin)`
+		where = fmt.Sprintf(`created_at < $1 AND (%s <= $2 OR (%s IS NULL AND created_at < '%s'::timestamptz))`, ts, ts, margin.UTC().Format(time.RFC3339Nano))
+	}
+	if opts.DryRun {
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+rep.Table+` WHERE `+where, rep.CreatedBefore, rep.CommitAtOrBefore).Scan(&n); err != nil {
+			return rep, fmt.Errorf("count rows of %s: %w", rep.Table, err)
+		}
+		rep.Deleted = int(n)
+		return rep, nil
+	}
+	// A prune never waits long behind a lock (DDL on the outbox): it gives
+	// up the batch and says so.
+	if _, err := conn.Exec(ctx, `SET lock_timeout = '2s'`); err != nil {
+		return rep, err
+	}
+	// One statement per batch, in its own transaction: it locks at most
+	// Batch rows, skips rows another transaction has locked, and never
+	// blocks inserts (ROW EXCLUSIVE on the table, like an INSERT).
+	del := `DELETE FROM ` + rep.Table + ` WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + rep.Table + ` WHERE ` + where + ` LIMIT $3 FOR UPDATE SKIP LOCKED))`
+	for {
+		start := time.Now()
+		tag, err := conn.Exec(ctx, del, rep.CreatedBefore, rep.CommitAtOrBefore, opts.Batch)
+		took := time.Since(start)
+		if err != nil {
+			return rep, fmt.Errorf("delete a batch from %s (after %d rows): %w", rep.Table, rep.Deleted, err)
+		}
+		n := int(tag.RowsAffected())
+		if n == 0 {
+			break
+		}
+		rep.Batches++
+		rep.Deleted += n
+		rep.LongestBatch = max(rep.LongestBatch, took)
+		log.Debug("pruned a batch", "table", rep.Table, "rows", n, "took", took.String())
+		if n < opts.Batch {
+			break
+		}
+	}
+	log.Info("pruned the outbox", "table", rep.Table, "deleted", rep.Deleted, "batches", rep.Batches, "longest_batch", rep.LongestBatch.String())
+	return rep, nil
+}

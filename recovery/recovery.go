@@ -1,0 +1,466 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/position"
+	"github.com/walpost/walpost/replication"
+	"github.com/walpost/walpost/sink"
+)
+
+// CommitSlack is how far before the last confirmed commit time the rows
+// chosen by commit timestamp start: a commit timestamp is taken just before
+// the commit record is written, so two concurrent transactions can commit
+// in one order and carry timestamps in the other.
+const CommitSlack = time.Second
+
+var (
+	// ErrNothingToRecover: the slot exists and is usable; walpost run
+	// streams from it.
+	ErrNothingToRecover = errors.New("nothing to recover")
+	// ErrRefused: recover will not run as asked; the message names the
+	// flag or the fix.
+	ErrRefused = errors.New("walpost recover refused")
+)
+
+// Options are the command's flags.
+type Options struct {
+	// Since, when not zero, is the commit time (created_at without commit
+	// timestamps) from which rows are re-sent, instead of the recorded
+	// position's; no margin is applied to it.
+	Since time.Time
+	// DryRun prints the plan: nothing is marked, created or produced.
+	DryRun bool
+	// AllowOtherSystem lets recover replace a position recorded on another
+	// system identifier (the database was restored or upgraded here).
+	AllowOtherSystem bool
+}
+
+// By names how the gap's rows are chosen.
+type By string
+
+const (
+	ByCommitTimestamp By = "commit timestamp"    // pg_xact_commit_timestamp(xmin)
+	ByCreatedAt       By = "created_at"          // track_commit_timestamp off
+	BySince           By = "commit time --since" // the flag, no margin
+)
+
+// Report is what recover did (or, with DryRun, would do).
+type Report struct {
+	DryRun bool
+	Slot   string
+	Table  string
+	// Old is the recorded position (zero without one); Server the
+	// server's identity.
+	Old    position.Row
+	HadRow bool
+	Server position.Identity
+	// SlotState is what recover found: "missing", "invalidated (dropped)",
+	// "left by an unfinished recovery (dropped)".
+	SlotState string
+	// By and the bounds: rows with a commit timestamp at or after
+	// CommitFrom, and rows without one (track_commit_timestamp off, or
+	// committed before it was turned on) created at or after CreatedFrom.
+	By          By
+	CommitFrom  time.Time
+	CreatedFrom time.Time
+	// Found rows in the snapshot (with DryRun: now, outside a snapshot);
+	// Produced were acknowledged by Kafka.
+	Found, Produced int
+	// Resent are the chosen rows committed (created, without commit
+	// timestamps) at or before the recorded last commit: most of them were
+	// delivered before and are sent again, for consumers to deduplicate.
+	Resent int
+	// First and Last bound the chosen rows' commit (or created_at) times.
+	First, Last time.Time
+	// Oldest is the created_at of the oldest row in the table (zero when
+	// it is empty): rows deleted before it are gone.
+	Oldest time.Time
+	// New is the recorded position: the new slot's consistent point.
+	New position.Row
+	// Snapshot is the exported snapshot's name.
+	Snapshot string
+}
+
+// Recoverer runs walpost recover.
+type Recoverer struct {
+	Config *config.Config
+	// Sink receives the gap's events: walpost's idempotent Kafka producer
+	// (kafka.New of kafka.ConfigFrom). Unused with DryRun.
+	Sink   sink.Sink
+	Logger *slog.Logger
+	// MaxInFlight bounds records produced and not yet acknowledged;
+	// default Config.Pipeline.MaxInFlightEvents.
+	MaxInFlight int
+}
+
+// Run recovers the gap of the slot of Config (see the package comment).
+// It returns the report and, on failure, an error naming the fix; a
+// failure after the slot was created leaves the row marked, so walpost run
+// refuses it and a second Run starts over.
+func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
+	cfg := r.Config
+	log := r.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	name := cfg.Postgres.Slot
+	rep := &Report{DryRun: opts.DryRun, Slot: name}
+
+	side, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return rep, redact.Error(fmt.Errorf("connect to postgres.url: %w", err))
+	}
+	defer side.Close(context.Background())
+	table, err := replication.ResolveTable(ctx, side, cfg.Postgres.Table)
+	if err != nil {
+		return rep, err
+	}
+	rep.Table = table.String()
+	if err := replication.CheckColumns(ctx, side, table); err != nil {
+		return rep, err
+	}
+	if err := replication.CheckPublication(ctx, side, cfg.Postgres.Publication, table); err != nil {
+		return rep, err
+	}
+	store := position.NewStore(side)
+	row, found, err := store.Load(ctx, name)
+	if err != nil {
+		return rep, err
+	}
+	rep.Old, rep.HadRow = row, found
+	if !found && opts.Since.IsZero() {
+		return rep, fmt.Errorf("%w: no position is recorded for slot %q in %s, so where the gap starts is unknown: give --since TIME (RFC 3339, or a duration such as 2h for that long ago), the commit time from which outbox rows are sent again", ErrRefused, name, position.Table)
+	}
+
+	repl, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return rep, redact.Error(fmt.Errorf("replication connection: %w", replication.Explain(err, name, cfg.Postgres.Publication)))
+	}
+	defer repl.Close(context.Background())
+	id, err := position.Identify(ctx, repl)
+	if err != nil {
+		return rep, err
+	}
+	rep.Server = id
+	if found && row.SystemID != id.SystemID && !opts.AllowOtherSystem {
+		return rep, fmt.Errorf("%w: postgres.url reaches %s, but the position of slot %q was recorded on system identifier %d (%s). If postgres.url is wrong, correct it. If the database really moved here (a restore, pg_upgrade), the recorded LSN means nothing on this server: run walpost recover --allow-other-system, which re-sends the rows committed after the recorded commit time",
+			ErrRefused, id, name, row.SystemID, row.Last())
+	}
+
+	slot, err := replication.ReadSlot(ctx, side, name)
+	if err != nil {
+		return rep, err
+	}
+	drop := false
+	switch {
+	case !slot.Exists:
+		rep.SlotState = "missing"
+	case slot.Active:
+		return rep, fmt.Errorf("%w: slot %q is in use by PostgreSQL backend pid %d: stop the process streaming from it first", ErrRefused, name, slot.ActivePID)
+	case slot.WALStatus == "lost":
+		rep.SlotState, drop = "invalidated (wal_status = lost)", true
+	case found && !row.RecoveringSince.IsZero():
+		rep.SlotState, drop = fmt.Sprintf("left by a recovery started at %s that did not finish", row.RecoveringSince.UTC().Format(time.RFC3339)), true
+	default:
+		return rep, fmt.Errorf("%w: slot %q exists and is usable (confirmed_flush_lsn %s, wal_status %s): walpost run streams from it, there is no gap to close. To re-send from an earlier time anyway, drop the slot first (SELECT pg_drop_replication_slot('%s')) with walpost stopped",
+			ErrNothingToRecover, name, slot.ConfirmedFlush, slot.WALStatus, name)
+	}
+
+	var commitTS bool
+	if err := side.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp') = 'on'`).Scan(&commitTS); err != nil {
+		return rep, fmt.Errorf("read track_commit_timestamp: %w", err)
+	}
+	last := row.LastCommit
+	if last.IsZero() {
+		// Nothing confirmed yet: the row was recorded when the slot was
+		// created, and no outbox event was confirmed since.
+		last = row.UpdatedAt
+	}
+	switch {
+	case !opts.Since.IsZero():
+		rep.By, rep.CommitFrom, rep.CreatedFrom = BySince, opts.Since, opts.Since
+	case commitTS:
+		rep.By, rep.CommitFrom, rep.CreatedFrom = ByCommitTimestamp, last.Add(-CommitSlack), last.Add(-cfg.Recover.Margin)
+	default:
+		rep.By, rep.CreatedFrom = ByCreatedAt, last.Add(-cfg.Recover.Margin)
+	}
+	if drop && opts.DryRun {
+		rep.SlotState += ": would be dropped and created again"
+	} else if drop {
+		rep.SlotState += ": dropped and created again"
+	}
+	cols, err := replication.TableColumns(ctx, side, table)
+	if err != nil {
+		return rep, fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	q := selection(table, cols, commitTS, rep)
+
+	if opts.DryRun {
+		if err := scan(ctx, side, q, rep, last, 0, nil); err != nil {
+			return rep, err
+		}
+		return rep, nil
+	}
+
+	if !found {
+		// A row to mark: without one, a recovery that stopped after
+		// creating the slot would look like a first install to walpost run.
+		if err := store.Reset(ctx, position.Row{Slot: name, Identity: id}); err != nil {
+			return rep, err
+		}
+	}
+	if err := store.MarkRecovering(ctx, name); err != nil {
+		return rep, err
+	}
+	if drop {
+		if _, err := side.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name); err != nil {
+			return rep, fmt.Errorf("drop slot %q: %w", name, replication.Explain(err, name, cfg.Postgres.Publication))
+		}
+		log.Info("dropped the unusable slot", "slot", name, "state", rep.SlotState)
+	}
+	// The slot's consistent point and the snapshot are one instant: rows
+	// committed before it are visible in the snapshot, later ones are
+	// streamed by the slot. The replication connection must run nothing
+	// else until the snapshot is imported and read.
+	created, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		return rep, fmt.Errorf("create slot %q with an exported snapshot: %w", name, replication.Explain(err, name, cfg.Postgres.Publication))
+	}
+	cp, err := pglogrepl.ParseLSN(created.ConsistentPoint)
+	if err != nil {
+		return rep, fmt.Errorf("create slot %q: consistent point %q: %w", name, created.ConsistentPoint, err)
+	}
+	rep.Snapshot = created.SnapshotName
+	log.Info("created the slot with an exported snapshot", "slot", name, "lsn", cp.String(), "snapshot", created.SnapshotName)
+
+	tx, err := side.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return rep, fmt.Errorf("begin the snapshot transaction: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(created.SnapshotName, "'", "''")+`'`); err != nil {
+		return rep, fmt.Errorf("import snapshot %s: %w", created.SnapshotName, err)
+	}
+	// The created_at header is rendered from PostgreSQL's ISO text in UTC,
+	// as on the replication connection.
+	if _, err := tx.Exec(ctx, `SET LOCAL DateStyle = 'ISO'; SET LOCAL TimeZone = 'UTC'`); err != nil {
+		return rep, err
+	}
+	var snapAt time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&snapAt); err != nil {
+		return rep, err
+	}
+	p := &producer{sink: r.Sink, max: r.MaxInFlight}
+	if p.max <= 0 {
+		p.max = cfg.Pipeline.MaxInFlightEvents
+	}
+	p.init()
+	if err := scan(ctx, tx, q, rep, last, cp, p.produce); err != nil {
+		return rep, err
+	}
+	if err := p.wait(ctx); err != nil {
+		return rep, fmt.Errorf("%w; nothing is recorded: slot %q stays marked in %s and walpost run refuses it; fix the cause and run walpost recover again", err, name, position.Table)
+	}
+	rep.Produced = p.acked
+	if err := tx.Commit(ctx); err != nil {
+		return rep, fmt.Errorf("end the snapshot transaction: %w", err)
+	}
+	// Everything committed before the consistent point is in Kafka: that
+	// is the new position, and the snapshot's start bounds its commits.
+	rep.New = position.Row{Slot: name, Identity: id, LSN: cp, LastCommit: snapAt}
+	if err := store.Reset(ctx, rep.New); err != nil {
+		return rep, fmt.Errorf("%w; the gap's rows are in Kafka, run walpost recover again to record the position (it sends them once more)", err)
+	}
+	log.Info("recovered the gap", "slot", name, "lsn", cp.String(), "found", rep.Found, "produced", rep.Produced, "resent", rep.Resent)
+	return rep, nil
+}
+
+// selection is the query of the gap's rows, in commit order (or created_at
+// order without commit timestamps; within a transaction in insert order).
+func selection(t replication.TableName, cols []string, commitTS bool, rep *Report) string {
+	opt := func(c, cast string) string {
+		if slices.Contains(cols, c) {
+			return pgx.Identifier{c}.Sanitize() + cast
+		}
+		return "NULL::text"
+	}
+	ts := "NULL::timestamptz"
+	// $1 (the commit bound) is unused without commit timestamps; it is
+	// named so that PostgreSQL knows its type.
+	where := `created_at >= $2 AND $1::timestamptz IS NOT NULL`
+	if commitTS {
+		ts = "pg_xact_commit_timestamp(xmin)"
+		where = `(` + ts + ` >= $1 OR (` + ts + ` IS NULL AND created_at >= $2))`
+	}
+	at := "COALESCE(" + ts + ", created_at)"
+	return `SELECT id::text, idempotency_key, payload::text, created_at::text,
+       CASE WHEN isfinite(created_at) THEN created_at END, ` + ts + `,
+       xmin::text::bigint, ` + opt("topic", "::text") + `, ` + opt("partition_key", "::text") + `, ` +
+		opt("event_type", "::text") + `, ` + opt("headers", "::text") + `,
+       CASE WHEN isfinite(` + at + `) THEN ` + at + ` END
+FROM ` + t.String() + `
+WHERE ` + where + `
+ORDER BY ` + at + `, xmin::text::bigint, cmin::text::bigint, ctid`
+}
+
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// scan reads the chosen rows, counts them into rep and hands each event to
+// emit (nil: count only).
+//
+// A row's commit LSN is not in the table: each event carries the new
+// slot's consistent point cp (every row of the snapshot committed before
+// it, every streamed transaction commits after it), so a consumer that
+// orders or deduplicates by the commit_lsn header never sees a recovered
+// record go back behind one streamed before or after it.
+func scan(ctx context.Context, q querier, sql string, rep *Report, last time.Time, cp pglogrepl.LSN, emit func(*outbox.Event) error) error {
+	var oldest *time.Time
+	if err := q.QueryRow(ctx, `SELECT min(created_at) FROM `+rep.Table).Scan(&oldest); err != nil {
+		return fmt.Errorf("read the oldest row of %s: %w", rep.Table, err)
+	}
+	if oldest != nil {
+		rep.Oldest = *oldest
+	}
+	rows, err := q.Query(ctx, sql, rep.CommitFrom, rep.CreatedFrom)
+	if err != nil {
+		return fmt.Errorf("read the gap's rows from %s: %w", rep.Table, err)
+	}
+	defer rows.Close()
+	var prevXID int64 = -1
+	seq := 0
+	for rows.Next() {
+		var (
+			ev                          outbox.Event
+			payload, topic, pkey, etype *string
+			headers                     *string
+			created, commit, at         *time.Time
+			xid                         int64
+		)
+		if err := rows.Scan(&ev.ID, &ev.IdempotencyKey, &payload, &ev.CreatedAt, &created, &commit, &xid, &topic, &pkey, &etype, &headers, &at); err != nil {
+			return fmt.Errorf("read the gap's rows from %s: %w", rep.Table, err)
+		}
+		rep.Found++
+		if at != nil {
+			if rep.First.IsZero() {
+				rep.First = *at
+			}
+			rep.Last = *at
+			if !at.After(last) {
+				rep.Resent++
+			}
+		}
+		if emit == nil {
+			continue
+		}
+		if payload != nil {
+			ev.Payload = []byte(*payload)
+		}
+		if topic != nil {
+			ev.Topic = *topic
+		}
+		if pkey != nil {
+			ev.PartitionKey, ev.HasPartition = *pkey, true
+		}
+		if etype != nil {
+			ev.EventType = *etype
+		}
+		if headers != nil {
+			ev.Headers = []byte(*headers)
+		}
+		switch {
+		case commit != nil:
+			ev.CommitTime = *commit
+		case created != nil:
+			ev.CommitTime = *created
+		default:
+			ev.CommitTime = time.Now()
+		}
+		ev.XID = uint32(xid)
+		ev.CommitLSN = cp
+		if xid != prevXID {
+			prevXID, seq = xid, 0
+		}
+		ev.Seq = seq
+		seq++
+		ev.Recovered = true
+		if err := emit(&ev); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read the gap's rows from %s: %w", rep.Table, err)
+	}
+	return nil
+}
+
+// producer produces events in order with at most max unacknowledged.
+type producer struct {
+	sink  sink.Sink
+	max   int
+	slots chan struct{}
+
+	mu     sync.Mutex
+	acked  int
+	failed []string // "key: error", the first few
+	nfail  int
+}
+
+func (p *producer) init() { p.slots = make(chan struct{}, p.max) }
+
+func (p *producer) produce(ev *outbox.Event) error {
+	if err := p.err(); err != nil {
+		return err
+	}
+	p.slots <- struct{}{}
+	key := ev.IdempotencyKey
+	p.sink.Produce(ev, sink.AckFunc(func(_ sink.Result, err error) {
+		p.mu.Lock()
+		if err != nil {
+			p.nfail++
+			if len(p.failed) < 5 {
+				p.failed = append(p.failed, key+": "+err.Error())
+			}
+		} else {
+			p.acked++
+		}
+		p.mu.Unlock()
+		<-p.slots
+	}))
+	return nil
+}
+
+func (p *producer) err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.nfail == 0 {
+		return nil
+	}
+	return fmt.Errorf("kafka refused %d recovered record(s), e.g. %s (a row walpost cannot build, such as a NULL payload or headers that are not an object of strings, must be corrected in the outbox table; a record too large needs a larger max.message.bytes)",
+		p.nfail, strings.Join(p.failed, "; "))
+}
+
+// wait flushes the sink: every produced record has its outcome.
+func (p *producer) wait(ctx context.Context) error {
+	if err := p.sink.Flush(ctx); err != nil {
+		return fmt.Errorf("wait for Kafka's acknowledgements: %w", err)
+	}
+	return p.err()
+}
