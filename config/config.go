@@ -32,6 +32,7 @@ import (
 type Config struct {
 	Postgres Postgres `mapstructure:"postgres"`
 	Kafka    Kafka    `mapstructure:"kafka"`
+	Mapping  Mapping  `mapstructure:"mapping"`
 	Pipeline Pipeline `mapstructure:"pipeline"`
 	Poison   Poison   `mapstructure:"poison"`
 	Recover  Recover  `mapstructure:"recover"`
@@ -113,6 +114,177 @@ type SASL struct {
 	Username  string `mapstructure:"username" doc:"SASL user." default:""`
 	Password  string `mapstructure:"password" doc:"SASL password (never logged)." default:""`
 }
+
+// Profiles of mapping.profile.
+const (
+	// ProfileWalpost is walpost's own outbox table and record (README,
+	// Schema and Kafka record).
+	ProfileWalpost = "walpost"
+	// ProfileDebezium is the table and record of Debezium's Outbox Event
+	// Router under its defaults (README, Debezium-compatible mode).
+	ProfileDebezium = "debezium"
+)
+
+// Formats of mapping.key_format and mapping.value_format: what Kafka
+// Connect's converter would have written.
+const (
+	FormatString     = "string"      // StringConverter: the column's text as it is
+	FormatJSON       = "json"        // JsonConverter, schemas.enable=false: a JSON string
+	FormatJSONSchema = "json_schema" // JsonConverter, schemas.enable=true: {"schema":…,"payload":…}
+)
+
+// RoutedByValue is the placeholder of mapping.topic_template (Debezium's
+// route.topic.replacement): the topic column's value.
+const RoutedByValue = "${routedByValue}"
+
+// MaxHeaderColumns bounds mapping.header_columns.
+const MaxHeaderColumns = 16
+
+// Mapping maps the outbox table's columns to the Kafka record. Keys marked
+// "(profile)" take mapping.profile's value when empty (applied once, in
+// Load and Default: readers see the effective value).
+type Mapping struct {
+	// Profile picks the layout: walpost (the default) or debezium.
+	Profile string `mapstructure:"profile" doc:"Outbox layout and record format: walpost (Schema, Kafka record) or debezium (Debezium's Outbox Event Router defaults: see Debezium-compatible mode); the (profile) keys below default to its column names." default:"walpost"`
+	// IDColumn is the event id (Debezium table.field.event.id): the
+	// outbox_id header, or the id header and idempotency key in the
+	// debezium profile.
+	IDColumn string `mapstructure:"id_column" doc:"Column of the event id (Debezium table.field.event.id): walpost id, debezium id (the id header and the idempotency key)." default:"(profile)"`
+	// KeyColumn is the record key (Debezium table.field.event.key).
+	KeyColumn string `mapstructure:"key_column" doc:"Column of the record key (Debezium table.field.event.key): walpost idempotency_key, debezium aggregateid." default:"(profile)"`
+	// PayloadColumn is the record value (Debezium table.field.event.payload).
+	PayloadColumn string `mapstructure:"payload_column" doc:"Column of the record value (Debezium table.field.event.payload): payload in both profiles." default:"(profile)"`
+	// TopicColumn routes the record (Debezium route.by.field).
+	TopicColumn string `mapstructure:"topic_column" doc:"Column whose value routes the record (Debezium route.by.field): walpost topic (optional; NULL goes to kafka.topic), debezium aggregatetype (required)." default:"(profile)"`
+	// TopicTemplate is the topic, ${routedByValue} replaced by the topic
+	// column's value (Debezium route.topic.replacement).
+	TopicTemplate string `mapstructure:"topic_template" doc:"Topic name with ${routedByValue} replaced by the topic column's value (Debezium route.topic.replacement): walpost ${routedByValue}, debezium outbox.event.${routedByValue}." default:"(profile)"`
+	// HeaderColumns are Debezium's table.fields.additional.placement
+	// entries of kind header: column:header[:name].
+	HeaderColumns []string `mapstructure:"header_columns" doc:"More columns as headers, Debezium's table.fields.additional.placement syntax with header entries only: column:header[:name], comma-separated in the environment; the value is the column's PostgreSQL text, NULL a null header." default:"[]"`
+	// TimestampColumn gives the record timestamp (Debezium
+	// table.field.event.timestamp); empty: the commit time.
+	TimestampColumn string `mapstructure:"timestamp_column" doc:"timestamptz column whose value is the record timestamp (Debezium table.field.event.timestamp); empty: the transaction's commit time." default:""`
+	// KeyFormat and ValueFormat are the bytes Kafka Connect's converter
+	// would write: string, json or json_schema.
+	KeyFormat   string `mapstructure:"key_format" doc:"Key bytes as Kafka Connect's key.converter writes them: string (StringConverter: the text), json (JsonConverter, schemas.enable=false), json_schema (JsonConverter with schemas); json formats need the debezium profile." default:"string"`
+	ValueFormat string `mapstructure:"value_format" doc:"Value bytes as value.converter writes them: string (the payload text), json or json_schema, as for mapping.key_format." default:"string"`
+}
+
+// HeaderColumn is one entry of mapping.header_columns.
+type HeaderColumn struct{ Column, Header string }
+
+// Headers parses mapping.header_columns (validated by Validate).
+func (m Mapping) Headers() []HeaderColumn {
+	out := make([]HeaderColumn, 0, len(m.HeaderColumns))
+	for _, e := range m.HeaderColumns {
+		h, _ := parsePlacement(e)
+		out = append(out, h)
+	}
+	return out
+}
+
+// parsePlacement parses column:header[:name].
+func parsePlacement(e string) (HeaderColumn, error) {
+	parts := strings.Split(strings.TrimSpace(e), ":")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" {
+		return HeaderColumn{}, errors.New("an entry column:header[:name], e.g. type:header:eventType")
+	}
+	if parts[1] != "header" {
+		return HeaderColumn{}, fmt.Errorf("placement %q is not supported: walpost places columns as headers only (column:header[:name]); Debezium's envelope and partition placements have no equivalent", parts[1])
+	}
+	h := HeaderColumn{Column: parts[0], Header: parts[0]}
+	if len(parts) == 3 {
+		if parts[2] == "" {
+			return HeaderColumn{}, errors.New("an empty header name: write column:header or column:header:name")
+		}
+		h.Header = parts[2]
+	}
+	return h, nil
+}
+
+// profileColumns are each profile's defaults of the (profile) keys.
+var profileColumns = map[string]Mapping{
+	ProfileWalpost:  {IDColumn: "id", KeyColumn: "idempotency_key", PayloadColumn: "payload", TopicColumn: "topic", TopicTemplate: RoutedByValue},
+	ProfileDebezium: {IDColumn: "id", KeyColumn: "aggregateid", PayloadColumn: "payload", TopicColumn: "aggregatetype", TopicTemplate: "outbox.event." + RoutedByValue},
+}
+
+// applyProfile fills the empty (profile) keys from m.Profile; an unknown
+// profile is left for Validate.
+func (m *Mapping) applyProfile() {
+	d, ok := profileColumns[m.Profile]
+	if !ok {
+		return
+	}
+	for _, f := range []struct {
+		v *string
+		d string
+	}{
+		{&m.IDColumn, d.IDColumn}, {&m.KeyColumn, d.KeyColumn}, {&m.PayloadColumn, d.PayloadColumn},
+		{&m.TopicColumn, d.TopicColumn}, {&m.TopicTemplate, d.TopicTemplate},
+	} {
+		if *f.v == "" {
+			*f.v = f.d
+		}
+	}
+}
+
+func (m *Mapping) validate(bad func(key, value, allowed string)) {
+	if _, ok := profileColumns[m.Profile]; !ok {
+		bad("mapping.profile", m.Profile, "walpost or debezium")
+		return
+	}
+	for _, c := range []struct{ key, v string }{
+		{"mapping.id_column", m.IDColumn}, {"mapping.key_column", m.KeyColumn}, {"mapping.payload_column", m.PayloadColumn},
+		{"mapping.topic_column", m.TopicColumn},
+	} {
+		if !columnRE.MatchString(c.v) {
+			bad(c.key, c.v, "a column name (letters, digits, _ and $, at most 63, not starting with a digit)")
+		}
+	}
+	if m.TimestampColumn != "" && !columnRE.MatchString(m.TimestampColumn) {
+		bad("mapping.timestamp_column", m.TimestampColumn, "empty (the commit time) or a timestamptz column's name")
+	}
+	if t := strings.ReplaceAll(m.TopicTemplate, RoutedByValue, "x"); !validTopic(t) {
+		bad("mapping.topic_template", m.TopicTemplate, "a Kafka topic name of [a-zA-Z0-9._-] in which "+RoutedByValue+" stands for the topic column's value, e.g. outbox.event."+RoutedByValue)
+	}
+	if len(m.HeaderColumns) > MaxHeaderColumns {
+		bad("mapping.header_columns", strings.Join(m.HeaderColumns, ","), fmt.Sprintf("at most %d entries", MaxHeaderColumns))
+	}
+	seen := map[string]bool{}
+	for _, e := range m.HeaderColumns {
+		h, err := parsePlacement(e)
+		switch {
+		case err != nil:
+			bad("mapping.header_columns", e, err.Error())
+		case !columnRE.MatchString(h.Column):
+			bad("mapping.header_columns", e, "column:header[:name] with a column name (letters, digits, _ and $)")
+		case seen[h.Header] || (m.Profile == ProfileDebezium && h.Header == "id"):
+			bad("mapping.header_columns", e, fmt.Sprintf("a header name used once: %q is taken; give it another name (column:header:name)", h.Header))
+		}
+		seen[h.Header] = true
+	}
+	for _, f := range []struct{ key, v string }{{"mapping.key_format", m.KeyFormat}, {"mapping.value_format", m.ValueFormat}} {
+		switch f.v {
+		case FormatString:
+		case FormatJSON, FormatJSONSchema:
+			if m.Profile != ProfileDebezium {
+				bad(f.key, f.v, "string with mapping.profile = walpost; the json formats reproduce Kafka Connect's JsonConverter and need mapping.profile = debezium")
+			}
+		default:
+			bad(f.key, f.v, "string (StringConverter), json (JsonConverter, schemas.enable=false) or json_schema (JsonConverter with schemas)")
+		}
+	}
+	if m.Profile == ProfileWalpost && (len(m.HeaderColumns) > 0 || m.TimestampColumn != "") {
+		key, v := "mapping.header_columns", strings.Join(m.HeaderColumns, ",")
+		if len(m.HeaderColumns) == 0 {
+			key, v = "mapping.timestamp_column", m.TimestampColumn
+		}
+		bad(key, v, "empty with mapping.profile = walpost (its rows carry headers in the headers column and the commit time); set mapping.profile = debezium to place columns")
+	}
+}
+
+var columnRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 
 // Pipeline bounds memory between the slot and the broker.
 type Pipeline struct {
@@ -250,7 +422,7 @@ func newViper(fs *pflag.FlagSet, env bool) (*viper.Viper, error) {
 	v := viper.New()
 	for _, k := range Keys() {
 		switch {
-		case k.Default == "(required)":
+		case k.Default == "(required)", k.Default == "(profile)":
 			v.SetDefault(k.Key, "")
 		case k.Type.Kind() == reflect.Slice:
 			v.SetDefault(k.Key, []string{})
@@ -340,19 +512,28 @@ func decode(v *viper.Viper, need Needs) (*Config, error) {
 	}
 	// Env variables arrive as strings; a comma-separated broker list must
 	// become several entries.
-	var brokers []string
-	for _, b := range cfg.Kafka.Brokers {
-		for _, p := range strings.Split(b, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				brokers = append(brokers, p)
-			}
-		}
-	}
+	brokers := splitList(cfg.Kafka.Brokers)
 	cfg.Kafka.Brokers = brokers
+	cfg.Mapping.HeaderColumns = splitList(cfg.Mapping.HeaderColumns)
+	cfg.Mapping.applyProfile()
 	if err := cfg.ValidateFor(need); err != nil {
 		return nil, err
 	}
 	return &cfg, nil
+}
+
+// splitList splits comma-separated entries (how a list arrives from the
+// environment) and drops empty ones.
+func splitList(in []string) []string {
+	var out []string
+	for _, b := range in {
+		for _, p := range strings.Split(b, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 var unusedKeyRE = regexp.MustCompile(`(?:'([^']*)' )?has invalid keys: ([^\n]*)`)
@@ -460,6 +641,7 @@ func (c *Config) ValidateFor(need Needs) error {
 	if !validTopic(c.Kafka.Topic) {
 		bad("kafka.topic", c.Kafka.Topic, "a Kafka topic name: 1-249 characters of [a-zA-Z0-9._-]")
 	}
+	c.Mapping.validate(bad)
 	if c.Postgres.ReceiveTimeout <= c.Postgres.StatusInterval {
 		bad("postgres.receive_timeout", c.Postgres.ReceiveTimeout.String(), "a duration above postgres.status_interval ("+c.Postgres.StatusInterval.String()+")")
 	}

@@ -36,6 +36,7 @@ func (f *Forwarder) session(ctx context.Context) error {
 		Slot:           cfg.Postgres.Slot,
 		Publication:    cfg.Postgres.Publication,
 		Table:          cfg.Postgres.Table,
+		Columns:        Columns(cfg.Mapping),
 		StatusInterval: cfg.Postgres.StatusInterval,
 		ReceiveTimeout: cfg.Postgres.ReceiveTimeout,
 		DrainTimeout:   cfg.Kafka.FlushTimeout,
@@ -63,6 +64,9 @@ func (f *Forwarder) session(ctx context.Context) error {
 	}
 	table, slot, err := replication.Prepare(ctx, side, rcfg)
 	if err != nil {
+		return err
+	}
+	if err := f.setColumnTypes(ctx, side, table); err != nil {
 		return err
 	}
 	if slot.Active {

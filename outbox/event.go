@@ -26,6 +26,11 @@ type Event struct {
 	EventType      string // outbox.event_type; "" when NULL
 	Headers        []byte // outbox.headers, jsonb text; nil when NULL
 
+	// Placed holds the columns the mapping places beyond walpost's own
+	// (Debezium layout); nil without them, so walpost's event does not
+	// grow.
+	Placed *Placed
+
 	// Precomputed header texts (optional; the sink computes them when
 	// empty): created_at as RFC 3339 and the commit LSN as X/X.
 	CreatedAtRFC3339 string
@@ -50,9 +55,26 @@ type Event struct {
 	Recovered bool
 }
 
+// Placed are the mapped columns beyond walpost's own.
+type Placed struct {
+	// HeaderValues are the texts of the columns placed as headers
+	// (mapping.header_columns), in that order; nil for NULL.
+	HeaderValues [][]byte
+	// Timestamp, when not zero, is the record timestamp
+	// (mapping.timestamp_column); zero: the commit time.
+	Timestamp time.Time
+}
+
 // Size is the approximate number of bytes the event holds in memory, used to
 // bound in-flight data.
 func (e *Event) Size() int {
-	return 160 + len(e.ID) + len(e.IdempotencyKey) + len(e.Payload) + len(e.CreatedAt) +
+	n := 160 + len(e.ID) + len(e.IdempotencyKey) + len(e.Payload) + len(e.CreatedAt) +
 		len(e.Topic) + len(e.PartitionKey) + len(e.EventType) + len(e.Headers)
+	if e.Placed != nil {
+		n += 48
+		for _, v := range e.Placed.HeaderValues {
+			n += 24 + len(v)
+		}
+	}
+	return n
 }

@@ -218,3 +218,14 @@ func digits(b []byte) bool {
 	}
 	return len(b) > 0
 }
+
+// ParseTimestamp parses PostgreSQL's ISO text of a timestamptz (what the
+// replication connection receives) into a time; the zero time when it
+// cannot (infinity, another rendering).
+func ParseTimestamp(pg []byte) time.Time {
+	t, ok := parsePG(pg)
+	if !ok {
+		return time.Time{}
+	}
+	return t
+}

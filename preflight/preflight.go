@@ -144,15 +144,22 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	table, err := replication.ResolveTable(ctx, conn, cfg.Postgres.Table)
 	tableOK := err == nil
 	if err == nil {
-		err = replication.CheckColumns(ctx, conn, table)
+		err = replication.CheckColumns(ctx, conn, table, columnsOf(cfg.Mapping))
+	}
+	idCol := cfg.Mapping.KeyColumn // walpost: the key is the idempotency key
+	if cfg.Mapping.Profile == config.ProfileDebezium {
+		idCol = cfg.Mapping.IDColumn // consumers deduplicate on the id header
 	}
 	if err == nil {
-		err = checkUniqueKey(ctx, conn, table)
+		err = checkUniqueKey(ctx, conn, table, idCol)
+	}
+	if err == nil {
+		err = checkFormats(ctx, conn, table, cfg.Mapping)
 	}
 	if err != nil {
 		r.fail("outbox", err)
 	} else {
-		r.ok("outbox", fmt.Sprintf("%s has the required columns and a UNIQUE idempotency_key", table))
+		r.ok("outbox", fmt.Sprintf("%s has the columns of mapping.profile %s and a UNIQUE %s", table, cfg.Mapping.Profile, idCol))
 	}
 
 	if !tableOK {
@@ -252,18 +259,46 @@ func checkPosition(ctx context.Context, cfg *config.Config, row position.Row, fo
 
 // checkUniqueKey: the idempotency key is what consumers deduplicate on, so
 // it must be unique and present in every row.
-func checkUniqueKey(ctx context.Context, conn *pgx.Conn, table replication.TableName) error {
-	unique, notNull, err := replication.UniqueColumn(ctx, conn, table, "idempotency_key")
+func checkUniqueKey(ctx context.Context, conn *pgx.Conn, table replication.TableName, col string) error {
+	unique, notNull, err := replication.UniqueColumn(ctx, conn, table, col)
 	if err != nil {
 		return fmt.Errorf("read indexes of %s: %w", table, err)
 	}
 	if !unique {
-		return fmt.Errorf("%s has no UNIQUE constraint on idempotency_key alone; fix: ALTER TABLE %s ADD UNIQUE (idempotency_key)", table, table)
+		return fmt.Errorf("%s has no UNIQUE constraint on %s alone; fix: ALTER TABLE %s ADD UNIQUE (%s)", table, col, table, col)
 	}
 	if !notNull {
-		return fmt.Errorf("%s.idempotency_key is nullable; fix: ALTER TABLE %s ALTER COLUMN idempotency_key SET NOT NULL", table, table)
+		return fmt.Errorf("%s.%s is nullable; fix: ALTER TABLE %s ALTER COLUMN %s SET NOT NULL", table, col, table, col)
 	}
 	return nil
+}
+
+// columnsOf is forwarder.Columns (which preflight may not import): the
+// columns walpost run reads under mapping m.
+func columnsOf(m config.Mapping) replication.Columns {
+	c := replication.Columns{
+		Debezium: m.Profile == config.ProfileDebezium,
+		ID:       m.IDColumn, Key: m.KeyColumn, Payload: m.PayloadColumn, Topic: m.TopicColumn,
+		Timestamp: m.TimestampColumn,
+	}
+	for _, h := range m.Headers() {
+		c.Headers = append(c.Headers, h.Column)
+	}
+	return c
+}
+
+// checkFormats checks the key and payload column types the json formats
+// of m write, as walpost run does at each session start.
+func checkFormats(ctx context.Context, conn *pgx.Conn, table replication.TableName, m config.Mapping) error {
+	types, err := replication.ColumnTypes(ctx, conn, table)
+	if err != nil {
+		return fmt.Errorf("read column types of %s: %w", table, err)
+	}
+	_, _, err = kafka.MappingTypes(m, func(c string) (string, bool, bool) {
+		t, ok := types[c]
+		return t.Type, t.NotNull, ok
+	})
+	return err
 }
 
 // checkPublicationOps is replication.CheckPublication (what walpost run

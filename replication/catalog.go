@@ -327,3 +327,30 @@ func SenderTimeout(ctx context.Context, conn *pgconn.PgConn) (time.Duration, err
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
+
+// ColumnType is a column's type name (pg_type.typname) and NOT NULL.
+type ColumnType struct {
+	Type    string
+	NotNull bool
+}
+
+// ColumnTypes reads the type of each column of table.
+func ColumnTypes(ctx context.Context, q Querier, table TableName) (map[string]ColumnType, error) {
+	rows, err := q.Query(ctx, `
+		SELECT a.attname, t.typname, a.attnotnull FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, table.String())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]ColumnType{}
+	for rows.Next() {
+		var name string
+		var c ColumnType
+		if err := rows.Scan(&name, &c.Type, &c.NotNull); err != nil {
+			return nil, err
+		}
+		out[name] = c
+	}
+	return out, rows.Err()
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -53,7 +54,8 @@ const (
 
 var colNames = [numCols]string{"id", "idempotency_key", "payload", "created_at", "topic", "partition_key", "event_type", "headers"}
 
-// RequiredColumns must be present in the outbox table.
+// RequiredColumns must be present in walpost's outbox table (Columns{});
+// Columns.Required lists them for a mapping.
 var RequiredColumns = []string{"id", "idempotency_key", "payload", "created_at"}
 
 // OptionalColumns route a record when present.
@@ -65,18 +67,34 @@ type relation struct {
 	pos             [numCols]int // index in the tuple, -1 when absent
 	ncols           int
 	names           []string // column names in tuple order, for errors
+	layout          *layout
+	extra           []int // tuple index of each layout.extra column, -1 when absent
 }
 
-func newRelation(m *pglogrepl.RelationMessage) *relation {
-	r := &relation{namespace: m.Namespace, name: m.RelationName, ncols: len(m.Columns), names: make([]string, len(m.Columns))}
+// newRelation maps m with walpost's default column names.
+func newRelation(m *pglogrepl.RelationMessage) *relation { return newRelationFor(m, &walpostLayout) }
+
+func newRelationFor(m *pglogrepl.RelationMessage, l *layout) *relation {
+	r := &relation{namespace: m.Namespace, name: m.RelationName, ncols: len(m.Columns), names: make([]string, len(m.Columns)), layout: l}
 	for i := range r.pos {
 		r.pos[i] = -1
 	}
+	if len(l.extra) > 0 {
+		r.extra = make([]int, len(l.extra))
+		for i := range r.extra {
+			r.extra[i] = -1
+		}
+	}
 	for i, c := range m.Columns {
 		r.names[i] = c.Name
-		for j, n := range colNames {
-			if c.Name == n {
+		for j, n := range l.names {
+			if c.Name == n && n != "" {
 				r.pos[j] = i
+			}
+		}
+		for j, n := range l.extra {
+			if c.Name == n {
+				r.extra[j] = i
 			}
 		}
 	}
@@ -85,11 +103,17 @@ func newRelation(m *pglogrepl.RelationMessage) *relation {
 
 // check reports a required column missing from the relation.
 func (r *relation) check() error {
-	for j := colID; j <= colCreatedAt; j++ {
-		if r.pos[j] < 0 {
-			return fmt.Errorf("%w: table %s.%s has no column %q (required: %v); walpost stopped here and confirmed nothing past the last complete event. Events written without the column cannot be forwarded: restore the column for new writes, re-insert the affected events under their keys, then move the slot past this transaction (README runbook, \"required column dropped\")",
-				ErrSchema, r.namespace, r.name, colNames[j], RequiredColumns)
+	col, key, missing := r.layout.missing(func(n string) bool { return slices.Contains(r.names, n) })
+	if missing {
+		var req []string
+		for j := 0; j < numCols; j++ {
+			if r.layout.required[j] && !slices.Contains(req, r.layout.names[j]) {
+				req = append(req, r.layout.names[j])
+			}
 		}
+		req = append(req, r.layout.extra...)
+		return fmt.Errorf("%w: %s; walpost stopped here and confirmed nothing past the last complete event. Events written without the column cannot be forwarded: restore the column for new writes, re-insert the affected events under their keys, then move the slot past this transaction (README runbook, \"required column dropped\")",
+			ErrSchema, missingText(r.namespace+"."+r.name, col, key, req))
 	}
 	return nil
 }

@@ -89,13 +89,20 @@ func decodeInsert(data []byte, rel func(uint32) *relation) (*relation, [numCols]
 // insertEvent builds the event of an Insert message: one allocation for
 // the event and one for its bytes.
 func (s *Stream) insertEvent(data []byte, lsn pglogrepl.LSN) (*outbox.Event, error) {
-	_, spans, present, err := decodeInsert(data, func(id uint32) *relation { return s.rels[id] })
+	r, spans, present, err := decodeInsert(data, func(id uint32) *relation { return s.rels[id] })
 	if err != nil {
 		return nil, &DecodeError{LSN: lsn, Err: err}
 	}
 	size := 0
 	for c := 0; c < numCols; c++ {
 		size += spans[c].end - spans[c].start
+	}
+	var extra []span // nil: NULL or absent
+	if len(r.extra) > 0 {
+		extra = extraSpans(data, r.extra)
+		for _, sp := range extra {
+			size += sp.end - sp.start
+		}
 	}
 	created := spans[colCreatedAt]
 	size += created.end - created.start + 8 // room for the RFC 3339 rewrite
@@ -143,6 +150,59 @@ func (s *Stream) insertEvent(data []byte, lsn pglogrepl.LSN) (*outbox.Event, err
 		buf = outbox.AppendRFC3339(buf, data[created.start:created.end])
 		ev.CreatedAtRFC3339 = unsafe.String(&buf[a], len(buf)-a)
 	}
+	if extra != nil {
+		l := r.layout
+		nh := len(l.extra)
+		if l.hasTS {
+			nh--
+		}
+		ev.Placed = &outbox.Placed{}
+		if nh > 0 {
+			ev.Placed.HeaderValues = make([][]byte, nh)
+		}
+		for i, sp := range extra {
+			if sp.start < 0 {
+				continue
+			}
+			a := len(buf)
+			buf = append(buf, data[sp.start:sp.end]...)
+			v := buf[a:len(buf):len(buf)]
+			if i < nh {
+				ev.Placed.HeaderValues[i] = v
+			} else {
+				ev.Placed.Timestamp = outbox.ParseTimestamp(v)
+			}
+		}
+	}
 	s.seq++
 	return ev, nil
+}
+
+// extraSpans returns the span of each column at positions pos of an insert
+// message decodeInsert accepted (start -1: NULL or absent). Only a mapping
+// with extra columns (mapping.header_columns, mapping.timestamp_column)
+// walks the tuple a second time.
+func extraSpans(data []byte, pos []int) []span {
+	out := make([]span, len(pos))
+	for i := range out {
+		out[i] = span{-1, -1}
+	}
+	n := int(binary.BigEndian.Uint16(data[6:8]))
+	off := 8
+	for i := 0; i < n; i++ {
+		kind := data[off]
+		off++
+		if kind != 't' {
+			continue // 'n': NULL ('u' and 'b' were refused)
+		}
+		l := int(binary.BigEndian.Uint32(data[off:]))
+		off += 4
+		for j, p := range pos {
+			if p == i {
+				out[j] = span{off, off + l}
+			}
+		}
+		off += l
+	}
+	return out
 }

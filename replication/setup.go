@@ -27,6 +27,9 @@ type Config struct {
 	Publication string
 	// Table is the outbox table, optionally schema-qualified.
 	Table string
+	// Columns names the outbox columns (config mapping.*); the zero value
+	// is walpost's layout.
+	Columns Columns
 	// StatusInterval is the longest pause between standby status updates;
 	// keep it well below wal_sender_timeout. Default 10s.
 	StatusInterval time.Duration
@@ -123,8 +126,8 @@ func CheckPublication(ctx context.Context, conn *pgx.Conn, publication string, t
 	return nil
 }
 
-// CheckColumns verifies the outbox table has the required columns.
-func CheckColumns(ctx context.Context, conn *pgx.Conn, table TableName) error {
+// CheckColumns verifies the outbox table has the columns mapping needs.
+func CheckColumns(ctx context.Context, conn *pgx.Conn, table TableName, mapping Columns) error {
 	cols, err := TableColumns(ctx, conn, table)
 	if err != nil {
 		return fmt.Errorf("read columns of %s: %w", table, err)
@@ -133,10 +136,13 @@ func CheckColumns(ctx context.Context, conn *pgx.Conn, table TableName) error {
 	for _, c := range cols {
 		have[c] = true
 	}
-	for _, c := range RequiredColumns {
-		if !have[c] {
-			return fmt.Errorf("%w: table %s has no column %q (required: %v): run walpost migrate or add the column", ErrSchema, table, c, RequiredColumns)
+	l := mapping.layout()
+	if col, key, missing := l.missing(func(n string) bool { return have[n] }); missing {
+		fix := "run walpost migrate or add the column"
+		if key != "" {
+			fix = "add the column, or set " + key + " to the column that holds it"
 		}
+		return fmt.Errorf("%w: %s: %s", ErrSchema, missingText(table.String(), col, key, mapping.Required()), fix)
 	}
 	return nil
 }
@@ -156,7 +162,7 @@ func Prepare(ctx context.Context, conn *pgx.Conn, cfg Config) (TableName, SlotIn
 	if err != nil {
 		return table, SlotInfo{}, err
 	}
-	if err := CheckColumns(ctx, conn, table); err != nil {
+	if err := CheckColumns(ctx, conn, table, cfg.Columns); err != nil {
 		return table, SlotInfo{}, err
 	}
 	if err := CheckPublication(ctx, conn, cfg.Publication, table); err != nil {

@@ -61,6 +61,7 @@ type Observer struct {
 // once.
 type Stream struct {
 	cfg     Config
+	layout  *layout // cfg.Columns resolved; nil: walpost's layout
 	conn    *pgconn.PgConn
 	table   TableName
 	tracker *checkpoint.Tracker
@@ -91,7 +92,7 @@ const statusTick = 200 * time.Millisecond
 func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkpoint.Tracker, h Handler, obs Observer) *Stream {
 	cfg.defaults()
 	return &Stream{
-		cfg: cfg, conn: conn, table: table, tracker: tracker, h: h, obs: obs,
+		cfg: cfg, conn: conn, table: table, tracker: tracker, h: h, obs: obs, layout: cfg.Columns.resolve(),
 		rels: map[uint32]*relation{}, warned: map[pglogrepl.MessageType]bool{},
 		lowat: lowatOf(conn),
 	}
@@ -364,7 +365,7 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		s.txn, s.begin, s.seq = txn, *m, 0
 		s.commitText = m.FinalLSN.String()
 	case *pglogrepl.RelationMessage:
-		r := newRelation(m)
+		r := newRelationFor(m, s.lay())
 		if r.namespace != s.table.Schema || r.name != s.table.Name {
 			return fmt.Errorf("%w: publication %q sends table %s.%s; it must cover only %s", ErrConfig, s.cfg.Publication, r.namespace, r.name, s.table)
 		}
@@ -423,9 +424,9 @@ var droppedEffect = [numCols]string{
 // differently.
 func (s *Stream) warnDropped(old, r *relation, lsn pglogrepl.LSN) {
 	for c := colTopic; c < numCols; c++ {
-		if old.pos[c] >= 0 && r.pos[c] < 0 {
+		if old.pos[c] >= 0 && r.pos[c] < 0 && !s.lay().required[c] {
 			s.cfg.Logger.Warn("outbox column dropped while running: "+droppedEffect[c],
-				"slot", s.cfg.Slot, "table", r.namespace+"."+r.name, "column", colNames[c], "lsn", lsn.String())
+				"slot", s.cfg.Slot, "table", r.namespace+"."+r.name, "column", s.lay().names[c], "lsn", lsn.String())
 		}
 	}
 }

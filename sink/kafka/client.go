@@ -89,6 +89,7 @@ func ConfigFrom(c *config.Config) (Config, error) {
 		Compression:        c.Kafka.Compression,
 		MaxMessageBytes:    c.Kafka.MaxMessageBytes,
 		MaxBufferedRecords: c.Pipeline.MaxInFlightEvents + bufferHeadroom,
+		Layout:             LayoutFrom(c.Mapping),
 		Opts:               opts,
 	}, nil
 }

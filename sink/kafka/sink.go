@@ -49,6 +49,9 @@ type Config struct {
 	// to send again (the forwarder restarts its session from the slot).
 	// It must not block.
 	OnDataLoss func(topic string, partition int32)
+	// Layout is the record format (config mapping.*, LayoutFrom); nil is
+	// walpost's own record.
+	Layout *Layout
 	// Opts are extra client options (TLS, SASL, tests) for every client.
 	Opts []kgo.Opt
 	// ProducerOpts apply to the producing client only (e.g. metric hooks).
@@ -66,6 +69,9 @@ type Sink struct {
 	limits sync.Map // topic → topicLimit, its max.message.bytes as last read
 	built  sync.Map // topic → int, the smallest batch limit the client's partitions of topic were created with
 	remake sync.Mutex
+
+	lay   *Layout                       // cfg.Layout
+	types atomic.Pointer[[2]ColumnType] // key and value column types (SetColumnTypes)
 
 	// How old a read limit may be before it is read again: on any record
 	// (limitRefresh), before a record is reported too large
@@ -124,7 +130,10 @@ func New(cfg Config) (*Sink, error) {
 		// No AllowAutoTopicCreation: a missing topic is a destination
 		// error to fix, never created implicitly.
 	}
-	k := &Sink{cfg: cfg, log: cfg.Logger, limitRefresh: limitRefresh, limitRecheck: limitRecheck, limitRetry: limitRetry}
+	k := &Sink{cfg: cfg, log: cfg.Logger, limitRefresh: limitRefresh, limitRecheck: limitRecheck, limitRetry: limitRetry, lay: cfg.Layout}
+	if k.lay != nil {
+		k.types.Store(&[2]ColumnType{k.lay.KeyType, k.lay.ValueType})
+	}
 	// A batch never exceeds its topic's max.message.bytes, so the broker
 	// never refuses a batch of small records for its size. franz-go asks
 	// once per partition, when it first produces to it, and keeps the
@@ -364,9 +373,9 @@ var _ sink.Sink = (*Sink)(nil)
 func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
 	p := produceds.Get().(*produced)
 	r := &p.rec
-	if err := buildInto(r, p.hdrs[:0], ev, k.cfg.DefaultTopic); err != nil {
+	if err := k.build(r, p.hdrs[:0], ev); err != nil {
 		p.release()
-		a.Acked(sink.Result{Topic: topicOf(ev, k.cfg.DefaultTopic), Partition: -1, Offset: -1}, classified(err, ""))
+		a.Acked(sink.Result{Topic: k.lay.topic(ev, k.cfg.DefaultTopic), Partition: -1, Offset: -1}, classified(err, ""))
 		return
 	}
 	now := ev.ReceivedAt // a clock read the stream made anyway
@@ -379,16 +388,28 @@ func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
 		a.Acked(sink.Result{Topic: topic, Partition: -1, Offset: -1}, classified(err, topic))
 		return
 	}
-	p.pk, p.hasPK, p.done = ev.PartitionKey, ev.HasPartition, a
+	// The Debezium layout partitions by the key bytes (its PartitionKey
+	// is the key column, already in r.Key in the key format's encoding).
+	p.pk, p.hasPK, p.done = ev.PartitionKey, ev.HasPartition && (k.lay == nil || !k.lay.Debezium), a
 	r.Context = p
 	k.client.Load().Produce(context.Background(), r, promise)
 }
 
-func topicOf(ev *outbox.Event, defaultTopic string) string {
-	if ev.Topic != "" {
-		return ev.Topic
+// build fills r with ev's record in the sink's layout.
+func (k *Sink) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event) error {
+	if k.lay == nil {
+		return buildInto(r, hs, ev, k.cfg.DefaultTopic)
 	}
-	return defaultTopic
+	return k.lay.build(r, hs, ev, k.cfg.DefaultTopic, k.types.Load())
+}
+
+// SetColumnTypes sets the key and payload columns' types the json formats
+// write (ConnectType of the table's columns); Produce calls that follow
+// use them. Without a Debezium layout it does nothing.
+func (k *Sink) SetColumnTypes(key, value ColumnType) {
+	if k.lay != nil {
+		k.types.Store(&[2]ColumnType{key, value})
+	}
 }
 
 // CheckSize is the size pre-check: a record larger than its topic's limit

@@ -1,0 +1,350 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/outbox"
+)
+
+// The Debezium layout (config mapping.profile = debezium; README,
+// Debezium-compatible mode): the record Debezium's Outbox Event Router
+// emits for the same row under its defaults, in the bytes of the Kafka
+// Connect converter named by mapping.key_format and mapping.value_format.
+
+// HeaderID is the Debezium layout's header of the event id
+// (table.field.event.id).
+const HeaderID = "id"
+
+// ErrNullKey: the row's key column (mapping.key_column) is NULL. Debezium
+// would send a record without a key, partitioned round-robin, outside the
+// order of its aggregate; walpost quarantines it.
+var ErrNullKey = errors.New("outbox row has a NULL key column (mapping.key_column)")
+
+// ErrEmptyID: the row's id column (mapping.id_column) is NULL or empty:
+// consumers deduplicate on the id header.
+var ErrEmptyID = errors.New("outbox row has no id (mapping.id_column)")
+
+// ErrInvalidTopic: the topic the template gives for the row's topic
+// column is not a Kafka topic name.
+var ErrInvalidTopic = errors.New("the row's topic column gives an invalid Kafka topic name")
+
+// Layout is the record format of the mapping; nil (Config.Layout) is
+// walpost's own record.
+type Layout struct {
+	// Debezium selects the Debezium record: key = the key column, value =
+	// the payload, header id, the header columns; no walpost headers.
+	Debezium bool
+	// KeyFormat and ValueFormat: config.FormatString, FormatJSON or
+	// FormatJSONSchema.
+	KeyFormat, ValueFormat string
+	// HeaderNames name the event's HeaderValues.
+	HeaderNames []string
+	// KeyType and ValueType describe the key and payload columns for the
+	// json formats (ConnectType); Sink.SetColumnTypes replaces them once
+	// the table was read. The zero value is a string column that may be
+	// NULL.
+	KeyType, ValueType ColumnType
+
+	topics *topicTemplate
+}
+
+// LayoutFrom is the layout of the configuration's mapping: nil for
+// walpost's own record with the identity topic template.
+func LayoutFrom(m config.Mapping) *Layout {
+	var t *topicTemplate
+	if m.TopicTemplate != config.RoutedByValue {
+		t = &topicTemplate{tmpl: m.TopicTemplate, cache: map[string]string{}}
+	}
+	if m.Profile != config.ProfileDebezium {
+		if t == nil {
+			return nil
+		}
+		return &Layout{topics: t}
+	}
+	l := &Layout{Debezium: true, KeyFormat: m.KeyFormat, ValueFormat: m.ValueFormat, topics: t}
+	for _, h := range m.Headers() {
+		l.HeaderNames = append(l.HeaderNames, h.Header)
+	}
+	return l
+}
+
+// BuildRecordWith is BuildRecord in layout l (nil: walpost's record).
+func BuildRecordWith(ev *outbox.Event, defaultTopic string, l *Layout) (*kgo.Record, error) {
+	r := new(kgo.Record)
+	var err error
+	if l == nil {
+		err = buildInto(r, nil, ev, defaultTopic)
+	} else {
+		err = l.build(r, nil, ev, defaultTopic, &[2]ColumnType{l.KeyType, l.ValueType})
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// build fills r for ev: the Debezium record, or walpost's with the
+// topic template applied.
+func (l *Layout) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTopic string, types *[2]ColumnType) error {
+	if l.Debezium {
+		return l.buildDebezium(r, hs, ev, defaultTopic, types[0], types[1])
+	}
+	if err := buildInto(r, hs, ev, defaultTopic); err != nil {
+		return err
+	}
+	r.Topic = l.topic(ev, defaultTopic)
+	return nil
+}
+
+// topicTemplate is mapping.topic_template with the topics it gave, so a
+// routed event costs a lookup, not a new string.
+type topicTemplate struct {
+	tmpl  string
+	mu    sync.Mutex
+	cache map[string]string
+}
+
+const maxCachedTopics = 4096
+
+func (t *topicTemplate) of(v string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s, ok := t.cache[v]; ok {
+		return s
+	}
+	s := strings.ReplaceAll(t.tmpl, config.RoutedByValue, v)
+	if len(t.cache) < maxCachedTopics {
+		t.cache[strings.Clone(v)] = s
+	}
+	return s
+}
+
+// topic is the record topic of ev: the template applied to the row's
+// topic column, or defaultTopic when it is NULL.
+func (l *Layout) topic(ev *outbox.Event, defaultTopic string) string {
+	if ev.Topic == "" {
+		return defaultTopic
+	}
+	if l == nil || l.topics == nil {
+		return ev.Topic
+	}
+	return l.topics.of(ev.Topic)
+}
+
+// ColumnType is what the json formats need of a column: its Kafka
+// Connect schema as Debezium's PostgreSQL connector derives it, as JSON,
+// and whether its values are JSON numbers.
+type ColumnType struct {
+	Schema string
+	Number bool
+}
+
+// ConnectType is the Connect schema Debezium's PostgreSQL connector gives
+// a column of PostgreSQL type pgType (pg_type.typname) with its
+// default settings; notNull makes it not optional. Types the json formats
+// do not reproduce are an error.
+func ConnectType(pgType string, notNull bool) (ColumnType, error) {
+	opt := strconv.FormatBool(!notNull)
+	var typ, name string
+	number := false
+	switch pgType {
+	case "text", "varchar", "bpchar", "name":
+		typ = "string"
+	case "uuid":
+		typ, name = "string", "io.debezium.data.Uuid"
+	case "json", "jsonb":
+		typ, name = "string", "io.debezium.data.Json"
+	case "int2":
+		typ, number = "int16", true
+	case "int4":
+		typ, number = "int32", true
+	case "int8":
+		typ, number = "int64", true
+	default:
+		return ColumnType{}, fmt.Errorf("type %s: the json formats reproduce text, varchar, char, uuid, json, jsonb, smallint, integer and bigint columns", pgType)
+	}
+	s := `{"type":"` + typ + `","optional":` + opt
+	if name != "" {
+		s += `,"name":"` + name + `","version":1`
+	}
+	return ColumnType{Schema: s + "}", Number: number}, nil
+}
+
+// defaultColumnType is a nullable text column's.
+var defaultColumnType = ColumnType{Schema: `{"type":"string","optional":true}`}
+
+func (c ColumnType) orDefault() ColumnType {
+	if c.Schema == "" {
+		return defaultColumnType
+	}
+	return c
+}
+
+// encode writes text in format for a column of type c.
+func encode(format string, c ColumnType, text []byte) []byte {
+	switch format {
+	case config.FormatJSON:
+		return appendJSON(nil, c.orDefault(), text)
+	case config.FormatJSONSchema:
+		c = c.orDefault()
+		b := make([]byte, 0, len(text)+len(c.Schema)+32)
+		b = append(b, `{"schema":`...)
+		b = append(b, c.Schema...)
+		b = append(b, `,"payload":`...)
+		b = appendJSON(b, c, text)
+		return append(b, '}')
+	}
+	return text
+}
+
+func appendJSON(dst []byte, c ColumnType, text []byte) []byte {
+	if c.Number {
+		return append(dst, text...)
+	}
+	return AppendJacksonString(dst, text)
+}
+
+const hexUpper = "0123456789ABCDEF"
+
+// AppendJacksonString appends s as a JSON string the way Jackson (Kafka
+// Connect's JsonConverter) writes it: `"` and `\` escaped, \b \t \n \f \r
+// short, other control characters as \u00XX with upper-case hex, and
+// everything else (<, >, &, U+2028, U+2029, non-ASCII) as it is. Go's
+// encoding/json escapes <, >, & and U+2028/2029 and cannot be told not
+// to for the last two, hence an encoder of its own. Invalid UTF-8 (which
+// PostgreSQL's text never is) becomes U+FFFD, as a Java String would.
+func AppendJacksonString(dst, s []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			if r, n := utf8.DecodeRune(s[i:]); r == utf8.RuneError && n == 1 {
+				dst = append(dst, s[start:i]...)
+				dst = append(dst, "\uFFFD"...)
+				i++
+				start = i
+			} else {
+				i += n
+			}
+			continue
+		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexUpper[c>>4], hexUpper[c&0xF])
+		}
+		i++
+		start = i
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// buildDebezium fills r with the Debezium record of ev: topic from the
+// template, key = the key column (Event.PartitionKey), value = the
+// payload, headers id and the header columns (SimpleHeaderConverter:
+// the text; NULL a null header), replayed_from_poison on a replay;
+// timestamp = the timestamp column, else the commit time.
+func (l *Layout) buildDebezium(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTopic string, key, value ColumnType) error {
+	if ev.IdempotencyKey == "" {
+		return ErrEmptyID
+	}
+	if !ev.HasPartition {
+		return ErrNullKey
+	}
+	if ev.Payload == nil {
+		return ErrNullPayload
+	}
+	topic := l.topic(ev, defaultTopic)
+	if !validTopic(topic) {
+		return fmt.Errorf("%w: %q (from the topic column's %q)", ErrInvalidTopic, topic, ev.Topic)
+	}
+	hs = append(hs[:0], kgo.RecordHeader{Key: HeaderID, Value: view(ev.ID)})
+	if ev.Placed != nil {
+		for i, v := range ev.Placed.HeaderValues {
+			if i < len(l.HeaderNames) {
+				hs = append(hs, kgo.RecordHeader{Key: l.HeaderNames[i], Value: v})
+			}
+		}
+	}
+	if ev.Replayed {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderReplayed, Value: []byte("true")})
+	}
+	r.Topic = topic
+	r.Key = encode(l.KeyFormat, key, view(ev.PartitionKey))
+	r.Value = encode(l.ValueFormat, value, ev.Payload)
+	r.Headers = hs
+	r.Timestamp = ev.CommitTime
+	if ev.Placed != nil && !ev.Placed.Timestamp.IsZero() {
+		r.Timestamp = ev.Placed.Timestamp
+	}
+	return nil
+}
+
+func validTopic(t string) bool {
+	if t == "" || len(t) > 249 || t == "." || t == ".." {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// MappingTypes are the key and payload column types the json formats of
+// m write, from the table's columns (types[column] = PostgreSQL type name
+// and NOT NULL). With string formats nothing is needed and nothing is
+// checked; a column type the json formats do not reproduce is an error
+// naming the format key.
+func MappingTypes(m config.Mapping, types func(column string) (pgType string, notNull, ok bool)) (key, value ColumnType, err error) {
+	if m.Profile != config.ProfileDebezium {
+		return key, value, nil
+	}
+	one := func(formatKey, format, columnKey, column string) (ColumnType, error) {
+		if format == config.FormatString {
+			return ColumnType{}, nil
+		}
+		t, notNull, ok := types(column)
+		if !ok {
+			return ColumnType{}, fmt.Errorf("%s = %s: the table has no column %q (%s)", formatKey, format, column, columnKey)
+		}
+		c, err := ConnectType(t, notNull)
+		if err != nil {
+			return ColumnType{}, fmt.Errorf("%s = %s: column %q (%s) has %v; use %s = string", formatKey, format, column, columnKey, err, formatKey)
+		}
+		return c, nil
+	}
+	if key, err = one("mapping.key_format", m.KeyFormat, "mapping.key_column", m.KeyColumn); err != nil {
+		return key, value, err
+	}
+	value, err = one("mapping.value_format", m.ValueFormat, "mapping.payload_column", m.PayloadColumn)
+	return key, value, err
+}
