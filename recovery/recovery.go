@@ -130,7 +130,10 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, err
 	}
 	rep.Table = table.String()
-	if err := replication.CheckColumns(ctx, side, table); err != nil {
+	if cfg.Mapping.Profile != config.ProfileWalpost {
+		return rep, fmt.Errorf("walpost recover reads walpost's outbox layout only; mapping.profile (WALPOST_MAPPING_PROFILE) is %q: recover the gap by hand (see the README runbook, \"Slot lost\")", cfg.Mapping.Profile)
+	}
+	if err := replication.CheckColumns(ctx, side, table, replication.Columns{}); err != nil {
 		return rep, err
 	}
 	if err := replication.CheckPublication(ctx, side, cfg.Postgres.Publication, table); err != nil {
