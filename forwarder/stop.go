@@ -15,6 +15,7 @@ import (
 // drains within kafka.flush_timeout in total. Only the final status
 // update (≤ 5 s) and the last position write (≤ 5 s) come after it.
 type stopClock struct {
+	ctx     context.Context
 	timeout time.Duration
 	once    sync.Once
 	at      time.Time
@@ -23,14 +24,19 @@ type stopClock struct {
 
 // newStopClock starts the clock when ctx ends; release stops watching ctx.
 func newStopClock(ctx context.Context, timeout time.Duration) *stopClock {
-	c := &stopClock{timeout: timeout}
+	c := &stopClock{ctx: ctx, timeout: timeout}
 	c.release = context.AfterFunc(ctx, func() { c.deadline() })
 	return c
 }
 
-// deadline is when the stop must be done. The first call fixes it, and the
-// end of ctx makes that call at once; call it only after ctx ended.
+// deadline is when the stop must be done: fixed by the first call after
+// ctx ended, which the end of ctx makes at once. Before ctx ended (a
+// session aborted by a failure drains nothing, but may ask) it is timeout
+// from now, and fixes nothing.
 func (c *stopClock) deadline() time.Time {
+	if c.ctx.Err() == nil {
+		return time.Now().Add(c.timeout)
+	}
 	c.once.Do(func() { c.at = time.Now().Add(c.timeout) })
 	return c.at
 }

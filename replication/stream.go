@@ -479,14 +479,18 @@ func (s *Stream) stopDeadline() time.Time {
 // shutdown drains in-flight events (by the stop's deadline) while keeping
 // the session alive, then reports the final watermark.
 func (s *Stream) shutdown(parent context.Context) error {
-	ctx, cancel := context.WithDeadline(context.Background(), s.stopDeadline())
-	defer cancel()
 	// A session aborted by a failure (a cause other than plain
 	// cancellation) does not wait for in-flight events: they may never
 	// be handled in this session. The watermark is sent as it stands.
+	var ctx context.Context
+	var cancel context.CancelFunc
 	if Aborted(parent) {
+		ctx, cancel = context.WithCancel(context.Background())
 		cancel()
+	} else {
+		ctx, cancel = context.WithDeadline(context.Background(), s.stopDeadline())
 	}
+	defer cancel()
 	for ctx.Err() == nil {
 		events, _ := s.tracker.InFlight()
 		if events == 0 {
