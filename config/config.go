@@ -92,8 +92,10 @@ type Kafka struct {
 	// MaxMessageBytes bounds one record batch; a record larger than this is
 	// refused before it is sent. 0 reads the topic's max.message.bytes.
 	MaxMessageBytes int `mapstructure:"max_message_bytes" doc:"Largest record batch in bytes; 0 uses the topic's max.message.bytes." default:"0"`
-	// FlushTimeout bounds the final flush on shutdown. Default 30s.
-	FlushTimeout time.Duration `mapstructure:"flush_timeout" doc:"How long shutdown waits for outstanding acks (duration)." default:"30s"`
+	// FlushTimeout bounds a clean stop: reading to the open transaction's
+	// commit, finishing a running isolation, waiting for acks and the final
+	// flush share one deadline, FlushTimeout after the stop. Default 30s.
+	FlushTimeout time.Duration `mapstructure:"flush_timeout" doc:"How long a clean stop may take, in total, to finish the open transaction and a running isolation and wait for outstanding acks (duration)." default:"30s"`
 	TLS          TLS           `mapstructure:"tls"`
 	SASL         SASL          `mapstructure:"sasl"`
 }

@@ -40,6 +40,11 @@
 //     outbox. The window starts with the poison rows of the window
 //     (IsolatorConfig.Recent, read at session start), so restarts do not
 //     reset it; a full window trips before another row is written.
+//  6. A clean stop does not interrupt it: the session runs it on a context
+//     of its own (isolatorContext) that ends when the stream has returned
+//     or at the stop's deadline (kafka.flush_timeout after the stop), so
+//     a record being settled is finished and its transaction confirmed;
+//     a failure of another session goroutine ends it at once.
 //
 // Invariants (DESIGN.md) enforced here: INV-1, Done is called only after
 // the ack or the committed poison row; INV-2, every event ends as a record

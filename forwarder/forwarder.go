@@ -155,16 +155,27 @@ func (f *Forwarder) forward(ctx context.Context) error {
 func (f *Forwarder) sessions(ctx context.Context) error {
 	cfg := f.cfg
 	b := newBackoff(30 * time.Second)
+	// A stop drains within kafka.flush_timeout in total: the session's
+	// drain and the final flush below share one deadline.
+	stop := newStopClock(ctx, cfg.Kafka.FlushTimeout)
+	defer stop.release()
 	for {
 		started := time.Now()
-		err := f.session(ctx)
+		err := f.session(ctx, stop)
 		action, cause := Classify(ctx, err)
 		switch action {
 		case Stop:
-			// Shutdown: the stream drained and confirmed; flush the rest.
-			fctx, cancel := context.WithTimeout(context.Background(), cfg.Kafka.FlushTimeout)
+			// Shutdown: the stream drained and confirmed; flush the rest
+			// by what is left of the stop's deadline.
+			fctx, cancel := context.WithDeadline(context.Background(), stop.deadline())
 			_ = f.sink.Flush(fctx)
 			cancel()
+			// The isolator settles on through a stop, so a failure that
+			// must end walpost (ErrBreaker, poison.ErrUnwritable) can
+			// come during it: it is not a clean stop.
+			if a, _ := Classify(context.Background(), err); err != nil && a == Fail {
+				return err
+			}
 			return nil
 		case Fail:
 			return err

@@ -227,7 +227,8 @@ func (p *pending) Acked(r sink.Result, err error) {
 }
 
 // Run settles failures until ctx ends or a failure must end the session
-// (a *DestinationError, ErrBreaker, or an unknown/transient failure).
+// (a *DestinationError, ErrBreaker, or an unknown/transient failure). The
+// session's ctx for it outlives a clean stop (isolatorContext).
 func (i *Isolator) Run(ctx context.Context) error {
 	for {
 		select {

@@ -16,12 +16,15 @@ import (
 )
 
 // session runs one replication connection until it fails or ctx ends. Its
-// three goroutines run in one errgroup, so the first error ends the others
-// and is the session's result:
+// goroutines run in one errgroup, so the first error ends the others and
+// is the session's result:
 //   - the stream reads the slot and hands events to the isolator; when its
-//     context ends it drains what is in flight and confirms it;
+//     context ends it reads to the end of the open transaction, drains
+//     what is in flight and confirms it, by the stop's deadline;
 //   - the isolator settles failed records (retry, quarantine, or an error
-//     that ends the session);
+//     that ends the session); on a clean stop it goes on settling until
+//     the stream has returned or the stop's deadline passed
+//     (isolatorContext), and ends at once when another goroutine failed;
 //   - the watcher holds an idle side connection: PostgreSQL's fast shutdown
 //     terminates ordinary backends first (SQLSTATE 57P01) and waits for
 //     walsenders until their client confirmed everything sent, which never
@@ -30,7 +33,7 @@ import (
 //   - the data-loss watch ends the session with ErrDataLoss when Kafka
 //     reports data loss (onDataLoss), so the next session produces
 //     everything after the slot's confirmed position again.
-func (f *Forwarder) session(ctx context.Context) error {
+func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	cfg := f.cfg
 	rcfg := replication.Config{
 		Slot:           cfg.Postgres.Slot,
@@ -40,6 +43,7 @@ func (f *Forwarder) session(ctx context.Context) error {
 		StatusInterval: cfg.Postgres.StatusInterval,
 		ReceiveTimeout: cfg.Postgres.ReceiveTimeout,
 		DrainTimeout:   cfg.Kafka.FlushTimeout,
+		StopDeadline:   stop.deadline,
 		Logger:         f.log,
 	}
 	side, err := pgx.Connect(ctx, cfg.Postgres.URL)
@@ -155,8 +159,10 @@ func (f *Forwarder) session(ctx context.Context) error {
 	defer stopWatch()
 
 	g, gctx := errgroup.WithContext(ctx)
+	ictx, isoDone := isolatorContext(gctx, stop)
+	defer isoDone()
 	g.Go(func() error { return watchLoss(gctx) })
-	g.Go(func() error { return iso.Run(gctx) })
+	g.Go(func() error { return iso.Run(ictx) })
 	g.Go(func() error {
 		select {
 		case <-sideFree:
@@ -169,7 +175,12 @@ func (f *Forwarder) session(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return pw.run(gctx, cfg.Postgres.PositionInterval) })
-	g.Go(func() error { return stream.Run(gctx) })
+	g.Go(func() error {
+		// The final status update is sent: what the isolator would
+		// settle from now on is confirmed only by the next session.
+		defer isoDone()
+		return stream.Run(gctx)
+	})
 	err = g.Wait()
 	// The stream has sent its final confirmation: record it too.
 	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -38,9 +38,17 @@ type Config struct {
 	// connection). Periodic status updates ask the server to reply, so a
 	// live connection always answers within StatusInterval. Default 30s.
 	ReceiveTimeout time.Duration
-	// DrainTimeout bounds how long a stopping stream waits for in-flight
-	// events to be handled before its final status update. Default 30s.
+	// DrainTimeout bounds a stop: reading on to the open transaction's
+	// commit and then waiting for in-flight events to be handled share
+	// one deadline, DrainTimeout after the stream saw its context end,
+	// before the final status update. Default 30s.
 	DrainTimeout time.Duration
+	// StopDeadline, when set, replaces that deadline: the stream calls it
+	// once, after its context ended, and finishes the drain by the time
+	// it returns (the forwarder shares one deadline between the stream,
+	// the isolator and the final flush of the sink). Nil: DrainTimeout
+	// from the end of the context.
+	StopDeadline func() time.Time
 	// SlotConfirmed reads the slot's confirmed_flush_lsn (on a connection
 	// other than the replication one). The stream calls it once, right
 	// after START_REPLICATION succeeded, and moves the tracker's start

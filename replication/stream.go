@@ -82,6 +82,7 @@ type Stream struct {
 	recvAt     time.Time // when the message being handled was received
 	lowat      *lowatReader
 	warned     map[pglogrepl.MessageType]bool
+	stopBy     time.Time // the drain's deadline once ctx ended (stopDeadline)
 }
 
 // statusTick is how soon a moved watermark is reported to the server.
@@ -98,8 +99,9 @@ func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkp
 	}
 }
 
-// Run streams until ctx ends or the session fails. When ctx ends it stops
-// reading, waits up to DrainTimeout for in-flight events, sends a final
+// Run streams until ctx ends or the session fails. When ctx ends it reads
+// on to the end of the open transaction, waits for in-flight events (both
+// by one deadline: Config.StopDeadline, or DrainTimeout), sends a final
 // status update with the watermark and returns nil. It does not close the
 // connection.
 func (s *Stream) Run(ctx context.Context) error {
@@ -136,7 +138,7 @@ func (s *Stream) Run(ctx context.Context) error {
 	defer context.AfterFunc(ctx, interrupt)()
 	defer func() { _ = nc.SetReadDeadline(time.Time{}) }()
 	// runCtx governs receiving. When ctx ends in the middle of a
-	// transaction, the stream reads on (bounded by DrainTimeout) until its
+	// transaction, the stream reads on (by the stop's deadline) until its
 	// Commit, so a clean stop confirms it and a restart sends no duplicate.
 	runCtx := ctx
 	// now is read once per message: right after it is received (it is
@@ -146,12 +148,12 @@ func (s *Stream) Run(ctx context.Context) error {
 	fresh := false
 	for {
 		if ctx.Err() != nil {
-			if s.txn == nil || aborted(ctx) {
+			if s.txn == nil || Aborted(ctx) {
 				return s.shutdown(ctx)
 			}
 			if runCtx == ctx {
 				var cancel context.CancelFunc
-				runCtx, cancel = context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+				runCtx, cancel = context.WithDeadline(context.Background(), s.stopDeadline())
 				defer cancel()
 				defer context.AfterFunc(runCtx, interrupt)()
 				s.rdl = time.Time{}
@@ -460,17 +462,36 @@ func (s *Stream) sendStatus(ctx context.Context, reply bool) error {
 	return nil
 }
 
-// shutdown drains in-flight events (bounded by DrainTimeout) while keeping
+// stopDeadline is the one deadline of the drain after ctx ended, taken at
+// the first call: reading to the open transaction's commit and waiting for
+// in-flight events both end by it, so a stop drains within DrainTimeout
+// (or by Config.StopDeadline) in total.
+func (s *Stream) stopDeadline() time.Time {
+	if s.stopBy.IsZero() {
+		if s.cfg.StopDeadline != nil {
+			s.stopBy = s.cfg.StopDeadline()
+		} else {
+			s.stopBy = time.Now().Add(s.cfg.DrainTimeout)
+		}
+	}
+	return s.stopBy
+}
+
+// shutdown drains in-flight events (by the stop's deadline) while keeping
 // the session alive, then reports the final watermark.
 func (s *Stream) shutdown(parent context.Context) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
-	defer cancel()
 	// A session aborted by a failure (a cause other than plain
 	// cancellation) does not wait for in-flight events: they may never
 	// be handled in this session. The watermark is sent as it stands.
-	if aborted(parent) {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if Aborted(parent) {
+		ctx, cancel = context.WithCancel(context.Background())
 		cancel()
+	} else {
+		ctx, cancel = context.WithDeadline(context.Background(), s.stopDeadline())
 	}
+	defer cancel()
 	for ctx.Err() == nil {
 		events, _ := s.tracker.InFlight()
 		if events == 0 {
@@ -513,8 +534,11 @@ func (s *Stream) shutdown(parent context.Context) error {
 // Confirmed is the last flush position sent to the server.
 func (s *Stream) Confirmed() pglogrepl.LSN { return s.sent }
 
-// aborted reports whether ctx ended with a failure rather than a stop.
-func aborted(ctx context.Context) bool {
+// Aborted reports whether ctx ended with a failure rather than a stop (a
+// cause other than context.Canceled): a stream whose context is aborted
+// neither reads to the end of the open transaction nor waits for in-flight
+// events.
+func Aborted(ctx context.Context) bool {
 	cause := context.Cause(ctx)
 	return cause != nil && !errors.Is(cause, context.Canceled)
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -39,6 +40,9 @@ type composeService struct {
 	Healthcheck *composeHealth   `yaml:"healthcheck"`
 	Profiles    []string         `yaml:"profiles"`
 	Restart     string           `yaml:"restart"`
+	// StopGracePeriod is how long `docker compose stop` waits after
+	// SIGTERM before SIGKILL ("" is Compose's default, 10s).
+	StopGracePeriod string `yaml:"stop_grace_period"`
 }
 
 type composeHealth struct {
@@ -220,6 +224,53 @@ func TestComposeWalpostConfigValidates(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// stopAfterDrain is what a clean stop of walpost run may still take once
+// its drain (kafka.flush_timeout in total) is over: the final status
+// update to the slot and the end of COPY (5 s), the last write of
+// walpost_position (5 s), and 5 s for closing the clients and exiting.
+const stopAfterDrain = 15 * time.Second
+
+// TestComposeStopGracePeriod: `docker compose stop` sends SIGTERM, then
+// SIGKILL after stop_grace_period. A walpost run service must give a clean
+// stop kafka.flush_timeout (as its variables set it, or the default) plus
+// stopAfterDrain; a kill instead confirms nothing more, and every event not
+// yet confirmed is sent again on restart.
+func TestComposeStopGracePeriod(t *testing.T) {
+	c := readCompose(t)
+	seen := 0
+	for name, s := range c.Services {
+		if !s.isWalpost() || len(s.args()) == 0 || s.args()[0] != "run" {
+			continue
+		}
+		seen++
+		t.Run(name, func(t *testing.T) {
+			clearWalpostEnv(t)
+			for k, v := range s.Environment {
+				if strings.HasPrefix(k, "WALPOST_") {
+					t.Setenv(k, v)
+				}
+			}
+			cfg, err := loadConfigFor(testCommand(t), config.NeedAll)
+			if err != nil {
+				t.Fatalf("the variables of service %s do not validate: %v", name, err)
+			}
+			grace := 10 * time.Second // Compose's default
+			if s.StopGracePeriod != "" {
+				if grace, err = time.ParseDuration(s.StopGracePeriod); err != nil {
+					t.Fatalf("service %s: stop_grace_period %q: %v", name, s.StopGracePeriod, err)
+				}
+			}
+			if need := cfg.Kafka.FlushTimeout + stopAfterDrain; grace <= need {
+				t.Errorf("service %s: stop_grace_period %s, want above kafka.flush_timeout (%s) + %s = %s, or a stop becomes a kill",
+					name, grace, cfg.Kafka.FlushTimeout, stopAfterDrain, need)
+			}
+		})
+	}
+	if seen == 0 {
+		t.Fatal("no service runs `walpost run`")
 	}
 }
 
