@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/buildinfo"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/sink"
@@ -34,6 +35,15 @@ type Deps struct {
 	// kafka.create_topic_partitions asks for it), with the Kafka client's
 	// metrics on Registry. A given sink is not closed by the Forwarder.
 	Sink sink.Sink
+	// Build is exported as walpost_build_info; fields left empty come from
+	// the binary's own build information (runtime/debug.ReadBuildInfo).
+	Build Build
+}
+
+// Build identifies the running walpost in walpost_build_info.
+type Build struct {
+	Version string // e.g. v1.2.0
+	Commit  string // the full commit hash
 }
 
 // Forwarder is walpost's pipeline: replication sessions from the slot
@@ -71,6 +81,8 @@ func New(cfg *config.Config, deps Deps) (*Forwarder, error) {
 		f.reg = NewRegistry()
 	}
 	f.m = newMetrics(f.reg)
+	b := buildinfo.Resolve(deps.Build.Version, deps.Build.Commit, "")
+	registerBuildInfo(f.reg, b.Version, b.Commit, b.GoVersion)
 	return f, nil
 }
 

@@ -179,6 +179,21 @@ func (m *metrics) onAck(defaultTopic string) func(topic string, commit time.Time
 	}
 }
 
+// registerBuildInfo exports walpost_build_info{version,commit,goversion} 1
+// on reg (nil: nowhere).
+func registerBuildInfo(reg prometheus.Registerer, version, commit, goVersion string) {
+	if reg == nil {
+		return
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "walpost_build_info",
+		Help:        "Always 1; the labels say which walpost runs (version, commit, Go version).",
+		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "goversion": goVersion},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
+}
+
 // NewRegistry is a metrics registry with the Go runtime and process
 // collectors, as walpost serves it.
 func NewRegistry() *prometheus.Registry {
