@@ -83,6 +83,7 @@ func New(cfg *config.Config, deps Deps) (*Forwarder, error) {
 	f.m = newMetrics(f.reg)
 	b := buildinfo.Resolve(deps.Build.Version, deps.Build.Commit, "")
 	registerBuildInfo(f.reg, b.Version, b.Commit, b.GoVersion)
+	registerReady(f.reg, f.ready)
 	return f, nil
 }
 

@@ -194,6 +194,23 @@ func registerBuildInfo(reg prometheus.Registerer, version, commit, goVersion str
 	reg.MustRegister(g)
 }
 
+// registerReady exports walpost_ready: 1 while /readyz answers 200
+// (streaming and making progress, or standing by for the slot).
+func registerReady(reg prometheus.Registerer, ready func() (bool, string)) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "walpost_ready",
+		Help: "1 while /readyz answers 200: streaming and making progress, or standing by ready to take over the slot.",
+	}, func() float64 {
+		if ok, _ := ready(); ok {
+			return 1
+		}
+		return 0
+	}))
+}
+
 // NewRegistry is a metrics registry with the Go runtime and process
 // collectors, as walpost serves it.
 func NewRegistry() *prometheus.Registry {
