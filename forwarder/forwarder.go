@@ -80,11 +80,17 @@ func New(cfg *config.Config, deps Deps) (*Forwarder, error) {
 	if f.reg == nil {
 		f.reg = NewRegistry()
 	}
-	f.m = newMetrics(f.reg)
-	b := buildinfo.Resolve(deps.Build.Version, deps.Build.Commit, "")
-	registerBuildInfo(f.reg, b.Version, b.Commit, b.GoVersion)
-	registerReady(f.reg, f.ready)
+	f.registerMetrics(f.reg, deps.Build)
 	return f, nil
+}
+
+// registerMetrics registers every walpost_* series the forwarder itself
+// exports on reg (the Kafka client's walpost_kafka_* come with the sink).
+func (f *Forwarder) registerMetrics(reg prometheus.Registerer, build Build) {
+	f.m = newMetrics(reg)
+	b := buildinfo.Resolve(build.Version, build.Commit, "")
+	registerBuildInfo(reg, b.Version, b.Commit, b.GoVersion)
+	registerReady(reg, f.ready)
 }
 
 // Confirmed is the position the current session may confirm to the slot:
