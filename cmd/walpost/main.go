@@ -149,6 +149,7 @@ func newRootCommand() *cobra.Command {
 		newConfigCommand(),
 		newLintCommand(),
 		newVersionCommand(),
+		newHealthcheckCommand(),
 	)
 	return root
 }
