@@ -9,13 +9,13 @@
 # libpg_query, runs as WebAssembly), so it is built with CGO_ENABLED=0
 # (cmd/walpost/compose_test.go checks it) and does not depend on the runtime
 # image's libc. The builder is golang:1.26 on bookworm, the runtime
-# debian:12-slim.
+# distroless/static (no shell, no package manager).
 #
-# The runtime image carries curl only for health probes of /healthz (see the
-# walpost service's healthcheck in docker-compose.yml; there is no HEALTHCHECK
-# here because the same image also runs one-shot commands such as migrate and
-# check), and runs as an unprivileged numeric user (Kubernetes runAsNonRoot
-# can verify it).
+# Health probes use `walpost healthcheck` (see the walpost service's
+# healthcheck in docker-compose.yml; there is no HEALTHCHECK here because the
+# same image also runs one-shot commands such as migrate and check). The
+# image runs as an unprivileged numeric user (Kubernetes runAsNonRoot can
+# verify it).
 
 ARG GO_VERSION=1.26
 
@@ -26,23 +26,19 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=dev
+ARG COMMIT=
+ARG DATE=
 ENV CGO_ENABLED=0
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/walpost ./cmd/walpost \
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.date=${DATE}" -o /out/walpost ./cmd/walpost \
     && /out/walpost version
 
-FROM debian:12-slim AS runtime
-# Not pinning apt package versions (DL3008): Debian security updates replace
-# them, and a pinned version disappears from the archive within weeks.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates curl \
-    && rm -rf /var/lib/apt/lists/* \
-    && groupadd --system --gid 10001 walpost \
-    && useradd --system --uid 10001 --gid walpost --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin walpost
+FROM gcr.io/distroless/static-debian12:nonroot AS runtime
+# No shell, no package manager: CA certificates and the nonroot user
+# (65532:65532) come with the base. Health probes run `walpost healthcheck`.
 COPY --from=build /out/walpost /usr/local/bin/walpost
-USER 10001:10001
+USER 65532:65532
 # http.listen: /metrics, /healthz and /readyz.
 EXPOSE 9187
 ENTRYPOINT ["walpost"]

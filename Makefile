@@ -73,3 +73,10 @@ soak: stack-up
 
 clean:
 	rm -rf bin
+
+# Release archives for linux/darwin × amd64/arm64 and checksums into dist/,
+# locally and without publishing (.goreleaser.yaml).
+GORELEASER_VERSION ?= v2.15.1
+.PHONY: release-snapshot
+release-snapshot:
+	$(GO) run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) release --snapshot --clean

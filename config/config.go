@@ -45,7 +45,11 @@ type Config struct {
 type Postgres struct {
 	// URL is the connection string (postgres://user:pass@host:port/db?sslmode=…).
 	// The role needs REPLICATION and SELECT on the outbox table. Required.
-	URL string `mapstructure:"url" doc:"PostgreSQL connection URL; the role needs REPLICATION. TLS via sslmode/sslrootcert in the URL." default:"(required)"`
+	URL string `mapstructure:"url" doc:"PostgreSQL connection URL; the role needs REPLICATION. TLS via sslmode/sslrootcert in the URL. Required unless postgres.url_file is set." default:"(required)"`
+	// URLFile names a file holding the connection URL (a mounted secret);
+	// Load reads it, trimming one trailing newline. Setting both URL and
+	// URLFile is an error.
+	URLFile string `mapstructure:"url_file" doc:"File holding postgres.url (a mounted secret), one trailing newline trimmed; not together with postgres.url." default:""`
 	// Slot is the logical replication slot walpost owns. Default "walpost".
 	Slot string `mapstructure:"slot" doc:"Logical replication slot (pgoutput); created when missing on a first install (no walpost_position row for it), never over a recorded position." default:"walpost"`
 	// Publication covers exactly the outbox table, inserts only. Default "walpost_outbox".
@@ -115,6 +119,10 @@ type SASL struct {
 	Mechanism string `mapstructure:"mechanism" doc:"Empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512." default:""`
 	Username  string `mapstructure:"username" doc:"SASL user." default:""`
 	Password  string `mapstructure:"password" doc:"SASL password (never logged)." default:""`
+	// PasswordFile names a file holding the password (a mounted secret);
+	// Load reads it, trimming one trailing newline. Not together with
+	// Password.
+	PasswordFile string `mapstructure:"password_file" doc:"File holding kafka.sasl.password (a mounted secret), one trailing newline trimmed; not together with kafka.sasl.password." default:""`
 }
 
 // Profiles of mapping.profile.
@@ -518,6 +526,9 @@ func decode(v *viper.Viper, need Needs) (*Config, error) {
 	cfg.Kafka.Brokers = brokers
 	cfg.Mapping.HeaderColumns = splitList(cfg.Mapping.HeaderColumns)
 	cfg.Mapping.applyProfile()
+	if err := cfg.ReadSecretFiles(); err != nil {
+		return nil, err
+	}
 	if err := cfg.ValidateFor(need); err != nil {
 		return nil, err
 	}
@@ -536,6 +547,51 @@ func splitList(in []string) []string {
 		}
 	}
 	return out
+}
+
+// ReadSecretFiles sets postgres.url from postgres.url_file and
+// kafka.sasl.password from kafka.sasl.password_file, each file's content
+// with one trailing newline (\n or \r\n) trimmed. A value set together
+// with its file is an error naming both keys; a file that cannot be read
+// is an error naming the key, its variable and the path. Load calls it;
+// a library user who sets a *File field calls it before Validate. The
+// file names stay in the Config (walpost config prints them, not the
+// secret).
+func (c *Config) ReadSecretFiles() error {
+	var errs []error
+	for _, s := range []struct {
+		key, fileKey string
+		value        *string
+		file         string
+	}{
+		{"postgres.url", "postgres.url_file", &c.Postgres.URL, c.Postgres.URLFile},
+		{"kafka.sasl.password", "kafka.sasl.password_file", &c.Kafka.SASL.Password, c.Kafka.SASL.PasswordFile},
+	} {
+		if s.file == "" {
+			continue
+		}
+		if *s.value != "" {
+			errs = append(errs, fmt.Errorf("invalid config: %s (%s) and %s (%s) are both set: set one of them", s.key, envName(s.key), s.fileKey, envName(s.fileKey)))
+			continue
+		}
+		b, err := os.ReadFile(s.file)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("invalid config: %s (%s) = %q: cannot read the file: %w", s.fileKey, envName(s.fileKey), s.file, err))
+			continue
+		}
+		v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if v == "" {
+			errs = append(errs, fmt.Errorf("invalid config: %s (%s) = %q: the file is empty", s.fileKey, envName(s.fileKey), s.file))
+			continue
+		}
+		*s.value = v
+	}
+	return errors.Join(errs...)
+}
+
+// envName is the WALPOST_* variable of a key.
+func envName(key string) string {
+	return "WALPOST_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
 var unusedKeyRE = regexp.MustCompile(`(?:'([^']*)' )?has invalid keys: ([^\n]*)`)

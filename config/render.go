@@ -53,7 +53,12 @@ func WriteEffective(w io.Writer, cfg *Config) error {
 				val = scalar(time.Duration(fv.Int()).String(), "!!str")
 			case fv.Kind() == reflect.String:
 				s := redact.String(fv.String())
-				if strings.Contains(key, "password") && s != "" {
+				switch {
+				case fromFile(cfg, key):
+					// Read from its *_file key, which is printed: the
+					// file is read again when this output is loaded.
+					s = ""
+				case strings.HasSuffix(key, "password") && s != "":
 					s = RedactedValue
 				}
 				val = scalar(s, "!!str")
@@ -69,13 +74,25 @@ func WriteEffective(w io.Writer, cfg *Config) error {
 	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{walk(reflect.ValueOf(*cfg), "")}}
 	doc.HeadComment = "walpost effective configuration; walpost --config FILE reads it back.\n" +
 		"Secrets are redacted: the password in postgres.url and kafka.sasl.password read " + RedactedValue + ";\n" +
-		"set them again (e.g. WALPOST_POSTGRES_URL, WALPOST_KAFKA_SASL_PASSWORD) before using this file."
+		"set them again (e.g. WALPOST_POSTGRES_URL, WALPOST_KAFKA_SASL_PASSWORD) before using this file.\n" +
+		"Values read from postgres.url_file or kafka.sasl.password_file are left empty: the file is read again."
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(doc); err != nil {
 		return err
 	}
 	return enc.Close()
+}
+
+// fromFile says whether the value of key came from its *_file key.
+func fromFile(cfg *Config, key string) bool {
+	switch key {
+	case "postgres.url":
+		return cfg.Postgres.URLFile != ""
+	case "kafka.sasl.password":
+		return cfg.Kafka.SASL.PasswordFile != ""
+	}
+	return false
 }
 
 func scalar(value, tag string) *yaml.Node {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/buildinfo"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/sink"
@@ -34,6 +35,15 @@ type Deps struct {
 	// kafka.create_topic_partitions asks for it), with the Kafka client's
 	// metrics on Registry. A given sink is not closed by the Forwarder.
 	Sink sink.Sink
+	// Build is exported as walpost_build_info; fields left empty come from
+	// the binary's own build information (runtime/debug.ReadBuildInfo).
+	Build Build
+}
+
+// Build identifies the running walpost in walpost_build_info.
+type Build struct {
+	Version string // e.g. v1.2.0
+	Commit  string // the full commit hash
 }
 
 // Forwarder is walpost's pipeline: replication sessions from the slot
@@ -70,8 +80,17 @@ func New(cfg *config.Config, deps Deps) (*Forwarder, error) {
 	if f.reg == nil {
 		f.reg = NewRegistry()
 	}
-	f.m = newMetrics(f.reg)
+	f.registerMetrics(f.reg, deps.Build)
 	return f, nil
+}
+
+// registerMetrics registers every walpost_* series the forwarder itself
+// exports on reg (the Kafka client's walpost_kafka_* come with the sink).
+func (f *Forwarder) registerMetrics(reg prometheus.Registerer, build Build) {
+	f.m = newMetrics(reg)
+	b := buildinfo.Resolve(build.Version, build.Commit, "")
+	registerBuildInfo(reg, b.Version, b.Commit, b.GoVersion)
+	registerReady(reg, f.ready)
 }
 
 // Confirmed is the position the current session may confirm to the slot:

@@ -12,10 +12,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// ready says whether walpost makes progress, and why not.
+// ready says whether walpost makes progress, or stands by ready to take
+// over, and why not.
+//
+// A standby (waiting-for-slot: another process holds the slot) is ready:
+// it has connected to PostgreSQL, found the slot and retries every few
+// seconds, so it takes over within seconds when the holder stops. Were it
+// unready, a rolling update with maxUnavailable 0 could never replace the
+// second replica, and a PodDisruptionBudget would count it as down. Whether
+// anyone streams is visible in walpost_state (an alert fires when no
+// instance streams), and the stall and retained-WAL checks below apply to
+// the instance that streams.
 func (f *Forwarder) ready() (bool, string) {
 	m, cfg := f.m, f.cfg
 	st := m.currentState()
+	if st == stateWaitingForSlot {
+		return true, "standing by: the slot is held by another process; ready to take over"
+	}
 	if st != stateStreaming && st != stateBackpressured {
 		return false, "not streaming: state " + st
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/walpost/walpost/config"
@@ -123,4 +124,55 @@ func TestPProfOptIn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestReadyStandby: a standby waiting for the slot is ready (a rolling
+// update can replace it; it takes over within seconds), and walpost_ready
+// says so; starting and reconnecting are not ready.
+func TestReadyStandby(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f, err := New(testConfig(t), Deps{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		state  string
+		ready  bool
+		reason string
+	}{
+		{stateStarting, false, "state starting"},
+		{stateWaitingForSlot, true, "standing by"},
+		{stateReconnecting, false, "state reconnecting"},
+		{stateStreaming, true, "streaming"},
+		{stateStopped, false, "state stopped"},
+	} {
+		f.m.setState(tc.state)
+		ok, reason := f.ready()
+		if ok != tc.ready || !strings.Contains(reason, tc.reason) {
+			t.Errorf("state %s: ready = %v %q, want %v naming %q", tc.state, ok, reason, tc.ready, tc.reason)
+		}
+		want := 0.0
+		if tc.ready {
+			want = 1
+		}
+		if got := gaugeValue(t, reg, "walpost_ready"); got != want {
+			t.Errorf("state %s: walpost_ready = %v, want %v", tc.state, got, want)
+		}
+	}
+}
+
+// gaugeValue is the value of the gauge name (one series) in reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no single series %s", name)
+	return 0
 }

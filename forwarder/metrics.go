@@ -179,6 +179,38 @@ func (m *metrics) onAck(defaultTopic string) func(topic string, commit time.Time
 	}
 }
 
+// registerBuildInfo exports walpost_build_info{version,commit,goversion} 1
+// on reg (nil: nowhere).
+func registerBuildInfo(reg prometheus.Registerer, version, commit, goVersion string) {
+	if reg == nil {
+		return
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "walpost_build_info",
+		Help:        "Always 1; the labels say which walpost runs (version, commit, Go version).",
+		ConstLabels: prometheus.Labels{"version": version, "commit": commit, "goversion": goVersion},
+	})
+	g.Set(1)
+	reg.MustRegister(g)
+}
+
+// registerReady exports walpost_ready: 1 while /readyz answers 200
+// (streaming and making progress, or standing by for the slot).
+func registerReady(reg prometheus.Registerer, ready func() (bool, string)) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "walpost_ready",
+		Help: "1 while /readyz answers 200: streaming and making progress, or standing by ready to take over the slot.",
+	}, func() float64 {
+		if ok, _ := ready(); ok {
+			return 1
+		}
+		return 0
+	}))
+}
+
 // NewRegistry is a metrics registry with the Go runtime and process
 // collectors, as walpost serves it.
 func NewRegistry() *prometheus.Registry {

@@ -16,11 +16,21 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/buildinfo"
 	"github.com/walpost/walpost/internal/redact"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
+// version, commit and date are set at build time with -ldflags
+// "-X main.version=… -X main.commit=… -X main.date=…"; what is left empty
+// comes from Go's VCS stamp (internal/buildinfo).
+var (
+	version = "dev"
+	commit  string
+	date    string
+)
+
+// build is what this binary says it is (walpost --version, walpost_build_info).
+func build() buildinfo.Info { return buildinfo.Resolve(version, commit, date) }
 
 // exitError carries a specific exit code.
 type exitError struct {
@@ -122,7 +132,11 @@ func newRootCommand() *cobra.Command {
 		Short:         "Forward transactional outbox rows from PostgreSQL's WAL to Kafka",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       build().String(),
 	}
+	// --version on the root only, without the -v shorthand cobra would add.
+	root.Flags().Bool("version", false, "print version, commit and build date")
+	root.SetVersionTemplate("walpost {{.Version}}\n")
 	config.AddFlags(root.PersistentFlags())
 	// Every command, in one list (cobra sorts them for the help).
 	root.AddCommand(
@@ -137,6 +151,7 @@ func newRootCommand() *cobra.Command {
 		newConfigCommand(),
 		newLintCommand(),
 		newVersionCommand(),
+		newHealthcheckCommand(),
 	)
 	return root
 }
@@ -144,10 +159,10 @@ func newRootCommand() *cobra.Command {
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print walpost's version",
+		Short: "Print walpost's version, commit and build date",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "walpost", version)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "walpost", build().String())
 			return err
 		},
 	}

@@ -23,7 +23,8 @@ func newRunCommand() *cobra.Command {
 			logger := newLogger(os.Stderr, cfg.Log)
 			forwarder.ApplyMemoryLimit(cfg, logger)
 			forwarder.ApplyProcs(logger)
-			f, err := forwarder.New(cfg, forwarder.Deps{Logger: logger})
+			b := build()
+			f, err := forwarder.New(cfg, forwarder.Deps{Logger: logger, Build: forwarder.Build{Version: b.Version, Commit: b.Commit}})
 			if err != nil {
 				return err
 			}
