@@ -4,6 +4,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/walpost
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 STACK := scripts/stack.sh
 # Fuzz budget per target inside `make test`: a count, so the outcome does
 # not depend on the machine's load (scripts/fuzz.sh says why). 300000
@@ -19,7 +21,7 @@ all: build
 # A static binary: walpost needs no cgo (walpost lint's parser runs as
 # WebAssembly); with cgo on, pg_query_go's unused C parser would be linked.
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/walpost
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)" -o $(BIN) ./cmd/walpost
 
 stack-up:
 	$(STACK) up
