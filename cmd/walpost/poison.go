@@ -1,13 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -56,73 +51,12 @@ func newPoisonListCommand() *cobra.Command {
 			if err != nil {
 				return redact.Error(fmt.Errorf("%w", err))
 			}
-			return writePoisonList(cmd.OutOrStdout(), rows, asJSON)
+			return poison.WriteList(cmd.OutOrStdout(), rows, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most N rows (0: all)")
 	return cmd
-}
-
-// poisonListRow is the JSON shape of `walpost poison list --json`.
-type poisonListRow struct {
-	Key          string     `json:"idempotency_key"`
-	Topic        string     `json:"topic"`
-	EventType    *string    `json:"event_type"`
-	PartitionKey *string    `json:"partition_key"`
-	Attempts     int        `json:"attempts"`
-	ErrorClass   string     `json:"error_class"`
-	Error        string     `json:"error"`
-	CommitLSN    string     `json:"commit_lsn"`
-	CreatedAt    string     `json:"created_at"` // as the created_at header: may be infinity or an expanded year
-	PoisonedAt   time.Time  `json:"poisoned_at"`
-	ReplayedAt   *time.Time `json:"replayed_at"`
-	ReplayCount  int        `json:"replay_count"`
-	// OutboxID with CommitLSN is the row's identity: one key may have
-	// several rows, one per quarantined event.
-	OutboxID string `json:"outbox_id"`
-}
-
-func writePoisonList(w io.Writer, rows []poison.Row, asJSON bool) error {
-	if asJSON {
-		out := make([]poisonListRow, len(rows))
-		for i, r := range rows {
-			out[i] = poisonListRow{Key: r.IdempotencyKey, Topic: r.Topic, EventType: r.EventType, PartitionKey: r.PartitionKey,
-				Attempts: r.Attempts, ErrorClass: r.ErrorClass, Error: r.LastError, CommitLSN: r.CommitLSN,
-				CreatedAt: r.CreatedAtHeader(), PoisonedAt: r.PoisonedAt.UTC(), ReplayedAt: utcPtr(r.ReplayedAt), ReplayCount: r.ReplayCount,
-				OutboxID: r.OutboxID}
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
-	}
-	if len(rows) == 0 {
-		_, err := fmt.Fprintln(w, "no quarantined events")
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tTOPIC\tATTEMPTS\tCLASS\tPOISONED_AT\tREPLAYED_AT\tERROR")
-	for _, r := range rows {
-		replayed := "-"
-		if r.ReplayedAt != nil {
-			replayed = fmt.Sprintf("%s (x%d)", r.ReplayedAt.UTC().Format(time.RFC3339), r.ReplayCount)
-		}
-		msg := strings.ReplaceAll(r.LastError, "\n", " ")
-		if r := []rune(msg); len(r) > 80 {
-			msg = string(r[:77]) + "..."
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.IdempotencyKey, r.Topic, r.Attempts, r.ErrorClass,
-			r.PoisonedAt.UTC().Format(time.RFC3339), replayed, msg)
-	}
-	return tw.Flush()
-}
-
-func utcPtr(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
 }
 
 func newPoisonReplayCommand() *cobra.Command {

@@ -107,7 +107,7 @@ func TestWritePoisonListGolden(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			if err := writePoisonList(&buf, tt.rows, tt.asJSON); err != nil {
+			if err := poison.WriteList(&buf, tt.rows, tt.asJSON); err != nil {
 				t.Fatalf("writePoisonList: %v", err)
 			}
 			checkGolden(t, tt.golden, buf.Bytes())
@@ -120,7 +120,7 @@ func TestWritePoisonListGolden(t *testing.T) {
 // columns and times in UTC.
 func TestWritePoisonListJSONShape(t *testing.T) {
 	var buf bytes.Buffer
-	if err := writePoisonList(&buf, poisonRows(), true); err != nil {
+	if err := poison.WriteList(&buf, poisonRows(), true); err != nil {
 		t.Fatal(err)
 	}
 	var out []map[string]any
@@ -150,7 +150,7 @@ func TestWritePoisonListJSONShape(t *testing.T) {
 		}
 	}
 	buf.Reset()
-	if err := writePoisonList(&buf, nil, true); err != nil {
+	if err := poison.WriteList(&buf, nil, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.TrimSpace(buf.String()); got != "[]" {
@@ -165,7 +165,7 @@ func TestWritePoisonListTruncatesOnCharacterBoundary(t *testing.T) {
 	row := poisonRows()[1]
 	row.LastError = strings.Repeat("a", 76) + "ééééééé" // é is two bytes: byte 77 is inside one
 	var buf bytes.Buffer
-	if err := writePoisonList(&buf, []poison.Row{row}, false); err != nil {
+	if err := poison.WriteList(&buf, []poison.Row{row}, false); err != nil {
 		t.Fatal(err)
 	}
 	if !utf8.Valid(buf.Bytes()) {
