@@ -81,8 +81,8 @@ func TestPoisonListAndReplayUnusualCreatedAt(t *testing.T) {
 		"plain":  {"2026-11-29 22:50:51.5+00", "2026-11-29T22:50:51.5Z"},
 	}
 	for key, r := range rows {
-		mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, created_at, topic, attempts, last_error, error_class, commit_lsn)
-			VALUES ($1, '{"n": 1}', $2::timestamptz, $3, 5, 'refused', 'MESSAGE_TOO_LARGE', '0/16B3748')`, f.PoisonTable), key, r[0], f.Topic)
+		mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, outbox_id, payload, created_at, topic, attempts, last_error, error_class, commit_lsn)
+			VALUES ($1, gen_random_uuid(), '{"n": 1}', $2::timestamptz, $3, 5, 'refused', 'MESSAGE_TOO_LARGE', '0/16B3748')`, f.PoisonTable), key, r[0], f.Topic)
 	}
 	if out, err := walpostOutput(t, f.env(), "poison", "list"); err != nil || !strings.Contains(out, "inf,1") {
 		t.Fatalf("poison list: %v:\n%s", err, out)
