@@ -348,7 +348,7 @@ func TestMigrateUpgradesPoisonIdentity(t *testing.T) {
 		t.Fatalf("a second event of k-1 after the upgrade: %v", err)
 	}
 	out, err = walpostOutput(t, []string{"WALPOST_POSTGRES_URL=" + url}, "migrate")
-	if err != nil || !strings.Contains(out, "schema up to date (version 2)") {
+	if err != nil || !strings.Contains(out, "schema up to date (version ") {
 		t.Fatalf("second walpost migrate: %v\n%s", err, out)
 	}
 }
