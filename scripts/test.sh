@@ -35,5 +35,13 @@ scripts/stack.sh up
 # shellcheck disable=SC1091
 . .stack/env
 
+step "unit tests on the stack's PostgreSQL (writer, poison)"
+# These packages test against a real server and skip without
+# WALPOST_POSTGRES_URL, which the unit step above does not have.
+WALPOST_REQUIRE_STACK=1 $GO test -count=1 ./writer ./poison
+
+step "deploy: Helm chart, plain manifests (module deploy/)"
+(cd deploy && $GO test -count=1 ./...)
+
 step "integration tests"
 WALPOST_REQUIRE_STACK=1 $GO test -count=1 -timeout 45m ./integration
