@@ -121,8 +121,15 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 		return
 	}
 	defer conn.Close(context.Background())
-	srv, _ := replication.ReadServer(ctx, conn)
+	srv, srvErr := replication.ReadServer(ctx, conn)
 	pc := conn.Config()
+	if err := replication.CheckVersion(srv.Version, srv.VersionNum); srvErr == nil && err != nil {
+		r.fail("postgres", fmt.Errorf("connected to %s:%d/%s as %s: %w", pc.Host, pc.Port, srv.Database, srv.User, err))
+		for _, n := range names {
+			r.skip(n, fmt.Sprintf("PostgreSQL %s is not supported", srv.Version))
+		}
+		return
+	}
 	r.ok("postgres", fmt.Sprintf("connected to %s:%d/%s as %s (PostgreSQL %s)", pc.Host, pc.Port, srv.Database, srv.User, srv.Version))
 
 	if walLevel, err := replication.WALLevel(ctx, conn); err != nil {

@@ -35,6 +35,7 @@ type Server struct {
 	Database   string // current_database()
 	User       string // current_user
 	Version    string // the server_version setting, e.g. "17.2"
+	VersionNum int    // the server_version_num setting, e.g. 170002
 	InRecovery bool   // pg_is_in_recovery(): a standby
 	// CurrentWALLSN is the server's current WAL position (see currentWAL)
 	// as the server prints it; nil when a standby has replayed nothing.
@@ -46,10 +47,36 @@ type Server struct {
 func ReadServer(ctx context.Context, q Querier) (Server, error) {
 	var s Server
 	err := q.QueryRow(ctx, `
-		SELECT current_database(), current_user, current_setting('server_version'), pg_is_in_recovery(),
-		       (`+currentWAL+`)::text`).
-		Scan(&s.Database, &s.User, &s.Version, &s.InRecovery, &s.CurrentWALLSN)
+		SELECT current_database(), current_user, current_setting('server_version'),
+		       current_setting('server_version_num')::int, pg_is_in_recovery(), (`+currentWAL+`)::text`).
+		Scan(&s.Database, &s.User, &s.Version, &s.VersionNum, &s.InRecovery, &s.CurrentWALLSN)
 	return s, err
+}
+
+// MinVersionNum is the oldest server walpost runs on, as a
+// server_version_num: PostgreSQL 14. pgoutput on 13 has no messages
+// option, which the stream asks for (the heartbeat arrives as a logical
+// message), and walpost is tested on 14 to 18 only.
+const MinVersionNum = 140000
+
+// CheckVersion is ErrConfig, naming the server's version, when the server
+// is older than MinVersionNum.
+func CheckVersion(version string, num int) error {
+	if num < MinVersionNum {
+		return fmt.Errorf("%w: PostgreSQL %s (server_version_num %d) is not supported: walpost needs PostgreSQL 14 or newer; upgrade the server", ErrConfig, version, num)
+	}
+	return nil
+}
+
+// CheckServerVersion reads the server's version and checks it with
+// CheckVersion.
+func CheckServerVersion(ctx context.Context, q Querier) error {
+	var version string
+	var num int
+	if err := q.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int`).Scan(&version, &num); err != nil {
+		return fmt.Errorf("read server version: %w", err)
+	}
+	return CheckVersion(version, num)
 }
 
 // WALLevel is the server's wal_level setting; walpost needs "logical".

@@ -141,10 +141,13 @@ func CheckColumns(ctx context.Context, conn *pgx.Conn, table TableName) error {
 	return nil
 }
 
-// Prepare checks the database, creates the slot when missing (after the
+// Prepare checks the database (the server's version first), creates the slot when missing (after the
 // publication, DESIGN.md, PostgreSQL facts) and returns the slot's state. A lost slot is
 // ErrSlotLost: walpost never re-creates a slot silently.
 func Prepare(ctx context.Context, conn *pgx.Conn, cfg Config) (TableName, SlotInfo, error) {
+	if err := CheckServerVersion(ctx, conn); err != nil {
+		return TableName{}, SlotInfo{}, err
+	}
 	walLevel, err := WALLevel(ctx, conn)
 	if err != nil {
 		return TableName{}, SlotInfo{}, fmt.Errorf("read wal_level: %w", err)
