@@ -47,7 +47,7 @@ func (f *Forwarder) session(ctx context.Context) error {
 	}
 	defer side.Close(context.Background())
 	// Before anything else reads or writes on a server walpost refuses.
-	if err := replication.CheckServerVersion(ctx, side); err != nil {
+	if _, err := replication.CheckServerVersion(ctx, side); err != nil {
 		return err
 	}
 	conn, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
