@@ -14,7 +14,7 @@ FUZZTIME ?= 1m
 
 PG_VERSIONS ?= 14 16 17 18
 
-.PHONY: all build run test test-pg unit integration lint vet staticcheck fuzz fuzz-short bench soak stack-up stack-down stack-status clean
+.PHONY: all build run test test-pg test-failover unit integration lint vet staticcheck fuzz fuzz-short bench soak stack-up stack-down stack-status clean
 
 all: build
 
@@ -47,6 +47,11 @@ test:
 # running on the last one (make stack-down stops it).
 test-pg:
 	scripts/test-pg.sh $(or $(PG_VERSION),$(PG_VERSIONS))
+
+# The failover test on a fresh primary and standby (PG_VERSION 17 or 18,
+# 17 by default); stops the stack and removes both data directories.
+test-failover:
+	scripts/test-failover.sh $(or $(PG_VERSION),17)
 
 vet:
 	$(GO) vet ./...

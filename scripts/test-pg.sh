@@ -17,8 +17,9 @@ unset PG_VERSION
 
 # Delivery in commit order, kill -9, PostgreSQL restart and crash, the idle
 # slot (quiet outbox on a busy database, heartbeat), a big transaction,
-# poison and replay, check, and the stack's version itself.
-CORE='^(TestStackPostgresVersion|TestCheck|TestDeliveryConcurrentWriters|TestKill9MidStream|TestPostgresRestartDuringLoad|TestQuietOutboxBusyOtherTable|TestHeartbeatAdvancesIdleSlot|TestBigTransaction|TestPoisonOversizedAndReplay)$'
+# poison and replay, check, the failover slot reporting and the stack's
+# version itself.
+CORE='^(TestStackPostgresVersion|TestFailoverSlot|TestCheck|TestDeliveryConcurrentWriters|TestKill9MidStream|TestPostgresRestartDuringLoad|TestQuietOutboxBusyOtherTable|TestHeartbeatAdvancesIdleSlot|TestBigTransaction|TestPoisonOversizedAndReplay)$'
 
 rc=0
 for v in "$@"; do
