@@ -14,7 +14,9 @@ FUZZ_EXECS ?= 300000x
 # Duration per target for a deliberate `make fuzz` (FUZZTIME=10m, 1h, …).
 FUZZTIME ?= 1m
 
-.PHONY: all build run test unit integration lint vet staticcheck fuzz fuzz-short bench soak stack-up stack-down stack-status clean
+PG_VERSIONS ?= 14 16 17 18
+
+.PHONY: all build run test test-pg test-failover unit integration lint vet staticcheck fuzz fuzz-short bench soak stack-up stack-down stack-status clean
 
 all: build
 
@@ -43,6 +45,17 @@ run: build stack-up
 # stack. The stack is stopped at the end, also on failure.
 test:
 	FUZZ_EXECS=$(FUZZ_EXECS) scripts/test.sh
+
+# The core integration tests on other PostgreSQL majors: PG_VERSION=17
+# (or PG_VERSION="14 18"), else each of PG_VERSIONS. Leaves the stack
+# running on the last one (make stack-down stops it).
+test-pg:
+	scripts/test-pg.sh $(or $(PG_VERSION),$(PG_VERSIONS))
+
+# The failover test on a fresh primary and standby (PG_VERSION 17 or 18,
+# 17 by default); stops the stack and removes both data directories.
+test-failover:
+	scripts/test-failover.sh $(or $(PG_VERSION),17)
 
 vet:
 	$(GO) vet ./...

@@ -51,6 +51,10 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		return fmt.Errorf("connect to postgres: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
 	}
 	defer side.Close(context.Background())
+	// Before anything else reads or writes on a server walpost refuses.
+	if _, err := replication.CheckServerVersion(ctx, side); err != nil {
+		return err
+	}
 	conn, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))

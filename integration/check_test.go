@@ -20,7 +20,7 @@ import (
 	"github.com/walpost/walpost/migrations"
 )
 
-// checkLine is one result line of `walpost check`: OK, FAIL or SKIP, the
+// checkLine is one result line of `walpost check`: OK, WARN, FAIL or SKIP, the
 // check's name and its detail.
 type checkLine struct {
 	Status, Name, Detail string
@@ -59,7 +59,7 @@ func runCheck(t *testing.T, env []string) checkRun {
 	}
 	for _, line := range strings.Split(out, "\n") {
 		status, rest, _ := strings.Cut(line, " ")
-		if status != "OK" && status != "FAIL" && status != "SKIP" {
+		if status != "OK" && status != "FAIL" && status != "SKIP" && status != "WARN" {
 			continue
 		}
 		name, detail, _ := strings.Cut(strings.TrimSpace(rest), " ")

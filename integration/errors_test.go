@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -76,8 +77,9 @@ func errsAssertStopped(t *testing.T, out string, code int, wants ...string) {
 }
 
 // errsScratchPG starts a throwaway PostgreSQL cluster with walLevel and
-// returns its URL; cleanup removes it.
-func errsScratchPG(t *testing.T, walLevel string) string {
+// returns its URL; cleanup removes it. env is added to scripts/stack.sh's
+// environment (PG_VERSION=13 for another major).
+func errsScratchPG(t *testing.T, walLevel string, env ...string) string {
 	t.Helper()
 	needStack(t)
 	name := randName("errs_" + walLevel)
@@ -96,6 +98,7 @@ func errsScratchPG(t *testing.T, walLevel string) string {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "scripts/stack.sh", "scratch-pg-up", name, fmt.Sprint(port), walLevel)
 		cmd.Dir = repoRoot
+		cmd.Env = append(os.Environ(), env...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		var err error
@@ -208,6 +211,27 @@ func TestRunErrorWalLevelNotLogical(t *testing.T) {
 		"WALPOST_HTTP_LISTEN=",
 	})
 	errsAssertStopped(t, out, code, `wal_level is "replica"`, "wal_level = logical", "restart PostgreSQL")
+}
+
+// TestRefusesPostgres13: walpost check and walpost run on PostgreSQL 13
+// (a scratch cluster of the Maven build 13.23.0) exit 1 naming the
+// version, before anything else is read: walpost needs 14 or newer.
+func TestRefusesPostgres13(t *testing.T) {
+	scratch := errsScratchPG(t, "logical", "PG_VERSION=13")
+	topic := errsTopic(t)
+	env := []string{"WALPOST_POSTGRES_URL=" + scratch, "WALPOST_KAFKA_TOPIC=" + topic}
+	// run creates the topic before it connects to PostgreSQL.
+	out, code := errsRun(t, append(env, "WALPOST_KAFKA_CREATE_TOPIC_PARTITIONS=1", "WALPOST_HTTP_LISTEN="))
+	if code != 1 {
+		t.Errorf("walpost run exit code %d, want 1", code)
+	}
+	errsAssertStopped(t, out, code, "PostgreSQL 13.23", "walpost needs PostgreSQL 14 or newer")
+	// check: the version fails, the other PostgreSQL checks are moot.
+	r := runCheck(t, env)
+	expectFailures(t, r, map[string][]string{"postgres": {"PostgreSQL 13.23", "server_version_num 1300", "walpost needs PostgreSQL 14 or newer"}})
+	if d := r.byStatus("SKIP")["wal_level"]; !strings.Contains(d, "PostgreSQL 13.23 is not supported") {
+		t.Errorf("wal_level check: %q, want SKIP naming the version", d)
+	}
 }
 
 // TestRunErrorRoleWithoutReplication: a login role with SELECT on the

@@ -3,8 +3,10 @@
 // is not.
 //
 // Run runs the checks in a fixed order and returns a Result with one Check
-// per check. Each check is OK, FAIL (Detail names the problem and the fix)
-// or SKIP (an earlier failure makes it moot; Detail says which). Run never
+// per check. Each check is OK, FAIL (Detail names the problem and the fix),
+// SKIP (an earlier failure makes it moot; Detail says which) or WARN (it
+// passed, but Detail names a setting that puts a guarantee at risk; not a
+// failure). Run never
 // stops early: every check has a result, so the output always has eleven
 // lines. Catalog reads go through replication's catalog queries, and the
 // slot, publication and table checks include the very ones walpost run
@@ -35,7 +37,9 @@
 //   - postgres: a connection within 10 s. OK names host, port, database,
 //     role and server version. On FAIL (the cause, explained, and the
 //     settings to check) the eight checks after it are SKIP "no
-//     PostgreSQL connection". The queries after the connection are bounded
+//     PostgreSQL connection". A server older than PostgreSQL 14 is FAIL
+//     naming its version, and the eight are SKIP "PostgreSQL N is not
+//     supported". The queries after the connection are bounded
 //     by the caller's context only.
 //   - wal_level: the server's wal_level is logical.
 //   - replication: the role has REPLICATION (or is a superuser).
@@ -50,7 +54,11 @@
 //   - slot: OK when postgres.slot does not exist yet (walpost run creates
 //     it). An existing slot must not be lost, must be logical, use pgoutput
 //     and belong to the connection's database; OK shows its wal_status,
-//     confirmed_flush_lsn and whether a backend streams from it.
+//     confirmed_flush_lsn, whether a backend streams from it and, on
+//     PostgreSQL 17+, whether it is a failover slot (walpost run creates
+//     one on a primary). WARN instead of OK for a failover slot (existing
+//     or to be created) on a primary that physical standbys stream from
+//     while synchronized_standby_slots is empty.
 //     A missing slot with a recorded position is SKIP (see position).
 //   - position: walpost_position's row for the slot against the server
 //     (IDENTIFY_SYSTEM on a replication connection) and the slot, the

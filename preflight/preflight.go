@@ -28,6 +28,9 @@ const (
 	OK   Status = "OK"   // the check passed
 	Fail Status = "FAIL" // the check failed; walpost run would fail or lose its guarantees
 	Skip Status = "SKIP" // an earlier failure makes the check moot
+	// Warn: the check passed, but a setting puts a guarantee at risk; it
+	// does not count as failed.
+	Warn Status = "WARN"
 )
 
 // Check is the result of one check.
@@ -100,8 +103,9 @@ func (r *runner) add(c Check) {
 	}
 }
 
-func (r *runner) ok(name, detail string) { r.add(Check{Name: name, Status: OK, Detail: detail}) }
-func (r *runner) skip(name, why string)  { r.add(Check{Name: name, Status: Skip, Detail: why}) }
+func (r *runner) ok(name, detail string)   { r.add(Check{Name: name, Status: OK, Detail: detail}) }
+func (r *runner) skip(name, why string)    { r.add(Check{Name: name, Status: Skip, Detail: why}) }
+func (r *runner) warn(name, detail string) { r.add(Check{Name: name, Status: Warn, Detail: detail}) }
 func (r *runner) fail(name string, err error) {
 	err = redact.Error(err)
 	r.add(Check{Name: name, Status: Fail, Detail: err.Error(), Err: err})
@@ -121,8 +125,15 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 		return
 	}
 	defer conn.Close(context.Background())
-	srv, _ := replication.ReadServer(ctx, conn)
+	srv, srvErr := replication.ReadServer(ctx, conn)
 	pc := conn.Config()
+	if err := replication.CheckVersion(srv.Version, srv.VersionNum); srvErr == nil && err != nil {
+		r.fail("postgres", fmt.Errorf("connected to %s:%d/%s as %s: %w", pc.Host, pc.Port, srv.Database, srv.User, err))
+		for _, n := range names {
+			r.skip(n, fmt.Sprintf("PostgreSQL %s is not supported", srv.Version))
+		}
+		return
+	}
 	r.ok("postgres", fmt.Sprintf("connected to %s:%d/%s as %s (PostgreSQL %s)", pc.Host, pc.Port, srv.Database, srv.User, srv.Version))
 
 	if walLevel, err := replication.WALLevel(ctx, conn); err != nil {
@@ -178,7 +189,16 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	case !slot.Exists && found:
 		r.skip("slot", fmt.Sprintf("%q does not exist, but walpost recorded a position on it: see position", cfg.Postgres.Slot))
 	case !slot.Exists:
-		r.ok("slot", fmt.Sprintf("%q does not exist yet; walpost run creates it", cfg.Postgres.Slot))
+		detail := fmt.Sprintf("%q does not exist yet; walpost run creates it", cfg.Postgres.Slot)
+		failover := srv.VersionNum >= replication.FailoverSlotsVersionNum && !srv.InRecovery
+		if failover {
+			detail += " as a failover slot"
+		}
+		if w := failoverWarning(ctx, conn, srv, failover); w != "" {
+			r.warn("slot", detail+"; "+w)
+		} else {
+			r.ok("slot", detail)
+		}
 	default:
 		if err := replication.CheckSlot(ctx, conn, cfg.Postgres.Slot, slot); err != nil {
 			r.fail("slot", err)
@@ -187,7 +207,19 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 			if slot.Active {
 				state = fmt.Sprintf("active (backend pid %d)", slot.ActivePID)
 			}
-			r.ok("slot", fmt.Sprintf("%q logical/pgoutput in %s, wal_status %s, confirmed %s, %s", cfg.Postgres.Slot, slot.Database, slot.WALStatus, slot.ConfirmedFlush, state))
+			detail := fmt.Sprintf("%q logical/pgoutput in %s, wal_status %s, confirmed %s, %s", cfg.Postgres.Slot, slot.Database, slot.WALStatus, slot.ConfirmedFlush, state)
+			if srv.VersionNum >= replication.FailoverSlotsVersionNum {
+				if slot.Failover {
+					detail += ", failover slot"
+				} else {
+					detail += ", not a failover slot (created without failover: a promoted standby will not have it)"
+				}
+			}
+			if w := failoverWarning(ctx, conn, srv, slot.Failover); w != "" {
+				r.warn("slot", detail+"; "+w)
+			} else {
+				r.ok("slot", detail)
+			}
 		}
 	}
 
@@ -363,4 +395,22 @@ func checkTopic(ctx context.Context, cl *kgo.Client, cfg config.Kafka, r *runner
 		return
 	}
 	r.ok("topic", fmt.Sprintf("%q has %d partition(s), max.message.bytes %d", info.Name, info.Partitions, info.MaxMessageBytes))
+}
+
+// failoverWarning is what puts a failover slot at risk on a primary with
+// streaming standbys: an empty synchronized_standby_slots lets walpost
+// publish a transaction that a standby promoted next has not received (a
+// phantom event). Empty when there is nothing to warn about.
+func failoverWarning(ctx context.Context, conn *pgx.Conn, srv replication.Server, failover bool) string {
+	if !failover || srv.InRecovery {
+		return ""
+	}
+	f, err := replication.ReadFailoverSetup(ctx, conn)
+	if err != nil {
+		return fmt.Sprintf("cannot read the standbys and synchronized_standby_slots: %v", err)
+	}
+	if f.PhysicalStandbys == 0 || f.SynchronizedStandbySlots == nil || *f.SynchronizedStandbySlots != "" {
+		return ""
+	}
+	return fmt.Sprintf("synchronized_standby_slots is empty while %d physical standby(s) stream from this primary: walpost may publish a transaction a promoted standby never received; fix: ALTER SYSTEM SET synchronized_standby_slots = '<the standbys' physical slots>'; SELECT pg_reload_conf()", f.PhysicalStandbys)
 }

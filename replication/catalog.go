@@ -35,6 +35,7 @@ type Server struct {
 	Database   string // current_database()
 	User       string // current_user
 	Version    string // the server_version setting, e.g. "17.2"
+	VersionNum int    // the server_version_num setting, e.g. 170002
 	InRecovery bool   // pg_is_in_recovery(): a standby
 	// CurrentWALLSN is the server's current WAL position (see currentWAL)
 	// as the server prints it; nil when a standby has replayed nothing.
@@ -46,10 +47,66 @@ type Server struct {
 func ReadServer(ctx context.Context, q Querier) (Server, error) {
 	var s Server
 	err := q.QueryRow(ctx, `
-		SELECT current_database(), current_user, current_setting('server_version'), pg_is_in_recovery(),
-		       (`+currentWAL+`)::text`).
-		Scan(&s.Database, &s.User, &s.Version, &s.InRecovery, &s.CurrentWALLSN)
+		SELECT current_database(), current_user, current_setting('server_version'),
+		       current_setting('server_version_num')::int, pg_is_in_recovery(), (`+currentWAL+`)::text`).
+		Scan(&s.Database, &s.User, &s.Version, &s.VersionNum, &s.InRecovery, &s.CurrentWALLSN)
 	return s, err
+}
+
+// MinVersionNum is the oldest server walpost runs on, as a
+// server_version_num: PostgreSQL 14. pgoutput on 13 has no messages
+// option, which the stream asks for (the heartbeat arrives as a logical
+// message), and walpost is tested on 14 to 18 only.
+const MinVersionNum = 140000
+
+// CheckVersion is ErrConfig, naming the server's version, when the server
+// is older than MinVersionNum.
+func CheckVersion(version string, num int) error {
+	if num < MinVersionNum {
+		return fmt.Errorf("%w: PostgreSQL %s (server_version_num %d) is not supported: walpost needs PostgreSQL 14 or newer; upgrade the server", ErrConfig, version, num)
+	}
+	return nil
+}
+
+// CheckServerVersion reads the server's version and checks it with
+// CheckVersion; num is its server_version_num.
+func CheckServerVersion(ctx context.Context, q Querier) (num int, err error) {
+	var version string
+	if err := q.QueryRow(ctx, `SELECT current_setting('server_version'), current_setting('server_version_num')::int`).Scan(&version, &num); err != nil {
+		return 0, fmt.Errorf("read server version: %w", err)
+	}
+	return num, CheckVersion(version, num)
+}
+
+// FailoverSlotsVersionNum is the first server_version_num with failover
+// slots: PostgreSQL 17.
+const FailoverSlotsVersionNum = 170000
+
+// FailoverSetup is what decides whether a failover slot is safe on a
+// primary: which standbys stream from it and whether logical decoding
+// waits for them.
+type FailoverSetup struct {
+	// PhysicalStandbys counts the physical WAL senders (streaming
+	// standbys) of the server.
+	PhysicalStandbys int
+	// SynchronizedStandbySlots is the synchronized_standby_slots setting
+	// (PostgreSQL 17+; nil before): the physical slots whose standbys must
+	// have received WAL before a logical walsender sends it.
+	SynchronizedStandbySlots *string
+}
+
+// ReadFailoverSetup reads the server's physical standbys and its
+// synchronized_standby_slots.
+func ReadFailoverSetup(ctx context.Context, q Querier) (FailoverSetup, error) {
+	var f FailoverSetup
+	// A logical walsender holds a logical slot; every other row of
+	// pg_stat_replication is a physical one.
+	err := q.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM pg_stat_replication r
+		        WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')),
+		       current_setting('synchronized_standby_slots', true)`).
+		Scan(&f.PhysicalStandbys, &f.SynchronizedStandbySlots)
+	return f, err
 }
 
 // WALLevel is the server's wal_level setting; walpost needs "logical".
@@ -109,6 +166,10 @@ type SlotRow struct {
 	// SafeWALUnlimited: max_slot_wal_keep_size is -1, so WAL is kept for
 	// the slot without limit.
 	SafeWALUnlimited bool
+	// Failover: the slot is copied to standbys with sync_replication_slots
+	// (PostgreSQL 17+); Synced: this slot is such a copy, on a standby.
+	// Both nil before 17, which has no such columns.
+	Failover, Synced *bool
 }
 
 // QuerySlot reads the slot's row; ok is false when there is none.
@@ -120,10 +181,11 @@ func QuerySlot(ctx context.Context, q Querier, name string) (row SlotRow, ok boo
 		       s.confirmed_flush_lsn::text, s.restart_lsn::text,
 		       pg_wal_lsn_diff(cur.lsn, s.confirmed_flush_lsn)::bigint,
 		       pg_wal_lsn_diff(cur.lsn, s.restart_lsn)::bigint,
-		       s.wal_status, s.safe_wal_size, current_setting('max_slot_wal_keep_size') = '-1'
+		       s.wal_status, s.safe_wal_size, current_setting('max_slot_wal_keep_size') = '-1',
+		       (to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool
 		FROM pg_replication_slots s, cur WHERE s.slot_name = $1`, name).
 		Scan(&r.SlotType, &r.Plugin, &r.Database, &r.Active, &r.ActivePID, &r.ConfirmedFlushLSN, &r.RestartLSN,
-			&r.LagBytes, &r.RetainedWALBytes, &r.WALStatus, &r.SafeWALSize, &r.SafeWALUnlimited)
+			&r.LagBytes, &r.RetainedWALBytes, &r.WALStatus, &r.SafeWALSize, &r.SafeWALUnlimited, &r.Failover, &r.Synced)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SlotRow{}, false, nil
 	}
@@ -155,6 +217,7 @@ func (r SlotRow) Info() SlotInfo {
 	if r.RestartLSN != nil {
 		s.RestartLSN, _ = pglogrepl.ParseLSN(*r.RestartLSN)
 	}
+	s.Failover = r.Failover != nil && *r.Failover
 	return s
 }
 
@@ -170,6 +233,7 @@ type SlotInfo struct {
 	RestartLSN     pglogrepl.LSN
 	WALStatus      string
 	SafeWALSize    *int64
+	Failover       bool // a failover slot (PostgreSQL 17+)
 }
 
 // ReadSlot reads the slot's row; Exists is false when there is none.

@@ -1,7 +1,9 @@
 package replication
 
 import (
+	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
@@ -44,6 +46,38 @@ func TestPublicationOperations(t *testing.T) {
 	} {
 		if got := c.pub.Operations(); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%+v.Operations() = %q, want %q", c.pub, got, c.want)
+		}
+	}
+}
+
+func TestCheckVersion(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		num     int
+		ok      bool
+	}{
+		{"13.23", 130023, false},
+		{"12.1", 120001, false},
+		{"14.0", 140000, true},
+		{"14.20", 140020, true},
+		{"15.18 (Debian 15.18-0+deb12u1)", 150018, true},
+		{"18.1", 180001, true},
+	} {
+		err := CheckVersion(tc.version, tc.num)
+		if tc.ok {
+			if err != nil {
+				t.Errorf("CheckVersion(%q, %d) = %v, want nil", tc.version, tc.num, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrConfig) {
+			t.Errorf("CheckVersion(%q, %d) = %v, want ErrConfig", tc.version, tc.num, err)
+			continue
+		}
+		for _, want := range []string{"PostgreSQL " + tc.version, "14 or newer"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("CheckVersion(%q, %d) = %q, lacks %q", tc.version, tc.num, err, want)
+			}
 		}
 	}
 }

@@ -155,10 +155,14 @@ func CheckColumns(ctx context.Context, conn *pgx.Conn, table TableName, mapping 
 	return nil
 }
 
-// Prepare checks the database, creates the slot when missing (after the
+// Prepare checks the database (the server's version first), creates the slot when missing (after the
 // publication, DESIGN.md, PostgreSQL facts) and returns the slot's state. A lost slot is
 // ErrSlotLost: walpost never re-creates a slot silently.
 func Prepare(ctx context.Context, conn *pgx.Conn, cfg Config) (TableName, SlotInfo, error) {
+	versionNum, err := CheckServerVersion(ctx, conn)
+	if err != nil {
+		return TableName{}, SlotInfo{}, err
+	}
 	walLevel, err := WALLevel(ctx, conn)
 	if err != nil {
 		return TableName{}, SlotInfo{}, fmt.Errorf("read wal_level: %w", err)
@@ -181,7 +185,14 @@ func Prepare(ctx context.Context, conn *pgx.Conn, cfg Config) (TableName, SlotIn
 		return table, slot, err
 	}
 	if !slot.Exists {
-		if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, cfg.Slot); err != nil {
+		// On 17+ a failover slot (on a primary; a standby refuses one): a
+		// standby with sync_replication_slots keeps a copy, which walpost
+		// can stream from after a promotion.
+		create := `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
+		if versionNum >= FailoverSlotsVersionNum {
+			create = `SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, NOT pg_is_in_recovery())`
+		}
+		if _, err := conn.Exec(ctx, create, cfg.Slot); err != nil {
 			var pgErr *pgconn.PgError
 			if !(errors.As(err, &pgErr) && pgErr.Code == "42710") { // created concurrently by a standby
 				return table, slot, fmt.Errorf("create replication slot %q: %w", cfg.Slot, Explain(err, cfg.Slot, cfg.Publication))

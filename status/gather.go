@@ -155,6 +155,7 @@ func readSlot(ctx context.Context, q replication.Querier, name string) (Slot, re
 	s.ConfirmedFlushLSN, s.RestartLSN = row.ConfirmedFlushLSN, row.RestartLSN
 	s.LagBytes, s.RetainedWALBytes = row.LagBytes, row.RetainedWALBytes
 	s.WALStatus, s.SafeWALSizeBytes, s.SafeWALUnlimited = row.WALStatus, row.SafeWALSize, row.SafeWALUnlimited
+	s.Failover, s.Synced = row.Failover, row.Synced
 	return s, row.Info()
 }
 

@@ -47,9 +47,12 @@ type Slot struct {
 	WALStatus        *string `json:"wal_status"`
 	// SafeWALSizeBytes is null when max_slot_wal_keep_size is -1
 	// (unlimited; SafeWALUnlimited is then true) or the slot is lost.
-	SafeWALSizeBytes *int64  `json:"safe_wal_size_bytes"`
-	SafeWALUnlimited bool    `json:"safe_wal_unlimited"`
-	Error            *string `json:"error"`
+	SafeWALSizeBytes *int64 `json:"safe_wal_size_bytes"`
+	SafeWALUnlimited bool   `json:"safe_wal_unlimited"`
+	// Failover and Synced are null before PostgreSQL 17.
+	Failover *bool   `json:"failover"`
+	Synced   *bool   `json:"synced"`
+	Error    *string `json:"error"`
 }
 
 // Publication is the publication (postgres.publication).

@@ -34,6 +34,7 @@ func healthyStatus() *Report {
 			ConfirmedFlushLSN: ptr("3/1A2B3F00"), RestartLSN: ptr("3/19000028"),
 			LagBytes: ptr(int64(256)), RetainedWALBytes: ptr(int64(19087320)),
 			WALStatus: ptr("reserved"), SafeWALSizeBytes: ptr(int64(1054867456)),
+			Failover: ptr(true), Synced: ptr(false),
 		},
 		Publication: Publication{Name: "walpost_outbox", Exists: true, AllTables: ptr(false),
 			Tables: []string{"public.outbox"}, Operations: []string{"insert"}},

@@ -56,6 +56,16 @@ func (r *Report) WriteText(w io.Writer) error {
 			safe = "unlimited (max_slot_wal_keep_size = -1)"
 		}
 		line("safe WAL size", safe)
+		if s.Failover != nil {
+			failover := "no"
+			if *s.Failover {
+				failover = "yes"
+			}
+			if s.Synced != nil && *s.Synced {
+				failover += " (synced copy on this standby)"
+			}
+			line("failover", failover)
+		}
 	}
 	errLine(s.Error)
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The failover test (make test-failover, and the last step of make test):
+# a fresh primary and standby of PostgreSQL MAJOR (PG_VERSION=MAJOR
+# PG_STANDBY=1 scripts/stack.sh up), TestFailoverPromotedStandby, which
+# kills the primary and promotes the standby, then the stack down and both
+# data directories removed (the old primary's has diverged).
+#
+# Usage: scripts/test-failover.sh [MAJOR]   (17 by default; 17 or 18)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+GO="${GO:-go}"
+v=${1:-17}
+unset PG_VERSION PG_STANDBY
+t0=$(date +%s)
+reset() {
+	scripts/stack.sh down
+	rm -rf ".stack/pg$v" ".stack/standby$v"
+}
+reset
+trap reset EXIT
+PG_VERSION=$v PG_STANDBY=1 scripts/stack.sh up
+# shellcheck disable=SC1091
+. .stack/env
+PG_VERSION=$v WALPOST_REQUIRE_STACK=1 $GO test -count=1 -timeout 15m -run '^TestFailoverPromotedStandby$' ./integration
+printf '== failover test on PostgreSQL %s: ok (%ss)\n' "$v" "$(($(date +%s) - t0))" >&2
