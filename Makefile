@@ -91,7 +91,13 @@ clean:
 
 # Release archives for linux/darwin × amd64/arm64 and checksums into dist/,
 # locally and without publishing (.goreleaser.yaml).
+# In a checkout without a git remote goreleaser's snapshot mode drops all
+# git information (commit "none" in the version and in --version); the
+# project's URL is given to git for this command only (GIT_CONFIG_*, never
+# written to the repository's config) so it reads the real commit, date
+# and tags.
 GORELEASER_VERSION ?= v2.15.1
+RELEASE_REMOTE_ENV = $(if $(shell git remote 2>/dev/null),,GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=https://github.com/walpost/walpost.git)
 .PHONY: release-snapshot
 release-snapshot:
-	$(GO) run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) release --snapshot --clean
+	$(RELEASE_REMOTE_ENV) $(GO) run github.com/goreleaser/goreleaser/v2@$(GORELEASER_VERSION) release --snapshot --clean

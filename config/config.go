@@ -116,13 +116,28 @@ type TLS struct {
 
 // SASL configures SASL authentication to the brokers.
 type SASL struct {
-	Mechanism string `mapstructure:"mechanism" doc:"Empty (none), PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512." default:""`
+	Mechanism string `mapstructure:"mechanism" doc:"Empty (none), PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (kafka.sasl.oauth_token) or AWS_MSK_IAM (kafka.sasl.aws_*; needs kafka.tls.enabled)." default:""`
 	Username  string `mapstructure:"username" doc:"SASL user." default:""`
 	Password  string `mapstructure:"password" doc:"SASL password (never logged)." default:""`
 	// PasswordFile names a file holding the password (a mounted secret);
 	// Load reads it, trimming one trailing newline. Not together with
 	// Password.
 	PasswordFile string `mapstructure:"password_file" doc:"File holding kafka.sasl.password (a mounted secret), one trailing newline trimmed; not together with kafka.sasl.password." default:""`
+	// OAuthToken is the bearer token of OAUTHBEARER, sent as is (walpost
+	// fetches and refreshes no token). With OAuthTokenFile the file is
+	// read again at every connection, so a token a sidecar rotates in the
+	// file is picked up by the next connection.
+	OAuthToken     string `mapstructure:"oauth_token" doc:"OAUTHBEARER token, sent as is (never logged)." default:""`
+	OAuthTokenFile string `mapstructure:"oauth_token_file" doc:"File holding kafka.sasl.oauth_token (a mounted secret), one trailing newline trimmed, read again at every connection so a rotated token is used; not together with kafka.sasl.oauth_token." default:""`
+	// AWS credentials of AWS_MSK_IAM. Empty AWSAccessKeyID: the credentials
+	// come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+	// AWS_SESSION_TOKEN, read at every connection. The region comes from the
+	// broker host name (b-1.NAME.kafka.REGION.amazonaws.com), else
+	// AWS_REGION or AWS_DEFAULT_REGION.
+	AWSAccessKeyID         string `mapstructure:"aws_access_key_id" doc:"AWS_MSK_IAM access key id; empty takes AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN from the environment at every connection." default:""`
+	AWSSecretAccessKey     string `mapstructure:"aws_secret_access_key" doc:"AWS_MSK_IAM secret access key (never logged); with kafka.sasl.aws_access_key_id." default:""`
+	AWSSecretAccessKeyFile string `mapstructure:"aws_secret_access_key_file" doc:"File holding kafka.sasl.aws_secret_access_key (a mounted secret), one trailing newline trimmed; not together with kafka.sasl.aws_secret_access_key." default:""`
+	AWSSessionToken        string `mapstructure:"aws_session_token" doc:"AWS_MSK_IAM session token of temporary credentials (never logged); optional." default:""`
 }
 
 // Profiles of mapping.profile.
@@ -549,8 +564,9 @@ func splitList(in []string) []string {
 	return out
 }
 
-// ReadSecretFiles sets postgres.url from postgres.url_file and
-// kafka.sasl.password from kafka.sasl.password_file, each file's content
+// ReadSecretFiles sets postgres.url from postgres.url_file,
+// kafka.sasl.password from kafka.sasl.password_file (and the same for
+// kafka.sasl.oauth_token and kafka.sasl.aws_secret_access_key), each file's content
 // with one trailing newline (\n or \r\n) trimmed. A value set together
 // with its file is an error naming both keys; a file that cannot be read
 // is an error naming the key, its variable and the path. Load calls it;
@@ -566,6 +582,8 @@ func (c *Config) ReadSecretFiles() error {
 	}{
 		{"postgres.url", "postgres.url_file", &c.Postgres.URL, c.Postgres.URLFile},
 		{"kafka.sasl.password", "kafka.sasl.password_file", &c.Kafka.SASL.Password, c.Kafka.SASL.PasswordFile},
+		{"kafka.sasl.oauth_token", "kafka.sasl.oauth_token_file", &c.Kafka.SASL.OAuthToken, c.Kafka.SASL.OAuthTokenFile},
+		{"kafka.sasl.aws_secret_access_key", "kafka.sasl.aws_secret_access_key_file", &c.Kafka.SASL.AWSSecretAccessKey, c.Kafka.SASL.AWSSecretAccessKeyFile},
 	} {
 		if s.file == "" {
 			continue
@@ -735,14 +753,30 @@ func (c *Config) ValidateFor(need Needs) error {
 	if c.Kafka.FlushTimeout <= 0 {
 		bad("kafka.flush_timeout", c.Kafka.FlushTimeout.String(), "a positive duration")
 	}
-	switch strings.ToUpper(c.Kafka.SASL.Mechanism) {
+	switch sa := c.Kafka.SASL; strings.ToUpper(sa.Mechanism) {
 	case "":
 	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
-		if c.Kafka.SASL.Username == "" {
+		if sa.Username == "" {
 			bad("kafka.sasl.username", "", "required with kafka.sasl.mechanism")
 		}
+	case "OAUTHBEARER":
+		if sa.OAuthToken == "" {
+			bad("kafka.sasl.oauth_token", "", "required with kafka.sasl.mechanism OAUTHBEARER (or kafka.sasl.oauth_token_file)")
+		}
+	case "AWS_MSK_IAM":
+		if !c.Kafka.TLS.Enabled {
+			bad("kafka.tls.enabled", "false", "true with kafka.sasl.mechanism AWS_MSK_IAM (MSK's IAM listeners take TLS only)")
+		}
+		switch {
+		case sa.AWSAccessKeyID != "" && sa.AWSSecretAccessKey == "":
+			bad("kafka.sasl.aws_secret_access_key", "", "required with kafka.sasl.aws_access_key_id (or kafka.sasl.aws_secret_access_key_file)")
+		case sa.AWSAccessKeyID == "" && (sa.AWSSecretAccessKey != "" || sa.AWSSessionToken != ""):
+			bad("kafka.sasl.aws_access_key_id", "", "required with kafka.sasl.aws_secret_access_key and kafka.sasl.aws_session_token")
+		case sa.AWSAccessKeyID == "" && (os.Getenv("AWS_ACCESS_KEY_ID") == "" || os.Getenv("AWS_SECRET_ACCESS_KEY") == ""):
+			bad("kafka.sasl.aws_access_key_id", "", "set it and kafka.sasl.aws_secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment")
+		}
 	default:
-		bad("kafka.sasl.mechanism", c.Kafka.SASL.Mechanism, "empty, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		bad("kafka.sasl.mechanism", c.Kafka.SASL.Mechanism, "empty, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM")
 	}
 	if (c.Kafka.TLS.CertFile == "") != (c.Kafka.TLS.KeyFile == "") {
 		bad("kafka.tls.cert_file", c.Kafka.TLS.CertFile, "cert_file and key_file go together")

@@ -58,7 +58,7 @@ func WriteEffective(w io.Writer, cfg *Config) error {
 					// Read from its *_file key, which is printed: the
 					// file is read again when this output is loaded.
 					s = ""
-				case strings.HasSuffix(key, "password") && s != "":
+				case isSecret(key) && s != "":
 					s = RedactedValue
 				}
 				val = scalar(s, "!!str")
@@ -73,9 +73,9 @@ func WriteEffective(w io.Writer, cfg *Config) error {
 	}
 	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{walk(reflect.ValueOf(*cfg), "")}}
 	doc.HeadComment = "walpost effective configuration; walpost --config FILE reads it back.\n" +
-		"Secrets are redacted: the password in postgres.url and kafka.sasl.password read " + RedactedValue + ";\n" +
+		"Secrets are redacted: the password in postgres.url, kafka.sasl.password, oauth_token and the AWS secrets read " + RedactedValue + ";\n" +
 		"set them again (e.g. WALPOST_POSTGRES_URL, WALPOST_KAFKA_SASL_PASSWORD) before using this file.\n" +
-		"Values read from postgres.url_file or kafka.sasl.password_file are left empty: the file is read again."
+		"Values read from a *_file key are left empty: the file is read again."
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(doc); err != nil {
@@ -91,8 +91,21 @@ func fromFile(cfg *Config, key string) bool {
 		return cfg.Postgres.URLFile != ""
 	case "kafka.sasl.password":
 		return cfg.Kafka.SASL.PasswordFile != ""
+	case "kafka.sasl.oauth_token":
+		return cfg.Kafka.SASL.OAuthTokenFile != ""
+	case "kafka.sasl.aws_secret_access_key":
+		return cfg.Kafka.SASL.AWSSecretAccessKeyFile != ""
 	}
 	return false
+}
+
+// isSecret says whether key holds a secret WriteEffective redacts.
+func isSecret(key string) bool {
+	switch key {
+	case "kafka.sasl.oauth_token", "kafka.sasl.aws_secret_access_key", "kafka.sasl.aws_session_token":
+		return true
+	}
+	return strings.HasSuffix(key, "password")
 }
 
 func scalar(value, tag string) *yaml.Node {

@@ -57,6 +57,10 @@ type metrics struct {
 	confirmed atomic.Uint64
 	movedAt   atomic.Int64 // unix nanos when the confirmed LSN last moved
 	retainedB atomic.Int64
+	// For the catch-up progress lines (progress.go).
+	receivedN atomic.Uint64
+	producedN atomic.Uint64
+	lagB      atomic.Int64 // -1 until the slot monitor measures it
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -117,6 +121,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		f(c)
 	}
 	m.movedAt.Store(time.Now().UnixNano())
+	m.lagB.Store(-1)
 	m.setState(stateStarting)
 	return m
 }
@@ -151,7 +156,10 @@ func (m *metrics) status(received, confirmed pglogrepl.LSN) {
 	}
 }
 
-func (m *metrics) onReceived(*outbox.Event) { m.received.Inc() }
+func (m *metrics) onReceived(*outbox.Event) {
+	m.received.Inc()
+	m.receivedN.Add(1)
+}
 
 func (m *metrics) onPoisoned(topic, class string) { m.poisoned.WithLabelValues(topic, class).Inc() }
 
@@ -163,6 +171,7 @@ func (m *metrics) onAck(defaultTopic string) func(topic string, commit time.Time
 	var counters sync.Map // topic → prometheus.Counter
 	def := m.produced.WithLabelValues(defaultTopic)
 	return func(topic string, commit time.Time, produceLatency time.Duration, now time.Time) {
+		m.producedN.Add(1)
 		m.produceLat.Observe(produceLatency.Seconds())
 		if !commit.IsZero() {
 			m.commitToAck.Observe(now.Sub(commit).Seconds())

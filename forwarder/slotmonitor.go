@@ -19,9 +19,11 @@ func (f *Forwarder) monitorSlot(ctx context.Context, every time.Duration) {
 		// !ok with a nil error: the slot does not exist yet (the first
 		// session creates it); nothing to report.
 		row, ok, err := replication.QuerySlot(ctx, f.pool, slot)
+		lag := int64(-1) // not measured: no progress estimate from a stale lag
 		if err == nil && ok {
 			if row.LagBytes != nil {
 				m.lagBytes.Set(float64(*row.LagBytes))
+				lag = *row.LagBytes
 			}
 			if row.RetainedWALBytes != nil {
 				m.retained.Set(float64(*row.RetainedWALBytes))
@@ -36,7 +38,9 @@ func (f *Forwarder) monitorSlot(ctx context.Context, every time.Duration) {
 					m.walStatus.WithLabelValues(s).Set(v)
 				}
 			}
-		} else if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+		}
+		m.lagB.Store(lag)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
 			f.log.Debug("slot monitor", "slot", slot, "err", err.Error())
 		}
 		select {

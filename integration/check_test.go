@@ -242,6 +242,55 @@ func TestCheck(t *testing.T) {
 	})
 }
 
+// TestCheckRDSReplicationRole: on a server with RDS's rds_replication role
+// (created here, cluster-wide, so this test never runs in parallel), check
+// accepts a member of it and tells a role without REPLICATION to GRANT
+// rds_replication instead of ALTER ROLE … REPLICATION.
+func TestCheckRDSReplicationRole(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	ctx := context.Background()
+	mustExec(t, f.Pool, `CREATE ROLE rds_replication NOLOGIN`)
+	t.Cleanup(func() {
+		if _, err := f.Pool.Exec(ctx, `DROP ROLE rds_replication`); err != nil {
+			t.Errorf("drop role rds_replication: %v", err)
+		}
+	})
+	asRole := func(t *testing.T, member bool) checkRun {
+		t.Helper()
+		role, password := randName("rdsrepl"), randName("pw")
+		mustExec(t, f.Pool, fmt.Sprintf(`CREATE ROLE %s LOGIN NOREPLICATION NOSUPERUSER PASSWORD '%s'`, role, password))
+		t.Cleanup(func() {
+			_, _ = f.Pool.Exec(ctx, fmt.Sprintf(`DROP OWNED BY %s`, role))
+			if _, err := f.Pool.Exec(ctx, fmt.Sprintf(`DROP ROLE %s`, role)); err != nil {
+				t.Errorf("drop role %s: %v", role, err)
+			}
+		})
+		if member {
+			mustExec(t, f.Pool, fmt.Sprintf(`GRANT rds_replication TO %s`, role))
+		}
+		mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT ON %s, %s, walpost_position TO %s`, f.Table, f.PoisonTable, role))
+		u, err := url.Parse(pgURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.UserPassword(role, password)
+		return runCheck(t, f.env("WALPOST_POSTGRES_URL="+u.String()))
+	}
+	t.Run("member", func(t *testing.T) {
+		r := asRole(t, true)
+		if d, ok := r.byStatus("OK")["replication"]; !ok || !strings.Contains(d, "member of rds_replication") {
+			t.Errorf("replication not OK for a member of rds_replication:\n%s", r.Output)
+		}
+	})
+	t.Run("not a member", func(t *testing.T) {
+		r := asRole(t, false)
+		expectFailures(t, r, map[string][]string{"replication": {"may not replicate", "GRANT rds_replication TO"}})
+		if strings.Contains(r.byStatus("FAIL")["replication"], "ALTER ROLE") {
+			t.Errorf("RDS hint suggests ALTER ROLE: %q", r.byStatus("FAIL")["replication"])
+		}
+	})
+}
+
 // TestCheckWalLevelNotLogical runs check against a second cluster with
 // wal_level = replica whose schema is otherwise complete: wal_level is the
 // only failure.

@@ -42,7 +42,15 @@
 //     supported". The queries after the connection are bounded
 //     by the caller's context only.
 //   - wal_level: the server's wal_level is logical.
-//   - replication: the role has REPLICATION (or is a superuser).
+//   - replication: the role has REPLICATION (or is a superuser); on RDS or
+//     Aurora membership in rds_replication is enough.
+//
+// On a managed service (detected by a setting only it defines:
+// rds.logical_replication or the role rds_replication for RDS/Aurora,
+// cloudsql.logical_decoding for Cloud SQL, azure.replication_support or
+// azure.extensions for Azure) the fixes of wal_level and replication name
+// the service's own flag or role instead of ALTER SYSTEM and ALTER ROLE …
+// REPLICATION (managed.go).
 //   - outbox: postgres.table exists, has the columns walpost reads
 //     (replication.RequiredColumns), and its idempotency_key is NOT NULL
 //     and UNIQUE on its own (a non-partial unique index on that one

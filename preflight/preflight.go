@@ -136,18 +136,24 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	}
 	r.ok("postgres", fmt.Sprintf("connected to %s:%d/%s as %s (PostgreSQL %s)", pc.Host, pc.Port, srv.Database, srv.User, srv.Version))
 
+	// The fixes name the managed service's own setting or role when the
+	// server looks like one (a failed read: the self-managed fixes).
+	managed, _ := replication.ReadManaged(ctx, conn)
+	plat := detectPlatform(managed)
 	if walLevel, err := replication.WALLevel(ctx, conn); err != nil {
 		r.fail("wal_level", err)
 	} else if walLevel != "logical" {
-		r.fail("wal_level", fmt.Errorf("wal_level is %q; fix: set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL", walLevel))
+		r.fail("wal_level", fmt.Errorf("wal_level is %q; fix: %s", walLevel, walLevelFix(plat)))
 	} else {
 		r.ok("wal_level", "logical")
 	}
 
 	if canReplicate, err := replication.CanReplicate(ctx, conn); err != nil {
 		r.fail("replication", err)
+	} else if plat == rds && managed.InRDSReplication && !canReplicate {
+		r.ok("replication", fmt.Sprintf("role %q is a member of rds_replication", srv.User))
 	} else if !canReplicate {
-		r.fail("replication", fmt.Errorf("role %q may not replicate; fix: ALTER ROLE %s REPLICATION", srv.User, pgx.Identifier{srv.User}.Sanitize()))
+		r.fail("replication", fmt.Errorf("role %q may not replicate; fix: %s", srv.User, replicationFix(plat, srv.User)))
 	} else {
 		r.ok("replication", fmt.Sprintf("role %q has REPLICATION", srv.User))
 	}

@@ -418,3 +418,28 @@ func ColumnTypes(ctx context.Context, q Querier, table TableName) (map[string]Co
 	}
 	return out, rows.Err()
 }
+
+// Managed is what tells a managed PostgreSQL service from a server of
+// one's own: the settings only such a service defines (nil when the server
+// has no such setting) and RDS's rds_replication role.
+type Managed struct {
+	RDSLogicalReplication   *string // rds.logical_replication (RDS, Aurora)
+	CloudSQLLogicalDecoding *string // cloudsql.logical_decoding (Cloud SQL)
+	AzureReplicationSupport *string // azure.replication_support (Azure Single Server)
+	AzureExtensions         *string // azure.extensions (Azure Flexible Server)
+	RDSReplicationRole      bool    // the role rds_replication exists
+	InRDSReplication        bool    // the current role is a member of rds_replication
+}
+
+// ReadManaged reads the settings and roles of Managed.
+func ReadManaged(ctx context.Context, q Querier) (Managed, error) {
+	var m Managed
+	err := q.QueryRow(ctx, `SELECT current_setting('rds.logical_replication', true),
+		current_setting('cloudsql.logical_decoding', true),
+		current_setting('azure.replication_support', true),
+		current_setting('azure.extensions', true),
+		EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'rds_replication'),
+		COALESCE((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_roles WHERE rolname = 'rds_replication'), false)`).
+		Scan(&m.RDSLogicalReplication, &m.CloudSQLLogicalDecoding, &m.AzureReplicationSupport, &m.AzureExtensions, &m.RDSReplicationRole, &m.InRDSReplication)
+	return m, err
+}

@@ -4,8 +4,10 @@
 package kafka
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/aws"
+	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
@@ -22,6 +26,10 @@ import (
 // ClientOpts are the connection options (TLS, SASL) every Kafka client of
 // walpost uses: the forwarder, check, status, verify and poison replay. An
 // unreadable CA, certificate or key file is an error naming its key.
+// SASL is PLAIN, SCRAM-SHA-256/512, OAUTHBEARER (a static token, or one
+// read from its file at every connection) or AWS_MSK_IAM (static
+// credentials from the config or the AWS_* environment; no AWS SDK, so no
+// instance-profile, IRSA or Pod Identity credentials).
 func ClientOpts(cfg config.Kafka) ([]kgo.Opt, error) {
 	var opts []kgo.Opt
 	t := cfg.TLS
@@ -56,8 +64,50 @@ func ClientOpts(cfg config.Kafka) ([]kgo.Opt, error) {
 		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha256Mechanism()))
 	case "SCRAM-SHA-512":
 		opts = append(opts, kgo.SASL(scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism()))
+	case "OAUTHBEARER":
+		opts = append(opts, kgo.SASL(oauth.Oauth(oauthToken(s))))
+	case "AWS_MSK_IAM":
+		opts = append(opts, kgo.SASL(aws.ManagedStreamingIAM(awsCredentials(s))))
 	}
 	return opts, nil
+}
+
+// oauthToken is the OAUTHBEARER token of each connection: the file of
+// kafka.sasl.oauth_token_file read again (a token a sidecar rotates there is
+// used from the next connection on), else kafka.sasl.oauth_token.
+func oauthToken(s config.SASL) func(context.Context) (oauth.Auth, error) {
+	return func(context.Context) (oauth.Auth, error) {
+		if s.OAuthTokenFile == "" {
+			return oauth.Auth{Token: s.OAuthToken}, nil
+		}
+		b, err := os.ReadFile(s.OAuthTokenFile)
+		if err != nil {
+			return oauth.Auth{}, fmt.Errorf("kafka.sasl.oauth_token_file: %w", err)
+		}
+		tok := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if tok == "" {
+			return oauth.Auth{}, fmt.Errorf("kafka.sasl.oauth_token_file %s: the file is empty", s.OAuthTokenFile)
+		}
+		return oauth.Auth{Token: tok}, nil
+	}
+}
+
+// awsCredentials are the AWS_MSK_IAM credentials of each connection:
+// kafka.sasl.aws_* when the access key id is set, else AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN as the environment holds them
+// at that connection. The request is signed for the region in the broker's
+// host name, else AWS_REGION or AWS_DEFAULT_REGION (franz-go's sasl/aws).
+func awsCredentials(s config.SASL) func(context.Context) (aws.Auth, error) {
+	return func(context.Context) (aws.Auth, error) {
+		a := aws.Auth{AccessKey: s.AWSAccessKeyID, SecretKey: s.AWSSecretAccessKey, SessionToken: s.AWSSessionToken, UserAgent: "walpost"}
+		if a.AccessKey == "" {
+			a = aws.Auth{AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"), SessionToken: os.Getenv("AWS_SESSION_TOKEN"), UserAgent: "walpost"}
+		}
+		if a.AccessKey == "" || a.SecretKey == "" {
+			return aws.Auth{}, errors.New("AWS_MSK_IAM: no credentials: set kafka.sasl.aws_access_key_id and kafka.sasl.aws_secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+		}
+		return a, nil
+	}
 }
 
 // NewClient is a plain client (seed brokers, client id, ClientOpts) for
