@@ -91,7 +91,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		skipped:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_skipped_total", Help: "Events read from the slot and not produced, by reason (already_confirmed: the slot was behind walpost's stored position)."}, []string{"reason"}),
 		positionWrites:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_position_writes_total", Help: "Writes of walpost_position, by result (ok, error)."}, []string{"result"}),
 		positionLSN:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_position_lsn", Help: "LSN last written to walpost_position."}),
-		timelineChanged: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_position_timeline_changed_total", Help: "Sessions that started on another timeline than the stored position; nothing was skipped."}),
+		timelineChanged: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_position_timeline_changed_total", Help: "Sessions that started on another timeline than the stored position; transactions were skipped up to the switch point at most."}),
 	}
 	inflightEvents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_events", Help: "Events read and not yet acked or quarantined."}, func() float64 {
 		if t := m.tracker.Load(); t != nil {

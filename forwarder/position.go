@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/walpost/walpost/checkpoint"
@@ -20,7 +21,7 @@ import (
 // server's identity and the slot, before Prepare may create a slot
 // (DESIGN.md, "Position"). It returns the row (found: it exists) and the
 // plan for the session.
-func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, id position.Identity) (position.Row, bool, position.Plan, error) {
+func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgconn.PgConn, id position.Identity) (position.Row, bool, position.Plan, error) {
 	name := f.cfg.Postgres.Slot
 	row, found, err := position.NewStore(side).Load(ctx, name)
 	if err != nil {
@@ -30,10 +31,31 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, id positi
 	if err != nil {
 		return row, found, position.Plan{}, err
 	}
-	plan, err := position.Check(row, found, id, position.Slot{
-		Name: name, Exists: info.Exists, Lost: info.WALStatus == "lost", Confirmed: info.ConfirmedFlush,
-	})
-	return row, found, plan, err
+	slot := position.Slot{Name: name, Exists: info.Exists, Lost: info.WALStatus == "lost", Confirmed: info.ConfirmedFlush}
+	plan, err := position.Check(row, found, id, slot)
+	if err != nil || !plan.TimelineChanged {
+		return row, found, plan, err
+	}
+	// Another timeline: skip up to the switch point at most. Without the
+	// history (timeline 1 has none, or it cannot be read) nothing is
+	// skipped: events are sent again, never lost.
+	if id.Timeline <= 1 {
+		return row, found, plan, nil
+	}
+	hist, err := pglogrepl.TimelineHistory(ctx, repl, id.Timeline)
+	if err == nil {
+		var across position.Plan
+		if across, err = position.AcrossSwitch(row, slot, hist.Content); err == nil {
+			plan = across
+		}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return row, found, plan, ctx.Err()
+		}
+		f.log.Warn("cannot read the timeline history; nothing is skipped", "slot", name, "timeline", id.Timeline, "err", err.Error())
+	}
+	return row, found, plan, nil
 }
 
 // positionWriter writes the tracker's position to walpost_position over
@@ -169,10 +191,9 @@ func (f *Forwarder) handlerFor(plan position.Plan, id position.Identity, row pos
 	name := f.cfg.Postgres.Slot
 	if plan.TimelineChanged {
 		f.m.timelineChanged.Inc()
-		f.log.Warn("the timeline changed since walpost recorded its position; nothing is skipped: transactions after the slot's position are sent again (LSNs past the switch point belong to the new timeline)",
+		f.log.Warn("the timeline changed since walpost recorded its position; only transactions ending at or before the switch point are skipped: those after it and after the slot's position are sent again (LSNs past the switch point belong to the new timeline)",
 			"slot", name, "slot_lsn", slot.ConfirmedFlush.String(), "position_lsn", row.LSN.String(),
-			"position_timeline", row.Timeline, "timeline", id.Timeline)
-		return iso, nil
+			"position_timeline", row.Timeline, "timeline", id.Timeline, "switch_point", plan.SwitchPoint.String(), "skip_to", plan.SkipTo.String())
 	}
 	if plan.SkipTo <= slot.ConfirmedFlush {
 		return iso, nil

@@ -9,7 +9,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 )
 
@@ -68,5 +70,36 @@ func TestSkipperSkipsConfirmedTransactions(t *testing.T) {
 	}
 	if !s.over || s.n != 3 || s.first != 0x1d0 || s.last != 0x2d0 {
 		t.Errorf("skipper state over=%v n=%d first=%s last=%s", s.over, s.n, s.first, s.last)
+	}
+}
+
+// TestHandlerForAcrossTimelines: a session on another timeline than the
+// stored position skips up to the plan's SkipTo (at most the switch point,
+// position.AcrossSwitch) and counts the timeline change; with nothing to
+// skip the isolator handles every event.
+func TestHandlerForAcrossTimelines(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := &Forwarder{cfg: &config.Config{}, log: slog.New(slog.DiscardHandler), m: newMetrics(reg)}
+	f.cfg.Postgres.Slot = "s"
+	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	iso := &Isolator{}
+	id := position.Identity{SystemID: 1, Timeline: 3}
+	row := position.Row{Slot: "s", Identity: position.Identity{SystemID: 1, Timeline: 2}, LSN: 0x900}
+	slot := replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}
+
+	h, skip := f.handlerFor(position.Plan{TimelineChanged: true, SwitchPoint: 0x500, SkipTo: 0x500}, id, row, slot, iso, tr)
+	if skip == nil || skip.upTo != 0x500 || h != replication.Handler(skip) {
+		t.Fatalf("handler %T, skipper %+v: want a skipper up to the switch point 0/500", h, skip)
+	}
+	h, skip = f.handlerFor(position.Plan{TimelineChanged: true}, id, row, slot, iso, tr)
+	if skip != nil || h != replication.Handler(iso) {
+		t.Errorf("handler %T, skipper %v: want the isolator when the history gives nothing to skip", h, skip)
+	}
+	var m dto.Metric
+	if err := f.m.timelineChanged.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 2 {
+		t.Errorf("walpost_position_timeline_changed_total = %v, want 2", got)
 	}
 }

@@ -66,7 +66,7 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	if err != nil {
 		return err
 	}
-	row, found, plan, err := f.checkPosition(ctx, side, id)
+	row, found, plan, err := f.checkPosition(ctx, side, conn, id)
 	if err != nil {
 		return err
 	}

@@ -22,8 +22,13 @@ type Plan struct {
 	// skipped (INV-7).
 	SkipTo pglogrepl.LSN
 	// TimelineChanged: the row was recorded on another timeline of this
-	// cluster; nothing is skipped.
+	// cluster. Check then skips nothing; AcrossSwitch sets SkipTo to at
+	// most the switch point.
 	TimelineChanged bool
+	// SwitchPoint, with TimelineChanged, is where the server's timeline
+	// history leaves the row's timeline (AcrossSwitch); 0 when unknown or
+	// when the row's timeline is not an ancestor.
+	SwitchPoint pglogrepl.LSN
 }
 
 // Check decides whether a session may start: row (found: it exists) is the

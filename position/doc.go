@@ -16,8 +16,11 @@
 //     ≤ 16 lost a confirmed position in a crash or restart): transactions
 //     that end at or before the row's LSN are skipped, not produced
 //     (INV-7);
-//   - another timeline: nothing is skipped (LSNs past the switch point
-//     carry other data), the events are sent again.
+//   - another timeline: AcrossSwitch reads the server's timeline history;
+//     when the row's timeline is an ancestor, transactions ending at or
+//     before the earlier of the row's LSN and the switch point are skipped
+//     (the WAL below the switch point is shared), nothing past it (LSNs
+//     there carry other data); otherwise nothing is skipped.
 //
 // Rows are written with synchronous_commit = on and never moved backwards
 // on the same timeline, nor overwritten from another cluster.

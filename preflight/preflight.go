@@ -287,7 +287,7 @@ func checkPosition(ctx context.Context, cfg *config.Config, row position.Row, fo
 	case err != nil:
 		r.fail("position", err)
 	case plan.TimelineChanged:
-		r.ok("position", fmt.Sprintf("%s on timeline %d, server on timeline %d: walpost run skips nothing and sends again what follows the slot's %s", row.Last(), row.Timeline, id.Timeline, slot.ConfirmedFlush))
+		r.ok("position", fmt.Sprintf("%s on timeline %d, server on timeline %d: walpost run skips at most up to the switch point of timeline %d (TIMELINE_HISTORY) and sends again what follows it and the slot's %s", row.Last(), row.Timeline, id.Timeline, row.Timeline, slot.ConfirmedFlush))
 	case plan.SkipTo > 0:
 		r.ok("position", fmt.Sprintf("%s; the slot is behind at %s: walpost run skips what was confirmed up to %s", row.Last(), slot.ConfirmedFlush, plan.SkipTo))
 	default:

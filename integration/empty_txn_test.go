@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// emptyTxnFlood is how many transactions without outbox rows the flood
+// commits, and emptyTxnGrowthKiB the bound on walpost's RSS growth while
+// it reads them. An entry per transaction (the tracker before empty
+// transactions coalesced) grows RSS by well over 100 MiB for 1M of them.
+const (
+	emptyTxnFlood     = 1_000_000
+	emptyTxnGrowthKiB = 40 * 1024
+)
+
+// TestEmptyTransactionsDuringKafkaOutage: Kafka is down with one outbox
+// event in flight while an unrelated workload commits 1M transactions.
+// PostgreSQL 15 drops empty transactions of unpublished tables, so the
+// workload emits transactional logical messages, which pgoutput sends as
+// Begin/Message/Commit with no event for walpost: each is a transaction
+// behind the unacknowledged one (INV-6). walpost must read all of them
+// with its RSS flat, not confirm past the event (INV-1), and once Kafka is
+// back deliver it and confirm past the whole flood.
+func TestEmptyTransactionsDuringKafkaOutage(t *testing.T) {
+	f := faultFixture(t, 1)
+	p := f.start()
+	faultStreaming(t, p)
+	ctx := context.Background()
+
+	// One event delivered first: walpost has the topic's metadata (it
+	// reads max.message.bytes once per session) before the outage.
+	expected, err := f.writeTxn(ctx, "before", []string{"before-0"}, `{"data": "x"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the first event to be confirmed", func() bool {
+		lsn, _, _ := f.slotState()
+		return lsn >= f.currentWAL()
+	})
+	faultStack(t, "kafka-stop")
+	inflight, err := f.writeTxn(ctx, "inflight", []string{"inflight-0"}, `{"data": "x"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expected = append(expected, inflight...)
+	eventLSN := f.currentWAL()
+	waitFor(t, 30*time.Second, "walpost to receive the outbox event", func() bool { return f.replicaWrite() >= eventLSN })
+	time.Sleep(2 * time.Second) // let startup and the first produce attempts settle
+	base := rssKB(p.cmd.Process.Pid)
+
+	var peak atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if kb := int64(rssKB(p.cmd.Process.Pid)); kb > peak.Load() {
+				peak.Store(kb)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	stopSampling := func() { once.Do(func() { close(stop); wg.Wait() }) }
+	defer stopSampling()
+
+	// One connection, so the SET applies to the DO; each COMMIT in the loop
+	// ends one transaction (outside a transaction block, DO may commit).
+	conn, err := f.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP PERFORM pg_logical_emit_message(true, 'walpost-test', 'x'); COMMIT; END LOOP; END $$`, emptyTxnFlood))
+	conn.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	floodEnd := f.currentWAL()
+	t.Logf("flood: %d transactions in %s, WAL %s → %s", emptyTxnFlood, time.Since(start).Round(time.Millisecond), eventLSN, floodEnd)
+	waitFor(t, 90*time.Second, "walpost to read the whole flood", func() bool { return f.replicaWrite() >= floodEnd })
+	t.Logf("walpost read the flood %s after it started", time.Since(start).Round(time.Millisecond))
+	faultAlive(t, p, "after the flood")
+	stopSampling()
+	growth := peak.Load() - int64(base)
+	t.Logf("walpost RSS: %d KiB before the flood, peak %d KiB while reading it (growth %d KiB, bound %d KiB)", base, peak.Load(), growth, emptyTxnGrowthKiB)
+	if base == 0 || growth > emptyTxnGrowthKiB {
+		t.Errorf("walpost RSS grew by %d KiB reading %d empty transactions behind an unacknowledged event, want ≤ %d KiB", growth, emptyTxnFlood, emptyTxnGrowthKiB)
+	}
+	// INV-1: nothing is confirmed past the unacknowledged event.
+	if lsn, _, ok := f.slotState(); !ok || lsn >= eventLSN {
+		t.Errorf("slot confirmed at %s with the event below %s unacknowledged", lsn, eventLSN)
+	}
+
+	faultStack(t, "kafka-start")
+	faultVerify(t, f, expected, 2*time.Minute)
+	waitFor(t, time.Minute, "the slot to confirm past the flood", func() bool {
+		lsn, _, _ := f.slotState()
+		return lsn >= floodEnd
+	})
+	faultAlive(t, p, "after Kafka came back")
+}
+
+// replicaWrite returns the write position walpost last reported for the
+// fixture's slot (what it has received), 0 without a walsender.
+func (f *fixture) replicaWrite() pglogrepl.LSN {
+	var s *string
+	_ = f.Pool.QueryRow(context.Background(), `SELECT r.write_lsn::text FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = $1`, f.Slot).Scan(&s)
+	if s == nil {
+		return 0
+	}
+	l, _ := pglogrepl.ParseLSN(*s)
+	return l
+}
