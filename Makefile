@@ -14,7 +14,7 @@ FUZZ_EXECS ?= 300000x
 # Duration per target for a deliberate `make fuzz` (FUZZTIME=10m, 1h, …).
 FUZZTIME ?= 1m
 
-.PHONY: all build run test unit integration lint vet staticcheck fuzz fuzz-short bench soak stack-up stack-down stack-status clean
+.PHONY: all build run test unit integration lint vet staticcheck fuzz fuzz-short bench soak test-debezium stack-up stack-down stack-status clean
 
 all: build
 
@@ -57,6 +57,13 @@ unit:
 
 integration:
 	. .stack/env && WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -timeout 40m ./integration
+
+# The byte-for-byte comparison with the real Debezium (Kafka Connect
+# standalone + PostgreSQL connector + Outbox Event Router, jars from
+# scripts/debezium.sh install; needs a JDK): about 25 s once the jars are
+# resolved.
+test-debezium: stack-up
+	. .stack/env && WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -run TestDebeziumBytes -v ./integration
 
 # Every fuzz target for FUZZTIME each (a duration or a count).
 fuzz:
