@@ -16,7 +16,7 @@ FUZZTIME ?= 1m
 
 PG_VERSIONS ?= 14 16 17 18
 
-.PHONY: all build run test test-pg test-failover unit integration lint vet staticcheck fuzz fuzz-short bench soak stack-up stack-down stack-status clean
+.PHONY: all build run test test-pg test-failover test-debezium unit integration lint vet staticcheck fuzz fuzz-short bench soak stack-up stack-down stack-status clean
 
 all: build
 
@@ -70,6 +70,13 @@ unit:
 
 integration:
 	. .stack/env && WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -timeout 40m ./integration
+
+# The byte-for-byte comparison with the real Debezium (Kafka Connect
+# standalone + PostgreSQL connector + Outbox Event Router, jars from
+# scripts/debezium.sh install; needs a JDK): about 25 s once the jars are
+# resolved.
+test-debezium: stack-up
+	. .stack/env && WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -run TestDebeziumBytes -v ./integration
 
 # Every fuzz target for FUZZTIME each (a duration or a count).
 fuzz:

@@ -1,6 +1,7 @@
 -- +goose Up
 -- The outbox: applications insert one row per event in the same transaction
 -- as their business change. walpost reads the inserts from the WAL.
+-- walpost:outbox-table begin (left out when the outbox is the user's: migrations.Names.UserOutbox)
 CREATE TABLE IF NOT EXISTS outbox (
     id              uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     idempotency_key text NOT NULL UNIQUE,
@@ -14,6 +15,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     event_type      text,
     headers         jsonb
 );
+-- walpost:outbox-table end
 
 -- Records Kafka keeps refusing land here, never dropped and never deleted.
 CREATE TABLE IF NOT EXISTS poison_outbox (

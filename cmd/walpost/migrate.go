@@ -14,7 +14,7 @@ import (
 func newMigrateCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "migrate",
-		Short: "Create or upgrade the outbox, poison_outbox and the publication (idempotent)",
+		Short: "Create or upgrade the outbox (postgres.table; left alone with the debezium profile), the quarantine (postgres.poison_table), walpost's own tables and the publication (idempotent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfigFor(cmd, config.NeedPostgres)
@@ -22,28 +22,32 @@ func newMigrateCommand() *cobra.Command {
 				return err
 			}
 			ctx := cmd.Context()
-			res, err := migrations.Up(ctx, cfg.Postgres.URL, nil)
+			names := migrations.Names{
+				Outbox:      cfg.Postgres.Table,
+				Poison:      cfg.Postgres.PoisonTable,
+				Publication: cfg.Postgres.Publication,
+				UserOutbox:  cfg.Mapping.Profile == config.ProfileDebezium,
+			}
+			res, err := migrations.Up(ctx, cfg.Postgres.URL, names, nil)
 			if err != nil {
 				return redact.Error(fmt.Errorf("migrate: %w", err))
 			}
-			// The migration creates walpost_outbox; a differently named
-			// publication from config is created here, before any slot.
-			if cfg.Postgres.Publication != "walpost_outbox" {
-				conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
-				if err != nil {
-					return redact.Error(fmt.Errorf("migrate: connect: %w", err))
-				}
-				defer conn.Close(ctx)
-				var exists bool
-				if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Postgres.Publication).Scan(&exists); err != nil {
-					return err
-				}
-				if !exists {
-					sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
-						pgx.Identifier{cfg.Postgres.Publication}.Sanitize(), cfg.Postgres.Table)
-					if _, err := conn.Exec(ctx, sql); err != nil {
-						return fmt.Errorf("migrate: create publication: %w", err)
-					}
+			// The migration creates the publication when it first runs for
+			// these tables; one renamed since is created here, before any slot.
+			conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
+			if err != nil {
+				return redact.Error(fmt.Errorf("migrate: connect: %w", err))
+			}
+			defer conn.Close(ctx)
+			var exists bool
+			if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, cfg.Postgres.Publication).Scan(&exists); err != nil {
+				return err
+			}
+			if !exists {
+				sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')",
+					pgx.Identifier{cfg.Postgres.Publication}.Sanitize(), cfg.Postgres.Table)
+				if _, err := conn.Exec(ctx, sql); err != nil {
+					return fmt.Errorf("migrate: create publication: %w", err)
 				}
 			}
 			if len(res.Applied) == 0 {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -217,7 +218,10 @@ const hexUpper = "0123456789ABCDEF"
 // AppendJacksonString appends s as a JSON string the way Jackson (Kafka
 // Connect's JsonConverter) writes it: `"` and `\` escaped, \b \t \n \f \r
 // short, other control characters as \u00XX with upper-case hex, and
-// everything else (<, >, &, U+2028, U+2029, non-ASCII) as it is. Go's
+// the characters beyond U+FFFF as their UTF-16 surrogates, each \uXXXX
+// with upper-case hex (Jackson's default, COMBINE_UNICODE_SURROGATES_IN_UTF8
+// off: 😀 is \uD83D\uDE00), everything else (<, >, &, U+2028, U+2029,
+// the rest of non-ASCII) as it is. Go's
 // encoding/json escapes <, >, & and U+2028/2029 and cannot be told not
 // to for the last two, hence an encoder of its own. Invalid UTF-8 (which
 // PostgreSQL's text never is) becomes U+FFFD, as a Java String would.
@@ -227,14 +231,21 @@ func AppendJacksonString(dst, s []byte) []byte {
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c >= utf8.RuneSelf {
-			if r, n := utf8.DecodeRune(s[i:]); r == utf8.RuneError && n == 1 {
+			r, n := utf8.DecodeRune(s[i:])
+			switch {
+			case r == utf8.RuneError && n == 1:
 				dst = append(dst, s[start:i]...)
 				dst = append(dst, "\uFFFD"...)
-				i++
-				start = i
-			} else {
+			case r > 0xFFFF:
+				dst = append(dst, s[start:i]...)
+				hi, lo := utf16.EncodeRune(r)
+				dst = appendUEscape(appendUEscape(dst, hi), lo)
+			default:
 				i += n
+				continue
 			}
+			i += n
+			start = i
 			continue
 		}
 		if c >= 0x20 && c != '"' && c != '\\' {
@@ -263,6 +274,11 @@ func AppendJacksonString(dst, s []byte) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// appendUEscape appends the escape \uXXXX of the UTF-16 code unit u.
+func appendUEscape(dst []byte, u rune) []byte {
+	return append(dst, '\\', 'u', hexUpper[u>>12&0xF], hexUpper[u>>8&0xF], hexUpper[u>>4&0xF], hexUpper[u&0xF])
 }
 
 // buildDebezium fills r with the Debezium record of ev: topic from the

@@ -30,7 +30,7 @@ func TestAppendJacksonString(t *testing.T) {
 		{`back\slash`, `"back\\slash"`},
 		{"<b>&amp;</b>", `"<b>&amp;</b>"`},                   // encoding/json: \u003c \u003e \u0026
 		{"line\u2028para\u2029", "\"line\u2028para\u2029\""}, // encoding/json: \u2028 \u2029
-		{"café ☕ 𝄞", `"café ☕ 𝄞"`},
+		{"café ☕ 𝄞😀", `"café ☕ \uD834\uDD1E\uD83D\uDE00"`},   // beyond U+FFFF: UTF-16 surrogates, upper-case hex
 		{"\b\t\n\f\r", `"\b\t\n\f\r"`},
 		{"\x00\x01\x1f\x7f", `"\u0000\u0001\u001F` + "\x7f" + `"`}, // upper-case hex; DEL raw
 		{"bad\xffutf8", "\"bad\uFFFDutf8\""},

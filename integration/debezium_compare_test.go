@@ -1,0 +1,500 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// converterProfile is one of the Kafka Connect converter set-ups users run,
+// and the walpost format that claims to write the same bytes.
+type converterProfile struct {
+	format    string      // mapping.key_format and mapping.value_format
+	converter [][2]string // the connector's key.converter / value.converter properties
+}
+
+var converterProfiles = []converterProfile{
+	{"string", [][2]string{
+		{"key.converter", "org.apache.kafka.connect.storage.StringConverter"},
+		{"value.converter", "org.apache.kafka.connect.storage.StringConverter"},
+	}},
+	{"json", [][2]string{
+		{"key.converter", "org.apache.kafka.connect.json.JsonConverter"},
+		{"key.converter.schemas.enable", "false"},
+		{"value.converter", "org.apache.kafka.connect.json.JsonConverter"},
+		{"value.converter.schemas.enable", "false"},
+	}},
+	{"json_schema", [][2]string{
+		{"key.converter", "org.apache.kafka.connect.json.JsonConverter"},
+		{"key.converter.schemas.enable", "true"},
+		{"value.converter", "org.apache.kafka.connect.json.JsonConverter"},
+		{"value.converter.schemas.enable", "true"},
+	}},
+}
+
+// debeziumPrefix is the prefix of the topics Debezium writes for a profile:
+// the string profile keeps the router's default replacement
+// (outbox.event.${routedByValue}), the others are prefixed so that all three
+// connectors run side by side. walpost writes to "wp." + Debezium's topic.
+func debeziumPrefix(format string) string {
+	if format == "string" {
+		return ""
+	}
+	return format + "."
+}
+
+// TestDebeziumBytes runs the real Debezium (Kafka Connect standalone, the
+// PostgreSQL connector and the Outbox Event Router from the jars
+// scripts/debezium.sh resolves) and walpost's debezium profile on the same
+// Debezium-layout table, one connector and one walpost per converter
+// profile, each on its own slot, writes the same rows once and compares the
+// records by their id header: topic (walpost's prefixed by "wp."),
+// partition, key bytes, value bytes, header names and bytes (Debezium's
+// __debezium.context.* headers aside). A NULL payload: walpost quarantines
+// the row, where Debezium under its defaults (route.tombstone.on.empty.
+// payload=false) sends the key with a null value through the converter.
+//
+// It needs a JDK (and Maven for the first install): WALPOST_DEBEZIUM=1
+// (make test-debezium) runs it, otherwise it skips.
+func TestDebeziumBytes(t *testing.T) {
+	if os.Getenv("WALPOST_DEBEZIUM") != "1" {
+		t.Skip("WALPOST_DEBEZIUM=1 (make test-debezium) runs Kafka Connect with Debezium against walpost")
+	}
+	f := newFixture(t, fixtureOpts{})
+	debeziumTable(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	libs := debeziumLibs(t)
+
+	suffix := strings.TrimPrefix(f.Topic, "topic_")
+	types := []string{"Order_" + suffix, "Customer_" + suffix, "ship.ment-" + suffix}
+	var topics []string
+	for _, p := range converterProfiles {
+		for _, ty := range types {
+			dbz := debeziumPrefix(p.format) + "outbox.event." + ty
+			topics = append(topics, dbz, "wp."+dbz)
+		}
+	}
+	resp, err := f.Admin.CreateTopics(ctx, 3, 1, nil, topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp {
+		if r.Err != nil {
+			t.Fatalf("create topic %s: %v", r.Topic, r.Err)
+		}
+	}
+	t.Cleanup(func() { _, _ = f.Admin.DeleteTopics(context.Background(), topics...) })
+
+	// Debezium's slots exist before the rows (snapshot.mode=no_data streams
+	// from them); each walpost creates its own when it starts.
+	var dbzSlots []string
+	for _, p := range converterProfiles {
+		slot := f.Slot + "_dbz_" + p.format
+		mustExec(t, f.Pool, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+		dbzSlots = append(dbzSlots, slot)
+	}
+	t.Cleanup(func() {
+		for _, s := range dbzSlots {
+			dropSlot(f, s)
+		}
+	})
+	var procs []*proc
+	for _, p := range converterProfiles {
+		slot := f.Slot + "_wp_" + p.format
+		poison := f.PoisonTable + "_" + p.format
+		mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (LIKE poison_outbox INCLUDING ALL)`, poison))
+		mustExec(t, f.Pool, fmt.Sprintf(`CREATE TRIGGER no_delete BEFORE DELETE ON %s FOR EACH STATEMENT EXECUTE FUNCTION poison_outbox_refuse_delete()`, poison))
+		t.Cleanup(func() {
+			dropSlot(f, slot)
+			_, _ = f.Pool.Exec(context.Background(), `DELETE FROM walpost_position WHERE slot = $1`, slot)
+			_, _ = f.Pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s`, poison))
+		})
+		procs = append(procs, f.start("WALPOST_MAPPING_PROFILE=debezium",
+			"WALPOST_POSTGRES_SLOT="+slot, "WALPOST_POSTGRES_POISON_TABLE="+poison,
+			"WALPOST_MAPPING_TOPIC_TEMPLATE=wp."+debeziumPrefix(p.format)+"outbox.event.${routedByValue}",
+			"WALPOST_MAPPING_KEY_FORMAT="+p.format, "WALPOST_MAPPING_VALUE_FORMAT="+p.format))
+	}
+	for i, p := range procs {
+		if !p.waitLog("streaming", 60*time.Second) {
+			t.Fatalf("walpost (%s) did not start streaming:\n%s", converterProfiles[i].format, tail(p.log, 40))
+		}
+	}
+
+	// The rows: unicode (BMP and beyond), <>&, U+2028/2029, control
+	// characters, quotes and backslashes, nested JSON and JSON scalars, in
+	// payloads and keys, over several transactions and aggregate types.
+	payloads := []string{
+		`{"a": 1}`,
+		`{"note": "<b>&amp; café ☕ 😀</b>", "nested": {"a": [1, {"b": null}], "c": {"d": {"e": true}}}}`,
+		`{"ls": "a` + "\u2028" + `b` + "\u2029" + `c", "q": "\"quoted\" and \\ back\\slash"}`,
+		`{"ctl": "tab\t nl\n cr\r bs\b ff\f \u0001 \u001f \u007f"}`,
+		`{"big": 12345678901234567890, "f": 1.50, "neg": -0.0, "e": 1e3}`,
+		`[1, "two", {"three": [3]}]`,
+		`"just a string <>&"`,
+		`42`,
+		`null`,
+		`{}`,
+	}
+	keys := []string{"agg-1", "agg \"2\" <&>", "é☕😀", "agg\u2028line", "k\\3"}
+	n := 0
+	for i := 0; i < 4; i++ {
+		tx, err := f.Pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, payload := range payloads {
+			ty := types[(i+j)%len(types)]
+			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'Created', $3)`, f.Table),
+				ty, keys[(i*len(payloads)+j)%len(keys)], payload); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var nullID string
+	if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (aggregatetype, aggregateid, type, payload) VALUES ($1, 'agg-null', 'Deleted', NULL) RETURNING id::text`, f.Table),
+		types[0]).Scan(&nullID); err != nil {
+		t.Fatal(err)
+	}
+
+	workDir := t.TempDir()
+	stop, restPort := startConnect(t, f, libs, workDir, dbzSlots)
+	defer stop()
+
+	// Consume every topic until each side of each profile holds the n rows
+	// with a payload, and then 5 s more for late or extra records.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[string]map[string][]*kgo.Record{} // "dbz/json" → id → records
+	complete := func() bool {
+		for _, p := range converterProfiles {
+			for _, side := range []string{"dbz", "wp"} {
+				if len(got[side+"/"+p.format]) < n {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	var doneAt time.Time
+	for ctx.Err() == nil && (doneAt.IsZero() || time.Since(doneAt) < 5*time.Second) {
+		if msg := connectFailure(restPort); msg != "" {
+			t.Fatalf("%s\nKafka Connect log (tail):\n%s", msg, tail(filepath.Join(workDir, "connect.log"), 60))
+		}
+		fctx, fcancel := context.WithTimeout(ctx, time.Second)
+		fetches := cl.PollFetches(fctx)
+		fcancel()
+		fetches.EachRecord(func(r *kgo.Record) {
+			side, rest := "dbz", r.Topic
+			if strings.HasPrefix(rest, "wp.") {
+				side, rest = "wp", strings.TrimPrefix(rest, "wp.")
+			}
+			format := "string"
+			for _, p := range converterProfiles[1:] {
+				if strings.HasPrefix(rest, debeziumPrefix(p.format)+"outbox.event.") {
+					format = p.format
+				}
+			}
+			k := side + "/" + format
+			if got[k] == nil {
+				got[k] = map[string][]*kgo.Record{}
+			}
+			id := ""
+			for _, h := range r.Headers {
+				if h.Key == "id" {
+					id = string(h.Value)
+				}
+			}
+			got[k][id] = append(got[k][id], r)
+		})
+		if doneAt.IsZero() && complete() {
+			doneAt = time.Now()
+		}
+	}
+	if !complete() {
+		for k, m := range got {
+			t.Logf("%s: %d ids", k, len(m))
+		}
+		t.Fatalf("not every profile got its %d records from both sides\nKafka Connect log (tail):\n%s", n, tail(filepath.Join(workDir, "connect.log"), 60))
+	}
+
+	for _, p := range converterProfiles {
+		dbz, wp := got["dbz/"+p.format], got["wp/"+p.format]
+		compared := 0
+		for id, drs := range dbz {
+			if id == nullID {
+				continue
+			}
+			wrs := wp[id]
+			if len(drs) != 1 || len(wrs) != 1 {
+				t.Errorf("%s: id %s: %d records from Debezium, %d from walpost, want 1 each", p.format, id, len(drs), len(wrs))
+				continue
+			}
+			if d := recordDiff(drs[0], wrs[0]); d != "" {
+				t.Errorf("%s: id %s: %s", p.format, id, d)
+			}
+			compared++
+		}
+		for id := range wp {
+			if _, ok := dbz[id]; !ok {
+				t.Errorf("%s: id %s from walpost only", p.format, id)
+			}
+		}
+		if compared != n {
+			t.Errorf("%s: compared %d records, want %d", p.format, compared, n)
+		}
+		// NULL payload: walpost quarantines the row (no record); Debezium's
+		// router, route.tombstone.on.empty.payload=false, sends it on.
+		if len(wp[nullID]) != 0 {
+			t.Errorf("%s: walpost sent the NULL-payload row: %v", p.format, wp[nullID])
+		}
+		var q int
+		if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s_%s WHERE idempotency_key = $1`, f.PoisonTable, p.format), nullID).Scan(&q); err != nil || q != 1 {
+			t.Errorf("%s: the NULL-payload row is %d times in the poison table (%v), want once", p.format, q, err)
+		}
+		// Debezium sends the key with a null value through the converter:
+		// a tombstone (StringConverter), the bytes null, or the schema
+		// envelope with a null payload.
+		wantNull := map[string]string{
+			"string":      "",
+			"json":        "null",
+			"json_schema": `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":null}`,
+		}[p.format]
+		rs := dbz[nullID]
+		switch {
+		case len(rs) != 1:
+			t.Errorf("%s: Debezium sent %d records for the NULL-payload row, want 1", p.format, len(rs))
+		case string(rs[0].Value) != wantNull || (p.format == "string") != (rs[0].Value == nil):
+			t.Errorf("%s: Debezium's value for the NULL payload %q (nil %v), want %q", p.format, rs[0].Value, rs[0].Value == nil, wantNull)
+		}
+		t.Logf("%s: %d records compared byte for byte (topic, partition, key, value, headers); NULL payload: Debezium sends value %q, walpost quarantines the row", p.format, compared, wantNull)
+	}
+}
+
+// recordDiff describes how walpost's record w differs from Debezium's d:
+// topic (w's is "wp." + d's), partition, key, value, and the headers in
+// order with Debezium's __debezium.context.* headers left out; "" if none.
+func recordDiff(d, w *kgo.Record) string {
+	var diffs []string
+	if w.Topic != "wp."+d.Topic {
+		diffs = append(diffs, fmt.Sprintf("topic %s, Debezium's %s", w.Topic, d.Topic))
+	}
+	if w.Partition != d.Partition {
+		diffs = append(diffs, fmt.Sprintf("partition %d, Debezium's %d", w.Partition, d.Partition))
+	}
+	if !bytes.Equal(w.Key, d.Key) || (w.Key == nil) != (d.Key == nil) {
+		diffs = append(diffs, fmt.Sprintf("key %q, Debezium's %q", w.Key, d.Key))
+	}
+	if !bytes.Equal(w.Value, d.Value) || (w.Value == nil) != (d.Value == nil) {
+		diffs = append(diffs, fmt.Sprintf("value %q, Debezium's %q", w.Value, d.Value))
+	}
+	hs := func(r *kgo.Record) string {
+		var out []string
+		for _, h := range r.Headers {
+			if strings.HasPrefix(h.Key, "__debezium.context.") {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%q=%q", h.Key, h.Value))
+		}
+		return strings.Join(out, " ")
+	}
+	if hw, hd := hs(w), hs(d); hw != hd {
+		diffs = append(diffs, fmt.Sprintf("headers %s, Debezium's %s", hw, hd))
+	}
+	return strings.Join(diffs, "; ")
+}
+
+func dropSlot(f *fixture, slot string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, err := f.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Logf("cleanup: replication slot %s NOT dropped: %v", slot, err)
+			return
+		}
+	}
+}
+
+// debeziumLibs resolves Kafka Connect and Debezium with scripts/debezium.sh
+// install (a no-op once done) and returns the directory of jars.
+func debeziumLibs(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(repoRoot, "scripts", "debezium.sh"), "install")
+	cmd.Dir = repoRoot
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("scripts/debezium.sh install: %v\n%s", err, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// startConnect starts Kafka Connect standalone with one Debezium connector
+// per converter profile, on slots[i], the router under its defaults but
+// for the profile's topic prefix.
+// It returns a function that stops the JVM (also run at cleanup) and the
+// port of the worker's REST API.
+func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string) (stop func(), restPort int) {
+	t.Helper()
+	pc, err := pgconn.ParseConfig(pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restPort = freePort(t)
+	worker := [][2]string{
+		{"bootstrap.servers", strings.Join(brokers, ",")},
+		{"key.converter", "org.apache.kafka.connect.storage.StringConverter"},
+		{"value.converter", "org.apache.kafka.connect.storage.StringConverter"},
+		{"offset.storage.file.filename", filepath.Join(workDir, "connect.offsets")},
+		{"offset.flush.interval.ms", "1000"},
+		{"listeners", "http://127.0.0.1:" + strconv.Itoa(restPort)},
+		{"plugin.discovery", "service_load"},
+	}
+	args := []string{"-Xms128M", "-Xmx1G", "-Dlog4j2.configurationFile=" + filepath.Join(libs, "log4j2.properties"),
+		"-cp", filepath.Join(libs, "*"), "org.apache.kafka.connect.cli.ConnectStandalone", writeProps(t, workDir, "worker", worker)}
+	for i, p := range converterProfiles {
+		c := [][2]string{
+			{"name", "walpost-compare-" + p.format},
+			{"connector.class", "io.debezium.connector.postgresql.PostgresConnector"},
+			{"tasks.max", "1"},
+			{"database.hostname", pc.Host},
+			{"database.port", strconv.Itoa(int(pc.Port))},
+			{"database.user", pc.User},
+			{"database.password", pc.Password},
+			{"database.dbname", pc.Database},
+			{"database.sslmode", "disable"},
+			{"plugin.name", "pgoutput"},
+			{"slot.name", slots[i]},
+			{"slot.drop.on.stop", "false"},
+			{"publication.name", f.Publication},
+			{"publication.autocreate.mode", "disabled"},
+			{"snapshot.mode", "no_data"},
+			{"table.include.list", "public." + f.Table},
+			{"topic.prefix", "walpost_compare_" + p.format},
+			{"tombstones.on.delete", "false"},
+			{"transforms", "outbox"},
+			{"transforms.outbox.type", "io.debezium.transforms.outbox.EventRouter"},
+		}
+		if p.format != "string" {
+			c = append(c, [2]string{"transforms.outbox.route.topic.replacement", debeziumPrefix(p.format) + "outbox.event.${routedByValue}"})
+		}
+		c = append(c, p.converter...)
+		args = append(args, writeProps(t, workDir, "connector-"+p.format, c))
+	}
+	logFile, err := os.Create(filepath.Join(workDir, "connect.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("java", args...)
+	cmd.Dir = workDir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start java: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}
+	t.Cleanup(stop)
+	return stop, restPort
+}
+
+func writeProps(t *testing.T, dir, name string, kv [][2]string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, p := range kv {
+		b.WriteString(p[0] + "=" + strings.ReplaceAll(p[1], `\`, `\\`) + "\n")
+	}
+	path := filepath.Join(dir, name+".properties")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// connectFailure describes a failed connector or task from the REST API of
+// the worker on port; "" while all is well or the API is not up yet.
+func connectFailure(port int) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/connectors?expand=status", port), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var st map[string]struct {
+		Status struct {
+			Connector struct {
+				State string `json:"state"`
+				Trace string `json:"trace"`
+			} `json:"connector"`
+			Tasks []struct {
+				State string `json:"state"`
+				Trace string `json:"trace"`
+			} `json:"tasks"`
+		} `json:"status"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return ""
+	}
+	var names []string
+	for n := range st {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		s := st[n].Status
+		if s.Connector.State == "FAILED" {
+			return n + " failed: " + firstLine(s.Connector.Trace)
+		}
+		for _, tk := range s.Tasks {
+			if tk.State == "FAILED" {
+				return n + " task failed: " + tk.Trace
+			}
+		}
+	}
+	return ""
+}
+
+func firstLine(s string) string { return strings.SplitN(s, "\n", 2)[0] }
