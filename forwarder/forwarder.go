@@ -18,6 +18,7 @@ import (
 	"github.com/walpost/walpost/internal/buildinfo"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
+	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/sink"
 )
 
@@ -65,6 +66,13 @@ type Forwarder struct {
 	// The receive timeout last logged (sessions run one at a time).
 	rtLogged bool
 	rtSender time.Duration // the wal_sender_timeout it was logged for
+	// known is the position this process confirmed last, written to
+	// walpost_position or not, and pw the last session's position writer
+	// (sessions run one at a time): a session that starts after
+	// PostgreSQL went away skips up to known, not only up to the stored
+	// row (DESIGN.md, INV-8).
+	known position.Row
+	pw    *positionWriter
 }
 
 // New prepares a Forwarder for cfg, which must be valid (config.Load or
@@ -224,6 +232,11 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 		// the slot, so the next session starts with nothing in flight.
 		if err := f.sink.Flush(ctx); err != nil {
 			return nil // ctx ended
+		}
+		// Their acknowledgements moved the failed session's tracker: its
+		// position is what the next session skips up to (INV-8).
+		if f.pw != nil {
+			f.pw.remember()
 		}
 		if !sleep(ctx, wait) {
 			return nil

@@ -27,6 +27,18 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 	if err != nil {
 		return row, false, position.Plan{}, err
 	}
+	if raised, ok := raiseToKnown(row, found, f.known); ok {
+		f.log.Info("walpost's position from before the connection to PostgreSQL was lost is ahead of the stored one (not written before PostgreSQL went away): it is written now and skipped up to",
+			"slot", name, "stored_lsn", row.LSN.String(), "stored_timeline", row.Timeline, "lsn", raised.LSN.String(), "timeline", raised.Timeline)
+		row = raised
+		if err := position.NewStore(side).Save(ctx, row); err != nil {
+			if ctx.Err() != nil {
+				return row, found, position.Plan{}, ctx.Err()
+			}
+			f.log.Warn("cannot write walpost's position; forwarding goes on, and a PostgreSQL crash may re-send more events until it is written",
+				"slot", name, "lsn", row.LSN.String(), "err", err.Error())
+		}
+	}
 	info, err := replication.ReadSlot(ctx, side, name)
 	if err != nil {
 		return row, found, position.Plan{}, err
@@ -58,6 +70,25 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 	return row, found, plan, nil
 }
 
+// raiseToKnown returns the stored row raised to known, the position this
+// process confirmed in an earlier session, when known is ahead of it on
+// the same slot and cluster: acknowledged by Kafka and confirmed, but not
+// yet written when PostgreSQL went away (INV-8). A row marked by walpost
+// recover, another cluster or no row at all is left to position.Check.
+func raiseToKnown(row position.Row, found bool, known position.Row) (position.Row, bool) {
+	if !found || known.Slot != row.Slot || known.SystemID != row.SystemID || !row.RecoveringSince.IsZero() {
+		return row, false
+	}
+	if known.Timeline < row.Timeline || (known.Timeline == row.Timeline && known.LSN <= row.LSN) {
+		return row, false
+	}
+	row.Timeline, row.LSN = known.Timeline, known.LSN
+	if !known.LastCommit.IsZero() {
+		row.LastCommit = known.LastCommit
+	}
+	return row, true
+}
+
 // positionWriter writes the tracker's position to walpost_position over
 // the side pool, off the stream's goroutine: the stream never waits for it.
 type positionWriter struct {
@@ -70,6 +101,23 @@ type positionWriter struct {
 	txns    uint64        // Position.Txns at the last write
 	written pglogrepl.LSN // LSN of the last write, or the stored one
 	failing bool
+	known   *position.Row // the Forwarder's known position (remember)
+}
+
+// remember raises the forwarder's known position to the tracker's. It
+// runs on the writer's goroutine while the session runs, and after the
+// session ended (once the sink flushed) on the sessions loop's.
+func (w *positionWriter) remember() {
+	if w.known == nil {
+		return
+	}
+	p := w.tracker.Position()
+	if k := w.known; k.Slot == w.row.Slot && k.Identity == w.row.Identity && k.LSN >= p.LSN {
+		return
+	}
+	r := w.row
+	r.LSN, r.LastCommit = p.LSN, p.Commit
+	*w.known = r
 }
 
 // run writes every interval when a transaction was confirmed since the
@@ -94,6 +142,7 @@ func (w *positionWriter) run(ctx context.Context, every time.Duration) error {
 // own WAL moves the keepalive watermark, which would otherwise write a row
 // every interval on an idle database.
 func (w *positionWriter) write(ctx context.Context, final bool) {
+	w.remember()
 	p := w.tracker.Position()
 	if p.Txns == w.txns && !(final && p.LSN > w.written) {
 		return

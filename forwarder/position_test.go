@@ -3,6 +3,7 @@ package forwarder
 import (
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,5 +102,91 @@ func TestHandlerForAcrossTimelines(t *testing.T) {
 	}
 	if got := m.GetCounter().GetValue(); got != 2 {
 		t.Errorf("walpost_position_timeline_changed_total = %v, want 2", got)
+	}
+}
+
+// TestRaiseToKnown: the position a process confirmed in an earlier session
+// raises the stored row only on the same slot and cluster, forward, never
+// over a row walpost recover marked.
+func TestRaiseToKnown(t *testing.T) {
+	id := position.Identity{SystemID: 7, Timeline: 1}
+	stored := position.Row{Slot: "s", Identity: id, LSN: 0x1000}
+	known := position.Row{Slot: "s", Identity: id, LSN: 0x3000}
+	marked := stored
+	marked.RecoveringSince = time.Unix(1, 0)
+	cases := []struct {
+		name  string
+		row   position.Row
+		found bool
+		known position.Row
+		want  pglogrepl.LSN // 0: not raised
+	}{
+		{"ahead", stored, true, known, 0x3000},
+		{"behind", stored, true, position.Row{Slot: "s", Identity: id, LSN: 0x800}, 0},
+		{"equal", stored, true, stored, 0},
+		{"nothing known", stored, true, position.Row{}, 0},
+		{"no stored row", position.Row{}, false, known, 0},
+		{"other slot", stored, true, position.Row{Slot: "t", Identity: id, LSN: 0x3000}, 0},
+		{"other cluster", stored, true, position.Row{Slot: "s", Identity: position.Identity{SystemID: 8, Timeline: 1}, LSN: 0x3000}, 0},
+		{"marked by recover", marked, true, known, 0},
+		{"older timeline", position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}, LSN: 0x1000}, true, known, 0},
+		{"newer timeline", stored, true, position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}, LSN: 0x900}, 0x900},
+	}
+	for _, c := range cases {
+		got, ok := raiseToKnown(c.row, c.found, c.known)
+		if ok != (c.want != 0) {
+			t.Errorf("%s: raised %v, want %v", c.name, ok, c.want != 0)
+			continue
+		}
+		if ok && (got.LSN != c.want || got.Identity != c.known.Identity) {
+			t.Errorf("%s: raised to %s on %s, want %s on %s", c.name, got.LSN, got.Identity, c.want, c.known.Identity)
+		}
+		if !ok && got != c.row {
+			t.Errorf("%s: row changed to %+v without a raise", c.name, got)
+		}
+	}
+}
+
+// TestRememberKeepsTheHighestPosition: the writer's remember raises the
+// forwarder's known position to the tracker's, also after its last write
+// (acknowledgements that arrive once the session ended), and never lowers
+// it: a new session's tracker starts at the slot, which may be behind.
+func TestRememberKeepsTheHighestPosition(t *testing.T) {
+	id := position.Identity{SystemID: 7, Timeline: 1}
+	var known position.Row
+	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	w := &positionWriter{row: position.Row{Slot: "s", Identity: id}, tracker: tr, known: &known}
+	w.remember()
+	if known.LSN != 0x100 || known.Slot != "s" || known.Identity != id {
+		t.Fatalf("known after the first remember: %+v, want 0/100 on slot s", known)
+	}
+	txn, err := tr.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := tr.Add(txn, 1)
+	if err := tr.Seal(txn, 0x200); err != nil {
+		t.Fatal(err)
+	}
+	w.remember()
+	if known.LSN != 0x100 {
+		t.Errorf("known moved to %s with the event unacknowledged", known.LSN)
+	}
+	tr.Done(tk) // the acknowledgement after the session's last write
+	w.remember()
+	if known.LSN != 0x200 {
+		t.Errorf("known %s after the acknowledgement, want 0/200", known.LSN)
+	}
+	// The next session's tracker starts behind, at the slot.
+	w2 := &positionWriter{row: position.Row{Slot: "s", Identity: id}, tracker: checkpoint.New(0x150, checkpoint.Limits{}), known: &known}
+	w2.remember()
+	if known.LSN != 0x200 {
+		t.Errorf("a session starting at 0/150 lowered known to %s", known.LSN)
+	}
+	// After a promotion the new timeline's position replaces the old one.
+	w3 := &positionWriter{row: position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}}, tracker: checkpoint.New(0x180, checkpoint.Limits{}), known: &known}
+	w3.remember()
+	if known.LSN != 0x180 || known.Timeline != 2 {
+		t.Errorf("known %s on timeline %d after the promotion, want 0/180 on 2", known.LSN, known.Timeline)
 	}
 }
