@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walpost/walpost/checkpoint"
@@ -52,7 +53,8 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	}
 	defer side.Close(context.Background())
 	// Before anything else reads or writes on a server walpost refuses.
-	if _, err := replication.CheckServerVersion(ctx, side); err != nil {
+	versionNum, err := replication.CheckServerVersion(ctx, side)
+	if err != nil {
 		return err
 	}
 	conn, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
@@ -79,6 +81,9 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	}
 	if slot.Active {
 		return fmt.Errorf("%w: slot %q is streaming to PostgreSQL backend pid %d", replication.ErrSlotActive, cfg.Postgres.Slot, slot.ActivePID)
+	}
+	if versionNum >= replication.FailoverSlotsVersionNum && !slot.Failover {
+		f.enableFailover(ctx, side, conn)
 	}
 	// The poison table must be able to take an event before one is read:
 	// a schema it refuses would otherwise be found only at the first
@@ -195,6 +200,19 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		skip.report()
 	}
 	return err
+}
+
+// enableFailover converts an existing slot that is not a failover slot on a
+// 17+ primary (a failure is logged, and streaming goes on without it).
+func (f *Forwarder) enableFailover(ctx context.Context, side *pgx.Conn, repl *pgconn.PgConn) {
+	name := f.cfg.Postgres.Slot
+	ok, err := replication.EnableFailover(ctx, side, repl, name)
+	switch {
+	case err != nil:
+		f.log.Warn("the slot is not a failover slot and cannot be made one: a promoted standby will not have it", "slot", name, "err", err.Error())
+	case ok:
+		f.log.Info("made the slot a failover slot (it was created without failover): standbys with sync_replication_slots = on keep a copy from now on", "slot", name)
+	}
 }
 
 // logReceiveTimeout logs the receive timeout a session uses, once, and

@@ -174,3 +174,44 @@ func TestFailoverSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverSlotConverted: on PostgreSQL 17+ a slot that exists without
+// failover (created before walpost made failover slots, or by hand) is
+// made one in place when walpost starts: its position is kept, and it
+// says so in its log.
+func TestFailoverSlotConverted(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var num int
+	if err := f.Pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&num); err != nil {
+		t.Fatal(err)
+	}
+	if num < 170000 {
+		t.Skipf("PostgreSQL %d has no failover slots", num)
+	}
+	var created string
+	if err := f.Pool.QueryRow(ctx, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput', false, false, false)`, f.Slot).Scan(&created); err != nil {
+		t.Fatal(err)
+	}
+	// An event committed before walpost starts: it must still be sent
+	// (the slot kept its position).
+	expected, err := f.writeTxn(ctx, "before", []string{"before-0"}, `{"data": "x"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.start()
+	if !p.waitLog("made the slot a failover slot", 30*time.Second) {
+		t.Fatalf("walpost did not convert the slot\n%s", tail(p.log, 40))
+	}
+	var failover bool
+	var confirmed string
+	if err := f.Pool.QueryRow(ctx, `SELECT failover, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, f.Slot).Scan(&failover, &confirmed); err != nil {
+		t.Fatal(err)
+	}
+	if !failover {
+		t.Errorf("slot %s: failover = false after walpost started, want true", f.Slot)
+	}
+	faultVerify(t, f, expected, time.Minute)
+	t.Logf("slot created at %s without failover, converted; confirmed %s", created, confirmed)
+}

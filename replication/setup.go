@@ -210,6 +210,26 @@ func Prepare(ctx context.Context, conn *pgx.Conn, cfg Config) (TableName, SlotIn
 	return table, slot, nil
 }
 
+// EnableFailover makes the existing slot name a failover slot on a
+// PostgreSQL 17+ primary with ALTER_REPLICATION_SLOT on the replication
+// connection repl: a slot created before walpost made failover slots (or
+// by hand) keeps its position and is copied to standbys from then on. It
+// returns false on a standby, where a slot cannot be altered, and needs
+// the slot inactive.
+func EnableFailover(ctx context.Context, side *pgx.Conn, repl *pgconn.PgConn, name string) (bool, error) {
+	var standby bool
+	if err := side.QueryRow(ctx, `SELECT pg_is_in_recovery()`).Scan(&standby); err != nil {
+		return false, fmt.Errorf("read pg_is_in_recovery(): %w", err)
+	}
+	if standby {
+		return false, nil
+	}
+	if _, err := repl.Exec(ctx, `ALTER_REPLICATION_SLOT `+pgx.Identifier{name}.Sanitize()+` ( FAILOVER true )`).ReadAll(); err != nil {
+		return false, fmt.Errorf("make slot %q a failover slot: %w", name, err)
+	}
+	return true, nil
+}
+
 // CheckSlot verifies an existing slot is usable by walpost.
 func CheckSlot(ctx context.Context, conn *pgx.Conn, name string, slot SlotInfo) error {
 	if slot.WALStatus == "lost" {

@@ -19,7 +19,7 @@ unset PG_VERSION
 # slot (quiet outbox on a busy database, heartbeat), a big transaction,
 # poison and replay, check, the failover slot reporting and the stack's
 # version itself.
-CORE='^(TestStackPostgresVersion|TestFailoverSlot|TestCheck|TestDeliveryConcurrentWriters|TestKill9MidStream|TestPostgresRestartDuringLoad|TestQuietOutboxBusyOtherTable|TestHeartbeatAdvancesIdleSlot|TestBigTransaction|TestPoisonOversizedAndReplay|TestEmptyTransactionsDuringKafkaOutage)$'
+CORE='^(TestStackPostgresVersion|TestFailoverSlot|TestFailoverSlotConverted|TestCheck|TestDeliveryConcurrentWriters|TestKill9MidStream|TestPostgresRestartDuringLoad|TestQuietOutboxBusyOtherTable|TestHeartbeatAdvancesIdleSlot|TestBigTransaction|TestPoisonOversizedAndReplay|TestEmptyTransactionsDuringKafkaOutage)$'
 
 rc=0
 for v in "$@"; do
