@@ -3,13 +3,19 @@ package integration
 import (
 	"context"
 	"os"
+	"regexp"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/verify"
 )
+
+// failoverTimelineRE reads walpost's log line of a session on another
+// timeline: the timeline, the switch point and the skip bound.
+var failoverTimelineRE = regexp.MustCompile(`timeline changed since walpost recorded its position[^\n]* timeline=(\d+) switch_point=(\S+) skip_to=(\S+)`)
 
 // TestFailoverPromotedStandby: on a stack with a standby (PG_VERSION=17
 // PG_STANDBY=1 make stack-up) 8 writers run, the primary is killed
@@ -57,6 +63,22 @@ func TestFailoverPromotedStandby(t *testing.T) {
 	t.Logf("pg-failover took %s", time.Since(failedOver).Round(time.Millisecond))
 	faultWaitStreamingAgain(t, p, 1, 2*time.Minute)
 	t.Logf("walpost streaming from the new primary %s after the failover began", time.Since(failedOver).Round(time.Millisecond))
+	// The position recorded on timeline 1 is compared across the switch:
+	// nothing past the switch point is skipped (the new primary's WAL
+	// there is other data).
+	tl := failoverTimelineRE.FindStringSubmatch(posLog(p))
+	if tl == nil {
+		t.Fatalf("walpost did not log the timeline change after the promotion\n%s", tail(p.log, 40))
+	}
+	switchPoint, err1 := pglogrepl.ParseLSN(tl[2])
+	skipTo, err2 := pglogrepl.ParseLSN(tl[3])
+	if err1 != nil || err2 != nil || tl[1] == "1" {
+		t.Fatalf("timeline change logged as %q", tl[0])
+	}
+	if skipTo > switchPoint {
+		t.Errorf("walpost skips up to %s, past the switch point %s onto timeline %s", skipTo, switchPoint, tl[1])
+	}
+	t.Logf("timeline %s, switch point %s, skipped up to %s", tl[1], switchPoint, skipTo)
 	l.waitWritten(t, 2000, 2*time.Minute)
 	committed := l.finish(t)
 
