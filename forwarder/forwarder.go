@@ -72,6 +72,7 @@ type Forwarder struct {
 	// PostgreSQL went away skips up to known, not only up to the stored
 	// row (DESIGN.md, INV-8).
 	known position.Row
+	saved position.Row // the last row this process wrote
 	pw    *positionWriter
 }
 

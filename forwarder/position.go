@@ -27,11 +27,18 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 	if err != nil {
 		return row, false, position.Plan{}, err
 	}
-	if raised, ok := raiseToKnown(row, found, f.known); ok {
+	raised, ok, wentBack := raiseToKnown(row, found, f.known, f.saved)
+	if wentBack {
+		f.log.Warn("walpost_position is behind what this walpost wrote to it: the database lost a synchronous commit (restored from a snapshot or a backup?), so only the stored position is skipped up to and the events after it are sent again",
+			"slot", name, "stored_lsn", row.LSN.String(), "written_lsn", f.saved.LSN.String(), "known_lsn", f.known.LSN.String())
+	}
+	if ok {
 		f.log.Info("walpost's position from before the connection to PostgreSQL was lost is ahead of the stored one (not written before PostgreSQL went away): it is written now and skipped up to",
 			"slot", name, "stored_lsn", row.LSN.String(), "stored_timeline", row.Timeline, "lsn", raised.LSN.String(), "timeline", raised.Timeline)
 		row = raised
-		if err := position.NewStore(side).Save(ctx, row); err != nil {
+		if err := position.NewStore(side).Save(ctx, row); err == nil {
+			f.saved = row
+		} else {
 			if ctx.Err() != nil {
 				return row, found, position.Plan{}, ctx.Err()
 			}
@@ -75,18 +82,25 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 // the same slot and cluster: acknowledged by Kafka and confirmed, but not
 // yet written when PostgreSQL went away (INV-8). A row marked by walpost
 // recover, another cluster or no row at all is left to position.Check.
-func raiseToKnown(row position.Row, found bool, known position.Row) (position.Row, bool) {
+// saved is the last row this process wrote: a stored row behind it on the
+// same identity means the database lost a synchronous commit (restored
+// from a snapshot or a backup), so its WAL may have gone back below known
+// too: then the row is not raised and wentBack is set.
+func raiseToKnown(row position.Row, found bool, known, saved position.Row) (raised position.Row, ok, wentBack bool) {
 	if !found || known.Slot != row.Slot || known.SystemID != row.SystemID || !row.RecoveringSince.IsZero() {
-		return row, false
+		return row, false, false
+	}
+	if saved.Slot == row.Slot && saved.Identity == row.Identity && row.LSN < saved.LSN {
+		return row, false, true
 	}
 	if known.Timeline < row.Timeline || (known.Timeline == row.Timeline && known.LSN <= row.LSN) {
-		return row, false
+		return row, false, false
 	}
 	row.Timeline, row.LSN = known.Timeline, known.LSN
 	if !known.LastCommit.IsZero() {
 		row.LastCommit = known.LastCommit
 	}
-	return row, true
+	return row, true, false
 }
 
 // positionWriter writes the tracker's position to walpost_position over
@@ -102,6 +116,7 @@ type positionWriter struct {
 	written pglogrepl.LSN // LSN of the last write, or the stored one
 	failing bool
 	known   *position.Row // the Forwarder's known position (remember)
+	saved   *position.Row // the Forwarder's last row written (write)
 }
 
 // remember raises the forwarder's known position to the tracker's. It
@@ -162,6 +177,9 @@ func (w *positionWriter) write(ctx context.Context, final bool) {
 		return
 	}
 	w.m.positionWrites.WithLabelValues("ok").Inc()
+	if w.saved != nil && (w.saved.Identity != r.Identity || w.saved.Slot != r.Slot || r.LSN > w.saved.LSN) {
+		*w.saved = r
+	}
 	if p.LSN > w.written {
 		w.written = p.LSN
 		w.m.positionLSN.Set(float64(p.LSN))

@@ -107,7 +107,8 @@ func TestHandlerForAcrossTimelines(t *testing.T) {
 
 // TestRaiseToKnown: the position a process confirmed in an earlier session
 // raises the stored row only on the same slot and cluster, forward, never
-// over a row walpost recover marked.
+// over a row walpost recover marked, and never when the stored row is
+// behind what the process wrote (the database went back in time).
 func TestRaiseToKnown(t *testing.T) {
 	id := position.Identity{SystemID: 7, Timeline: 1}
 	stored := position.Row{Slot: "s", Identity: id, LSN: 0x1000}
@@ -115,25 +116,34 @@ func TestRaiseToKnown(t *testing.T) {
 	marked := stored
 	marked.RecoveringSince = time.Unix(1, 0)
 	cases := []struct {
-		name  string
-		row   position.Row
-		found bool
-		known position.Row
-		want  pglogrepl.LSN // 0: not raised
+		name     string
+		row      position.Row
+		found    bool
+		known    position.Row
+		want     pglogrepl.LSN // 0: not raised
+		saved    position.Row
+		wentBack bool
 	}{
-		{"ahead", stored, true, known, 0x3000},
-		{"behind", stored, true, position.Row{Slot: "s", Identity: id, LSN: 0x800}, 0},
-		{"equal", stored, true, stored, 0},
-		{"nothing known", stored, true, position.Row{}, 0},
-		{"no stored row", position.Row{}, false, known, 0},
-		{"other slot", stored, true, position.Row{Slot: "t", Identity: id, LSN: 0x3000}, 0},
-		{"other cluster", stored, true, position.Row{Slot: "s", Identity: position.Identity{SystemID: 8, Timeline: 1}, LSN: 0x3000}, 0},
-		{"marked by recover", marked, true, known, 0},
-		{"older timeline", position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}, LSN: 0x1000}, true, known, 0},
-		{"newer timeline", stored, true, position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}, LSN: 0x900}, 0x900},
+		{"written before", stored, true, known, 0x3000, stored, false},
+		{"went back", stored, true, known, 0, position.Row{Slot: "s", Identity: id, LSN: 0x2000}, true},
+		{"written on the old timeline", position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}, LSN: 0x1000}, true,
+			position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}, LSN: 0x3000}, 0x3000, position.Row{Slot: "s", Identity: id, LSN: 0x2000}, false},
+		{"ahead", stored, true, known, 0x3000, position.Row{}, false},
+		{"behind", stored, true, position.Row{Slot: "s", Identity: id, LSN: 0x800}, 0, position.Row{}, false},
+		{"equal", stored, true, stored, 0, position.Row{}, false},
+		{"nothing known", stored, true, position.Row{}, 0, position.Row{}, false},
+		{"no stored row", position.Row{}, false, known, 0, position.Row{}, false},
+		{"other slot", stored, true, position.Row{Slot: "t", Identity: id, LSN: 0x3000}, 0, position.Row{}, false},
+		{"other cluster", stored, true, position.Row{Slot: "s", Identity: position.Identity{SystemID: 8, Timeline: 1}, LSN: 0x3000}, 0, position.Row{}, false},
+		{"marked by recover", marked, true, known, 0, position.Row{}, false},
+		{"older timeline", position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}, LSN: 0x1000}, true, known, 0, position.Row{}, false},
+		{"newer timeline", stored, true, position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}, LSN: 0x900}, 0x900, position.Row{}, false},
 	}
 	for _, c := range cases {
-		got, ok := raiseToKnown(c.row, c.found, c.known)
+		got, ok, wentBack := raiseToKnown(c.row, c.found, c.known, c.saved)
+		if wentBack != c.wentBack {
+			t.Errorf("%s: went back %v, want %v", c.name, wentBack, c.wentBack)
+		}
 		if ok != (c.want != 0) {
 			t.Errorf("%s: raised %v, want %v", c.name, ok, c.want != 0)
 			continue

@@ -150,7 +150,7 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		"table", table.String(), "lsn", slot.ConfirmedFlush.String())
 	h, skip := f.handlerFor(plan, id, row, slot, iso, tracker)
 	pw := &positionWriter{store: position.NewStore(f.pool), row: position.Row{Slot: cfg.Postgres.Slot, Identity: id},
-		tracker: tracker, m: f.m, log: f.log, written: max(slot.ConfirmedFlush, row.LSN), known: &f.known}
+		tracker: tracker, m: f.m, log: f.log, written: max(slot.ConfirmedFlush, row.LSN), known: &f.known, saved: &f.saved}
 	f.pw = pw
 	stream := replication.NewStream(rcfg, conn, table, tracker, h, replication.Observer{
 		Status:    f.m.status,
