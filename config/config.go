@@ -36,6 +36,7 @@ type Config struct {
 	Pipeline Pipeline `mapstructure:"pipeline"`
 	Poison   Poison   `mapstructure:"poison"`
 	Recover  Recover  `mapstructure:"recover"`
+	Outbox   Outbox   `mapstructure:"outbox"`
 	HTTP     HTTP     `mapstructure:"http"`
 	Log      Log      `mapstructure:"log"`
 	Lint     Lint     `mapstructure:"lint"`
@@ -346,6 +347,26 @@ type Recover struct {
 	// Recover re-sends the rows of the margin (consumers deduplicate);
 	// prune keeps them. Default 10m.
 	Margin time.Duration `mapstructure:"margin" doc:"How far before the last confirmed commit walpost recover reads and walpost prune stops when rows are chosen by created_at (track_commit_timestamp off): longer than your longest transaction (duration)." default:"10m"`
+}
+
+// Outbox governs what walpost run does to the outbox table itself: the
+// background prune (README, Runbook, "Outbox growing").
+type Outbox struct {
+	// Retention, above 0, makes walpost run delete outbox rows created
+	// more than Retention ago whose transactions it confirmed, every
+	// PruneInterval over the side pool, with the bounds of walpost prune
+	// --older-than Retention: never past the position recorded in
+	// walpost_position, and, for rows chosen by created_at
+	// (track_commit_timestamp off), never within recover.margin before its
+	// last confirmed commit, so a shorter Retention deletes no row walpost
+	// recover could need. 0 (the default) deletes nothing. The role needs
+	// DELETE on the outbox.
+	Retention time.Duration `mapstructure:"retention" doc:"walpost run deletes outbox rows created more than this long ago whose transactions it confirmed, as walpost prune --older-than does (never past the recorded position; rows chosen by created_at also stay for recover.margin before the last confirmed commit); needs DELETE on the outbox (duration); 0 disables." default:"0s"`
+	// PruneInterval is the pause between two prune passes. Default 1m.
+	PruneInterval time.Duration `mapstructure:"prune_interval" doc:"Pause between two prune passes of outbox.retention (duration, above 0)." default:"1m"`
+	// PruneBatch is the most rows one delete transaction of a pass takes
+	// (walpost prune --batch). Default 1000.
+	PruneBatch int `mapstructure:"prune_batch" doc:"Rows per delete transaction of a prune pass of outbox.retention (1 to 100000), as walpost prune --batch." default:"1000"`
 }
 
 // HTTP serves metrics and health.
@@ -803,6 +824,15 @@ func (c *Config) ValidateFor(need Needs) error {
 	}
 	if c.Recover.Margin < 0 {
 		bad("recover.margin", c.Recover.Margin.String(), "0 or a positive duration, longer than the longest transaction that writes the outbox")
+	}
+	if c.Outbox.Retention < 0 {
+		bad("outbox.retention", c.Outbox.Retention.String(), "0 (off) or a positive duration, e.g. 168h to keep the rows of 7 days")
+	}
+	if c.Outbox.PruneInterval <= 0 {
+		bad("outbox.prune_interval", c.Outbox.PruneInterval.String(), "a positive duration, e.g. 1m")
+	}
+	if c.Outbox.PruneBatch < 1 || c.Outbox.PruneBatch > 100000 {
+		bad("outbox.prune_batch", strconv.Itoa(c.Outbox.PruneBatch), "1 to 100000 rows per delete transaction")
 	}
 	if c.HTTP.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {

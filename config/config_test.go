@@ -104,6 +104,9 @@ func TestConfigDefaults(t *testing.T) {
 		{"poison.max_attempts", cfg.Poison.MaxAttempts, 5},
 		{"poison.backoff", cfg.Poison.Backoff, 200 * time.Millisecond},
 		{"recover.margin", cfg.Recover.Margin, 10 * time.Minute},
+		{"outbox.retention", cfg.Outbox.Retention, time.Duration(0)},
+		{"outbox.prune_interval", cfg.Outbox.PruneInterval, time.Minute},
+		{"outbox.prune_batch", cfg.Outbox.PruneBatch, 1000},
 		{"http.listen", cfg.HTTP.Listen, ":9187"},
 		{"log.level", cfg.Log.Level, "info"},
 		{"log.format", cfg.Log.Format, "text"},
@@ -191,6 +194,16 @@ func TestConfigInvalid(t *testing.T) {
 			wantKey: []string{"kafka.create_topic_partitions"}},
 		{name: "negative recover.margin", env: with(minimalEnv, "WALPOST_RECOVER_MARGIN", "-1m"), need: NeedAll,
 			wantKey: []string{"recover.margin", "WALPOST_RECOVER_MARGIN", `"-1m0s"`, "longest transaction"}},
+		{name: "negative outbox.retention", env: with(minimalEnv, "WALPOST_OUTBOX_RETENTION", "-1h"), need: NeedAll,
+			wantKey: []string{"outbox.retention", "WALPOST_OUTBOX_RETENTION", `"-1h0m0s"`, "0 (off) or a positive duration"}},
+		{name: "outbox.retention without unit in file", env: minimalEnv, yaml: "outbox:\n  retention: 3600\n", need: NeedAll,
+			wantKey: []string{"retention", "unit"}},
+		{name: "zero outbox.prune_interval", env: with(minimalEnv, "WALPOST_OUTBOX_PRUNE_INTERVAL", "0s"), need: NeedAll,
+			wantKey: []string{"outbox.prune_interval", "WALPOST_OUTBOX_PRUNE_INTERVAL", "positive duration"}},
+		{name: "outbox.prune_batch above 100000", env: with(minimalEnv, "WALPOST_OUTBOX_PRUNE_BATCH", "100001"), need: NeedAll,
+			wantKey: []string{"outbox.prune_batch", `"100001"`, "1 to 100000"}},
+		{name: "zero outbox.prune_batch", env: with(minimalEnv, "WALPOST_OUTBOX_PRUNE_BATCH", "0"), need: NeedAll,
+			wantKey: []string{"outbox.prune_batch"}},
 		{name: "all problems at once", env: with(minimalEnv, "WALPOST_LOG_LEVEL", "loud", "WALPOST_POISON_MAX_ATTEMPTS", "0", "WALPOST_KAFKA_BROKERS", "localhost"), need: NeedAll,
 			wantKey: []string{"log.level", "poison.max_attempts", "kafka.brokers"}},
 	}
@@ -240,6 +253,8 @@ func TestConfigValidAccepted(t *testing.T) {
 		"broker by name and IPv6":     with(minimalEnv, "WALPOST_KAFKA_BROKERS", "kafka:9092,[::1]:9093"),
 		"http.listen host:port":       with(minimalEnv, "WALPOST_HTTP_LISTEN", "127.0.0.1:9187"),
 		"schema-qualified table":      with(minimalEnv, "WALPOST_POSTGRES_TABLE", "app.outbox"),
+		"outbox.retention shorter than recover.margin": with(minimalEnv, "WALPOST_OUTBOX_RETENTION", "1s", "WALPOST_OUTBOX_PRUNE_INTERVAL", "1ms",
+			"WALPOST_OUTBOX_PRUNE_BATCH", "100000", "WALPOST_RECOVER_MARGIN", "1h"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := load(t, env, "", NeedAll); err != nil {

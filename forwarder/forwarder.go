@@ -63,6 +63,9 @@ type Forwarder struct {
 	pool  *pgxpool.Pool
 
 	lost atomic.Pointer[chan error] // the running session's data-loss signal (onDataLoss)
+	// The server identity the last session checked walpost's position
+	// against (nil: none yet); prune passes run only on it (retention.go).
+	ident atomic.Pointer[position.Identity]
 	// The receive timeout last logged (sessions run one at a time).
 	rtLogged bool
 	rtSender time.Duration // the wal_sender_timeout it was logged for
@@ -115,8 +118,8 @@ func (f *Forwarder) Confirmed() pglogrepl.LSN {
 // Run forwards until ctx ends (nil: the last session drained, confirmed what
 // was acknowledged and flushed the sink) or a terminal error (see
 // Classify). Its components run in one errgroup, each with an owner that
-// waits for it: the HTTP server, the slot monitor, the heartbeat and the
-// session loop; the first failure stops them all.
+// waits for it: the HTTP server, the slot monitor, the heartbeat, the
+// outbox prune (outbox.retention) and the session loop; the first failure stops them all.
 func (f *Forwarder) Run(ctx context.Context) error {
 	defer f.m.setState(stateStopped)
 	srv, err := f.listenHTTP()
@@ -166,6 +169,12 @@ func (f *Forwarder) forward(ctx context.Context) error {
 	g.Go(func() error { f.reportProgress(gctx, progressEvery); return nil })
 	if every := cfg.Postgres.HeartbeatInterval; every > 0 {
 		g.Go(func() error { f.heartbeat(gctx, every); return nil })
+	}
+	if cfg.Outbox.Retention > 0 {
+		f.log.Info("outbox retention: confirmed rows older than the retention are deleted while walpost streams",
+			"key", "outbox.retention", "table", cfg.Postgres.Table, "retention", cfg.Outbox.Retention.String(),
+			"prune_interval", cfg.Outbox.PruneInterval.String(), "prune_batch", cfg.Outbox.PruneBatch, "recover_margin", cfg.Recover.Margin.String())
+		g.Go(func() error { f.pruneOutbox(gctx, cfg.Outbox.PruneInterval, f.prunePass); return nil })
 	}
 	g.Go(func() error {
 		err := f.sessions(gctx)

@@ -50,6 +50,8 @@ type metrics struct {
 	positionWrites  *prometheus.CounterVec
 	positionLSN     prometheus.Gauge
 	timelineChanged prometheus.Counter
+	pruned          prometheus.Counter
+	pruneErrors     prometheus.Counter
 
 	mu        sync.Mutex
 	cur       string
@@ -92,6 +94,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		positionWrites:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_position_writes_total", Help: "Writes of walpost_position, by result (ok, error)."}, []string{"result"}),
 		positionLSN:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_position_lsn", Help: "LSN last written to walpost_position."}),
 		timelineChanged: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_position_timeline_changed_total", Help: "Sessions that started on another timeline than the stored position; transactions were skipped up to the switch point at most."}),
+		pruned:          prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_outbox_pruned_rows_total", Help: "Outbox rows deleted by the prune passes of outbox.retention."}),
+		pruneErrors:     prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_outbox_prune_errors_total", Help: "Prune passes of outbox.retention that failed (logged with the error; forwarding goes on)."}),
 	}
 	inflightEvents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_events", Help: "Events read and not yet acked or quarantined."}, func() float64 {
 		if t := m.tracker.Load(); t != nil {
@@ -117,7 +121,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest,
-		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged} {
+		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors} {
 		f(c)
 	}
 	m.movedAt.Store(time.Now().UnixNano())

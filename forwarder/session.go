@@ -146,6 +146,10 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		Recent:           recent,
 	}, f.sink, f.store, tracker)
 	f.m.tracker.Store(tracker)
+	// Prune passes run on the identity this session checked the position
+	// against, also while the next session waits (a destination down): a
+	// session that finds another system ends walpost (ErrOtherSystem).
+	f.ident.Store(&id)
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,
 		"table", table.String(), "lsn", slot.ConfirmedFlush.String())
 	h, skip := f.handlerFor(plan, id, row, slot, iso, tracker)

@@ -92,8 +92,76 @@ type Pruner struct {
 	Now func() time.Time
 }
 
-// Run prunes the outbox of Config.
+// ErrNothingConfirmed marks a refusal a running walpost outgrows (it also
+// matches ErrRefused): no position is recorded for the slot yet, or it
+// records no confirmed transaction, so nothing may be deleted yet.
+var ErrNothingConfirmed = errors.New("nothing confirmed yet")
+
+// notYet is a refusal that also matches ErrNothingConfirmed; its message is
+// the refusal's own.
+type notYet struct{ error }
+
+func (e notYet) Unwrap() error        { return e.error }
+func (e notYet) Is(target error) bool { return target == ErrNothingConfirmed }
+
+// Run prunes the outbox of Config over a connection of its own, after
+// checking over a replication connection that postgres.url reaches the
+// system the position was recorded on (walpost prune).
 func (p *Pruner) Run(ctx context.Context, opts Options) (*Report, error) {
+	cfg := p.Config
+	opts, err := opts.check()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return &Report{DryRun: opts.DryRun}, redact.Error(fmt.Errorf("connect to postgres.url: %w", err))
+	}
+	defer conn.Close(context.Background())
+	return p.prune(ctx, conn, opts, func(ctx context.Context) (position.Identity, error) {
+		repl, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
+		if err != nil {
+			return position.Identity{}, redact.Error(fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication)))
+		}
+		defer repl.Close(context.Background())
+		return position.Identify(ctx, repl)
+	})
+}
+
+// Pass prunes the outbox of Config once over conn (a running walpost's
+// side pool: outbox.retention), on the server identity id that the
+// caller's replication session verified; it is otherwise Run, with the
+// same bounds and refusals.
+func (p *Pruner) Pass(ctx context.Context, conn *pgx.Conn, id position.Identity, opts Options) (*Report, error) {
+	opts, err := opts.check()
+	if err != nil {
+		return nil, err
+	}
+	return p.prune(ctx, conn, opts, func(context.Context) (position.Identity, error) { return id, nil })
+}
+
+// check applies the default batch and refuses out-of-range options.
+func (opts Options) check() (Options, error) {
+	if opts.OlderThan <= 0 {
+		return opts, fmt.Errorf("%w: --older-than %s: want a positive duration, e.g. 168h for 7 days", ErrRefused, opts.OlderThan)
+	}
+	if opts.Batch == 0 {
+		opts.Batch = DefaultBatch
+	}
+	if opts.Batch < 1 || opts.Batch > MaxBatch {
+		return opts, fmt.Errorf("%w: --batch %d: want 1 to %d rows per transaction", ErrRefused, opts.Batch, MaxBatch)
+	}
+	return opts, nil
+}
+
+// DefaultBatch and MaxBatch bound Options.Batch.
+const (
+	DefaultBatch = 1000
+	MaxBatch     = 100000
+)
+
+// prune deletes over conn; identify says which system conn is on.
+func (p *Pruner) prune(ctx context.Context, conn *pgx.Conn, opts Options, identify func(context.Context) (position.Identity, error)) (*Report, error) {
 	cfg := p.Config
 	log := p.Logger
 	if log == nil {
@@ -103,21 +171,7 @@ func (p *Pruner) Run(ctx context.Context, opts Options) (*Report, error) {
 	if p.Now != nil {
 		now = p.Now
 	}
-	if opts.OlderThan <= 0 {
-		return nil, fmt.Errorf("%w: --older-than %s: want a positive duration, e.g. 168h for 7 days", ErrRefused, opts.OlderThan)
-	}
-	if opts.Batch == 0 {
-		opts.Batch = 1000
-	}
-	if opts.Batch < 1 || opts.Batch > 100000 {
-		return nil, fmt.Errorf("%w: --batch %d: want 1 to 100000 rows per transaction", ErrRefused, opts.Batch)
-	}
 	rep := &Report{DryRun: opts.DryRun}
-	conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
-	if err != nil {
-		return rep, redact.Error(fmt.Errorf("connect to postgres.url: %w", err))
-	}
-	defer conn.Close(context.Background())
 	table, err := replication.ResolveTable(ctx, conn, cfg.Postgres.Table)
 	if err != nil {
 		return rep, err
@@ -133,18 +187,13 @@ func (p *Pruner) Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Position = row
 	switch {
 	case !found:
-		return rep, fmt.Errorf("%w: no position is recorded for slot %q in %s: prune deletes only rows walpost confirmed; start walpost run (it records the position) or check postgres.slot", ErrRefused, cfg.Postgres.Slot, position.Table)
+		return rep, notYet{fmt.Errorf("%w: no position is recorded for slot %q in %s: prune deletes only rows walpost confirmed; start walpost run (it records the position) or check postgres.slot", ErrRefused, cfg.Postgres.Slot, position.Table)}
 	case !row.RecoveringSince.IsZero():
 		return rep, fmt.Errorf("%w: a walpost recover of slot %q started at %s did not finish: the rows it needs stay; run walpost recover first", ErrRefused, cfg.Postgres.Slot, utc(row.RecoveringSince))
 	case row.LastCommit.IsZero():
-		return rep, fmt.Errorf("%w: walpost has not confirmed any transaction on slot %q yet (%s): nothing is confirmed to delete", ErrRefused, cfg.Postgres.Slot, row.Last())
+		return rep, notYet{fmt.Errorf("%w: walpost has not confirmed any transaction on slot %q yet (%s): nothing is confirmed to delete", ErrRefused, cfg.Postgres.Slot, row.Last())}
 	}
-	repl, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
-	if err != nil {
-		return rep, redact.Error(fmt.Errorf("replication connection: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication)))
-	}
-	id, err := position.Identify(ctx, repl)
-	repl.Close(context.Background())
+	id, err := identify(ctx)
 	if err != nil {
 		return rep, err
 	}
@@ -175,23 +224,28 @@ func (p *Pruner) Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Deleted = int(n)
 		return rep, nil
 	}
-	// A prune never waits long behind a lock (DDL on the outbox): it gives
-	// up the batch and says so.
-	if _, err := conn.Exec(ctx, `SET lock_timeout = '2s'`); err != nil {
-		return rep, err
-	}
 	// One statement per batch, in its own transaction: it locks at most
 	// Batch rows, skips rows another transaction has locked, and never
-	// blocks inserts (ROW EXCLUSIVE on the table, like an INSERT).
+	// blocks inserts (ROW EXCLUSIVE on the table, like an INSERT). It
+	// never waits long behind a lock (DDL on the outbox): it gives up the
+	// batch and says so. SET LOCAL: the setting ends with the batch, so a
+	// pooled connection goes back to the pool as it came.
 	del := `DELETE FROM ` + rep.Table + ` WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + rep.Table + ` WHERE ` + where + ` LIMIT $3 FOR UPDATE SKIP LOCKED))`
 	for {
 		start := time.Now()
-		tag, err := conn.Exec(ctx, del, rep.CreatedBefore, rep.CommitAtOrBefore, opts.Batch)
+		var n int
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+				return err
+			}
+			tag, err := tx.Exec(ctx, del, rep.CreatedBefore, rep.CommitAtOrBefore, opts.Batch)
+			n = int(tag.RowsAffected())
+			return err
+		})
 		took := time.Since(start)
 		if err != nil {
 			return rep, fmt.Errorf("delete a batch from %s (after %d rows): %w", rep.Table, rep.Deleted, err)
 		}
-		n := int(tag.RowsAffected())
 		if n == 0 {
 			break
 		}
@@ -203,6 +257,15 @@ func (p *Pruner) Run(ctx context.Context, opts Options) (*Report, error) {
 			break
 		}
 	}
-	log.Info("pruned the outbox", "table", rep.Table, "deleted", rep.Deleted, "batches", rep.Batches, "longest_batch", rep.LongestBatch.String())
+	level := slog.LevelDebug // nothing to delete: no line at info
+	if rep.Deleted > 0 {
+		level = slog.LevelInfo
+	}
+	attrs := []any{"table", rep.Table, "slot", cfg.Postgres.Slot, "deleted", rep.Deleted, "batches", rep.Batches, "longest_batch", rep.LongestBatch.String(),
+		"created_before", utc(rep.CreatedBefore), "position_lsn", row.LSN.String(), "last_commit", utc(row.LastCommit)}
+	if rep.ByCommitTS {
+		attrs = append(attrs, "committed_at_or_before", utc(rep.CommitAtOrBefore))
+	}
+	log.Log(ctx, level, "pruned the outbox", attrs...)
 	return rep, nil
 }

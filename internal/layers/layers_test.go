@@ -33,7 +33,7 @@ var allowed = map[string][]string{
 	"lint":               {},
 	"recovery":           {"config", "replication", "position", "sink", "outbox", "internal/redact"},
 	"prune":              {"config", "replication", "position", "internal/redact"},
-	"forwarder":          {"config", "replication", "checkpoint", "sink", "sink/kafka", "poison", "position", "outbox", "internal/redact", "internal/buildinfo"},
+	"forwarder":          {"config", "replication", "checkpoint", "sink", "sink/kafka", "poison", "position", "prune", "outbox", "internal/redact", "internal/buildinfo"},
 	"status":             {"config", "replication", "sink/kafka", "internal/redact", "poison", "checkpoint", "outbox"},
 	"preflight":          {"config", "replication", "sink/kafka", "internal/redact", "poison", "position", "outbox"},
 	"verify":             {"config", "replication", "sink/kafka", "internal/redact", "outbox"},

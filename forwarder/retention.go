@@ -1,0 +1,70 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/prune"
+)
+
+// errNoSession: no replication session of this process has checked
+// walpost's position against the server's identity yet (before the first,
+// or standing by for a slot another process holds), so a prune pass waits.
+var errNoSession = errors.New("no replication session has checked the position yet")
+
+// prunePass is one prune of the outbox (Forwarder.prunePass); the rows it
+// deleted are in the report, also when it failed part way.
+type prunePass func(ctx context.Context) (*prune.Report, error)
+
+// pruneOutbox runs pass every interval until ctx ends (outbox.retention).
+// A failed pass is counted and logged with the key and never ends
+// anything: forwarding goes on, and the next pass tries again.
+func (f *Forwarder) pruneOutbox(ctx context.Context, every time.Duration, pass prunePass) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rep, err := pass(ctx)
+		if rep != nil && rep.Deleted > 0 {
+			f.m.pruned.Add(float64(rep.Deleted))
+		}
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return // stopping: a batch cut short is rolled back
+		case errors.Is(err, errNoSession), errors.Is(err, prune.ErrNothingConfirmed):
+			f.log.Debug("outbox prune waits", "key", "outbox.retention", "slot", f.cfg.Postgres.Slot, "reason", redact.String(err.Error()))
+		default:
+			f.m.pruneErrors.Inc()
+			deleted := 0
+			if rep != nil {
+				deleted = rep.Deleted
+			}
+			f.log.Warn("outbox prune failed; forwarding goes on and the next pass tries again",
+				"key", "outbox.retention", "slot", f.cfg.Postgres.Slot, "deleted", deleted,
+				"retry_in", every.String(), "err", redact.String(err.Error()))
+		}
+	}
+}
+
+// prunePass prunes once over a connection of the side pool (never the
+// replication connection), on the identity the last session verified.
+func (f *Forwarder) prunePass(ctx context.Context) (*prune.Report, error) {
+	id := f.ident.Load()
+	if id == nil {
+		return nil, errNoSession
+	}
+	c, err := f.pool.Acquire(ctx)
+	if err != nil {
+		return nil, redact.Error(err)
+	}
+	defer c.Release()
+	p := &prune.Pruner{Config: f.cfg, Logger: f.log}
+	return p.Pass(ctx, c.Conn(), *id, prune.Options{OlderThan: f.cfg.Outbox.Retention, Batch: f.cfg.Outbox.PruneBatch})
+}
