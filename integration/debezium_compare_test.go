@@ -198,7 +198,7 @@ func TestDebeziumBytes(t *testing.T) {
 	n++
 
 	workDir := t.TempDir()
-	stop, restPort := startConnect(t, f, libs, workDir, dbzSlots)
+	stop, restPort := startConnect(t, f, libs, workDir, dbzSlots, converterProfiles)
 	defer stop()
 
 	// Consume every topic until each side of each profile holds the n
@@ -380,11 +380,11 @@ func debeziumLibs(t *testing.T) string {
 }
 
 // startConnect starts Kafka Connect standalone with one Debezium connector
-// per converter profile, on slots[i], the router under its defaults but
-// for the profile's topic prefix.
+// per converter profile of profiles, on slots[i], the router under its
+// defaults but for the profile's topic prefix.
 // It returns a function that stops the JVM (also run at cleanup) and the
 // port of the worker's REST API.
-func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string) (stop func(), restPort int) {
+func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string, profiles []converterProfile) (stop func(), restPort int) {
 	t.Helper()
 	pc, err := pgconn.ParseConfig(pgURL)
 	if err != nil {
@@ -402,7 +402,7 @@ func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string
 	}
 	args := []string{"-Xms128M", "-Xmx1G", "-Dlog4j2.configurationFile=" + filepath.Join(libs, "log4j2.properties"),
 		"-cp", filepath.Join(libs, "*"), "org.apache.kafka.connect.cli.ConnectStandalone", writeProps(t, workDir, "worker", worker)}
-	for i, p := range converterProfiles {
+	for i, p := range profiles {
 		c := [][2]string{
 			{"name", "walpost-compare-" + p.name()},
 			{"connector.class", "io.debezium.connector.postgresql.PostgresConnector"},
