@@ -73,10 +73,11 @@ integration:
 
 # The byte-for-byte comparison with the real Debezium (Kafka Connect
 # standalone + PostgreSQL connector + Outbox Event Router, jars from
-# scripts/debezium.sh install; needs a JDK): about 25 s once the jars are
-# resolved.
+# scripts/debezium.sh install; needs a JDK) and the cutover from Debezium
+# to walpost of docs/migrate-from-debezium.md under continuous writes:
+# about 15 s each once the jars are resolved.
 test-debezium: stack-up
-	. .stack/env && WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -run TestDebeziumBytes -v ./integration
+	. .stack/env && WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -run '^(TestDebeziumBytes|TestDebeziumCutover)$$' -v ./integration
 
 # Every fuzz target for FUZZTIME each (a duration or a count).
 fuzz:

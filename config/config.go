@@ -195,6 +195,14 @@ type Mapping struct {
 	// would write: string, json or json_schema.
 	KeyFormat   string `mapstructure:"key_format" doc:"Key bytes as Kafka Connect's key.converter writes them: string (StringConverter: the text), json (JsonConverter, schemas.enable=false), json_schema (JsonConverter with schemas); json formats need the debezium profile." default:"string"`
 	ValueFormat string `mapstructure:"value_format" doc:"Value bytes as value.converter writes them: string (the payload text), json or json_schema, as for mapping.key_format." default:"string"`
+	// TombstoneOnEmptyPayload is Debezium's route.tombstone.on.empty.payload
+	// (its default, false, in both profiles): true sends a row whose
+	// payload is NULL (debezium profile: or text that is empty after
+	// Java's trim, as the router tests) as a tombstone, the key and the
+	// usual headers with a null value. False: the walpost profile
+	// quarantines a NULL payload (NULL_PAYLOAD); the debezium profile
+	// sends what the router sends, a null value through the converter.
+	TombstoneOnEmptyPayload bool `mapstructure:"tombstone_on_empty_payload" doc:"Debezium route.tombstone.on.empty.payload: true sends a row with a NULL payload (debezium profile: or a blank text payload) as a tombstone (the key and the usual headers, value null); false: the walpost profile quarantines it (NULL_PAYLOAD), the debezium profile sends the router's record (a null value through value_format: a tombstone with string, null or the schema envelope with json formats)." default:"false"`
 }
 
 // HeaderColumn is one entry of mapping.header_columns.

@@ -58,6 +58,13 @@ type IsolatorConfig struct {
 	RateWindow   time.Duration // default 1m
 	DefaultTopic string        // topic of rows without one, for the poison row
 	Logger       *slog.Logger
+	// Routed: the record's topic is a template applied to the row's
+	// topic column (mapping.topic_template other than ${routedByValue},
+	// always in the debezium profile), so the poison row keeps the
+	// column's value, and for a NULL column "" rather than DefaultTopic:
+	// a replay applies the template to what the poison row holds, and
+	// routes "" to kafka.topic as the stream did.
+	Routed bool
 	// OnPoisoned is called after an event is quarantined (metrics).
 	OnPoisoned func(topic, class string)
 	// OnAck is called for each acknowledged event with its row's topic
@@ -369,6 +376,9 @@ func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attemp
 		return err
 	}
 	e := poison.Entry{Event: it.ev, Topic: topic, Attempts: attempts, LastError: cause.Error(), ErrorClass: class}
+	if i.cfg.Routed && it.ev.Topic == "" {
+		e.Topic = ""
+	}
 	backoff := i.cfg.Backoff
 	for {
 		err := i.store.Put(ctx, e)

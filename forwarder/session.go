@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 )
@@ -139,6 +140,7 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		MaxRate:          cfg.Poison.MaxRate,
 		RateWindow:       cfg.Poison.RateWindow,
 		DefaultTopic:     cfg.Kafka.Topic,
+		Routed:           cfg.Mapping.TopicTemplate != config.RoutedByValue,
 		Logger:           f.log,
 		OnPoisoned:       f.m.onPoisoned,
 		OnOrderViolation: f.m.onOrderViolation,

@@ -25,36 +25,54 @@ import (
 type converterProfile struct {
 	format    string      // mapping.key_format and mapping.value_format
 	converter [][2]string // the connector's key.converter / value.converter properties
+	// tombstone sets the router's route.tombstone.on.empty.payload and
+	// walpost's mapping.tombstone_on_empty_payload.
+	tombstone bool
+}
+
+// name tells the profiles apart: the format, "_tombstone" added.
+func (p converterProfile) name() string {
+	if p.tombstone {
+		return p.format + "_tombstone"
+	}
+	return p.format
 }
 
 var converterProfiles = []converterProfile{
 	{"string", [][2]string{
 		{"key.converter", "org.apache.kafka.connect.storage.StringConverter"},
 		{"value.converter", "org.apache.kafka.connect.storage.StringConverter"},
-	}},
+	}, false},
 	{"json", [][2]string{
 		{"key.converter", "org.apache.kafka.connect.json.JsonConverter"},
 		{"key.converter.schemas.enable", "false"},
 		{"value.converter", "org.apache.kafka.connect.json.JsonConverter"},
 		{"value.converter.schemas.enable", "false"},
-	}},
+	}, false},
 	{"json_schema", [][2]string{
 		{"key.converter", "org.apache.kafka.connect.json.JsonConverter"},
 		{"key.converter.schemas.enable", "true"},
 		{"value.converter", "org.apache.kafka.connect.json.JsonConverter"},
 		{"value.converter.schemas.enable", "true"},
-	}},
+	}, false},
+	{"json_schema", [][2]string{
+		{"key.converter", "org.apache.kafka.connect.json.JsonConverter"},
+		{"key.converter.schemas.enable", "true"},
+		{"value.converter", "org.apache.kafka.connect.json.JsonConverter"},
+		{"value.converter.schemas.enable", "true"},
+	}, true},
 }
 
 // debeziumPrefix is the prefix of the topics Debezium writes for a profile:
 // the string profile keeps the router's default replacement
-// (outbox.event.${routedByValue}), the others are prefixed so that all three
-// connectors run side by side. walpost writes to "wp." + Debezium's topic.
-func debeziumPrefix(format string) string {
-	if format == "string" {
+// (outbox.event.${routedByValue}), the others are prefixed by their name so
+// that all connectors run side by side. walpost writes to "wp." +
+// Debezium's topic.
+func debeziumPrefix(name string) string {
+	if name == "string" {
 		return ""
 	}
-	return format + "."
+	return name + "."
 }
 
 // TestDebeziumBytes runs the real Debezium (Kafka Connect standalone, the
@@ -64,9 +82,11 @@ func debeziumPrefix(format string) string {
 // profile, each on its own slot, writes the same rows once and compares the
 // records by their id header: topic (walpost's prefixed by "wp."),
 // partition, key bytes, value bytes, header names and bytes (Debezium's
-// __debezium.context.* headers aside). A NULL payload: walpost quarantines
-// the row, where Debezium under its defaults (route.tombstone.on.empty.
-// payload=false) sends the key with a null value through the converter.
+// __debezium.context.* headers aside), the row with a NULL payload
+// included: under the router's defaults (route.tombstone.on.empty.
+// payload=false) the key with a null value through the converter, and in
+// the fourth profile (json_schema with route.tombstone.on.empty.payload=true
+// and mapping.tombstone_on_empty_payload=true) a tombstone.
 //
 // It needs a JDK (and Maven for the first install): WALPOST_DEBEZIUM=1
 // (make test-debezium) runs it, otherwise it skips.
@@ -85,7 +105,7 @@ func TestDebeziumBytes(t *testing.T) {
 	var topics []string
 	for _, p := range converterProfiles {
 		for _, ty := range types {
-			dbz := debeziumPrefix(p.format) + "outbox.event." + ty
+			dbz := debeziumPrefix(p.name()) + "outbox.event." + ty
 			topics = append(topics, dbz, "wp."+dbz)
 		}
 	}
@@ -104,7 +124,7 @@ func TestDebeziumBytes(t *testing.T) {
 	// from them); each walpost creates its own when it starts.
 	var dbzSlots []string
 	for _, p := range converterProfiles {
-		slot := f.Slot + "_dbz_" + p.format
+		slot := f.Slot + "_dbz_" + p.name()
 		mustExec(t, f.Pool, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
 		dbzSlots = append(dbzSlots, slot)
 	}
@@ -115,8 +135,8 @@ func TestDebeziumBytes(t *testing.T) {
 	})
 	var procs []*proc
 	for _, p := range converterProfiles {
-		slot := f.Slot + "_wp_" + p.format
-		poison := f.PoisonTable + "_" + p.format
+		slot := f.Slot + "_wp_" + p.name()
+		poison := f.PoisonTable + "_" + p.name()
 		mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (LIKE poison_outbox INCLUDING ALL)`, poison))
 		mustExec(t, f.Pool, fmt.Sprintf(`CREATE TRIGGER no_delete BEFORE DELETE ON %s FOR EACH STATEMENT EXECUTE FUNCTION poison_outbox_refuse_delete()`, poison))
 		t.Cleanup(func() {
@@ -126,12 +146,13 @@ func TestDebeziumBytes(t *testing.T) {
 		})
 		procs = append(procs, f.start("WALPOST_MAPPING_PROFILE=debezium",
 			"WALPOST_POSTGRES_SLOT="+slot, "WALPOST_POSTGRES_POISON_TABLE="+poison,
-			"WALPOST_MAPPING_TOPIC_TEMPLATE=wp."+debeziumPrefix(p.format)+"outbox.event.${routedByValue}",
-			"WALPOST_MAPPING_KEY_FORMAT="+p.format, "WALPOST_MAPPING_VALUE_FORMAT="+p.format))
+			"WALPOST_MAPPING_TOPIC_TEMPLATE=wp."+debeziumPrefix(p.name())+"outbox.event.${routedByValue}",
+			"WALPOST_MAPPING_KEY_FORMAT="+p.format, "WALPOST_MAPPING_VALUE_FORMAT="+p.format,
+			fmt.Sprintf("WALPOST_MAPPING_TOMBSTONE_ON_EMPTY_PAYLOAD=%v", p.tombstone)))
 	}
 	for i, p := range procs {
 		if !p.waitLog("streaming", 60*time.Second) {
-			t.Fatalf("walpost (%s) did not start streaming:\n%s", converterProfiles[i].format, tail(p.log, 40))
+			t.Fatalf("walpost (%s) did not start streaming:\n%s", converterProfiles[i].name(), tail(p.log, 40))
 		}
 	}
 
@@ -174,13 +195,14 @@ func TestDebeziumBytes(t *testing.T) {
 		types[0]).Scan(&nullID); err != nil {
 		t.Fatal(err)
 	}
+	n++
 
 	workDir := t.TempDir()
-	stop, restPort := startConnect(t, f, libs, workDir, dbzSlots)
+	stop, restPort := startConnect(t, f, libs, workDir, dbzSlots, converterProfiles)
 	defer stop()
 
-	// Consume every topic until each side of each profile holds the n rows
-	// with a payload, and then 5 s more for late or extra records.
+	// Consume every topic until each side of each profile holds the n
+	// rows, and then 5 s more for late or extra records.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
 	if err != nil {
@@ -191,7 +213,7 @@ func TestDebeziumBytes(t *testing.T) {
 	complete := func() bool {
 		for _, p := range converterProfiles {
 			for _, side := range []string{"dbz", "wp"} {
-				if len(got[side+"/"+p.format]) < n {
+				if len(got[side+"/"+p.name()]) < n {
 					return false
 				}
 			}
@@ -211,13 +233,13 @@ func TestDebeziumBytes(t *testing.T) {
 			if strings.HasPrefix(rest, "wp.") {
 				side, rest = "wp", strings.TrimPrefix(rest, "wp.")
 			}
-			format := "string"
+			name := "string"
 			for _, p := range converterProfiles[1:] {
-				if strings.HasPrefix(rest, debeziumPrefix(p.format)+"outbox.event.") {
-					format = p.format
+				if strings.HasPrefix(rest, debeziumPrefix(p.name())+"outbox.event.") {
+					name = p.name()
 				}
 			}
-			k := side + "/" + format
+			k := side + "/" + name
 			if got[k] == nil {
 				got[k] = map[string][]*kgo.Record{}
 			}
@@ -241,55 +263,56 @@ func TestDebeziumBytes(t *testing.T) {
 	}
 
 	for _, p := range converterProfiles {
-		dbz, wp := got["dbz/"+p.format], got["wp/"+p.format]
+		dbz, wp := got["dbz/"+p.name()], got["wp/"+p.name()]
 		compared := 0
 		for id, drs := range dbz {
-			if id == nullID {
-				continue
-			}
 			wrs := wp[id]
 			if len(drs) != 1 || len(wrs) != 1 {
-				t.Errorf("%s: id %s: %d records from Debezium, %d from walpost, want 1 each", p.format, id, len(drs), len(wrs))
+				t.Errorf("%s: id %s: %d records from Debezium, %d from walpost, want 1 each", p.name(), id, len(drs), len(wrs))
 				continue
 			}
 			if d := recordDiff(drs[0], wrs[0]); d != "" {
-				t.Errorf("%s: id %s: %s", p.format, id, d)
+				t.Errorf("%s: id %s: %s", p.name(), id, d)
 			}
 			compared++
 		}
 		for id := range wp {
 			if _, ok := dbz[id]; !ok {
-				t.Errorf("%s: id %s from walpost only", p.format, id)
+				t.Errorf("%s: id %s from walpost only", p.name(), id)
 			}
 		}
 		if compared != n {
-			t.Errorf("%s: compared %d records, want %d", p.format, compared, n)
+			t.Errorf("%s: compared %d records, want %d", p.name(), compared, n)
 		}
-		// NULL payload: walpost quarantines the row (no record); Debezium's
-		// router, route.tombstone.on.empty.payload=false, sends it on.
-		if len(wp[nullID]) != 0 {
-			t.Errorf("%s: walpost sent the NULL-payload row: %v", p.format, wp[nullID])
-		}
-		var q int
-		if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s_%s WHERE idempotency_key = $1`, f.PoisonTable, p.format), nullID).Scan(&q); err != nil || q != 1 {
-			t.Errorf("%s: the NULL-payload row is %d times in the poison table (%v), want once", p.format, q, err)
-		}
-		// Debezium sends the key with a null value through the converter:
-		// a tombstone (StringConverter), the bytes null, or the schema
-		// envelope with a null payload.
+		// The NULL payload: the router sends the key with a null value
+		// through the converter (a tombstone with StringConverter, the
+		// bytes null, or the schema envelope with a null payload), or,
+		// with route.tombstone.on.empty.payload, a tombstone whatever the
+		// converter. recordDiff compared walpost's with it; this checks
+		// that Debezium really sent what the README says.
 		wantNull := map[string]string{
 			"string":      "",
 			"json":        "null",
 			"json_schema": `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":null}`,
 		}[p.format]
+		if p.tombstone {
+			wantNull = ""
+		}
 		rs := dbz[nullID]
 		switch {
 		case len(rs) != 1:
-			t.Errorf("%s: Debezium sent %d records for the NULL-payload row, want 1", p.format, len(rs))
-		case string(rs[0].Value) != wantNull || (p.format == "string") != (rs[0].Value == nil):
-			t.Errorf("%s: Debezium's value for the NULL payload %q (nil %v), want %q", p.format, rs[0].Value, rs[0].Value == nil, wantNull)
+			t.Errorf("%s: Debezium sent %d records for the NULL-payload row, want 1", p.name(), len(rs))
+		case string(rs[0].Value) != wantNull || (wantNull == "") != (rs[0].Value == nil):
+			t.Errorf("%s: Debezium's value for the NULL payload %q (nil %v), want %q", p.name(), rs[0].Value, rs[0].Value == nil, wantNull)
+		case len(wp[nullID]) != 1 || (wp[nullID][0].Value == nil) != (rs[0].Value == nil):
+			t.Errorf("%s: walpost's records for the NULL-payload row %v, want one like Debezium's", p.name(), wp[nullID])
 		}
-		t.Logf("%s: %d records compared byte for byte (topic, partition, key, value, headers); NULL payload: Debezium sends value %q, walpost quarantines the row", p.format, compared, wantNull)
+		var q int
+		if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s_%s`, f.PoisonTable, p.name())).Scan(&q); err != nil || q != 0 {
+			t.Errorf("%s: %d poison rows (%v), want none", p.name(), q, err)
+		}
+		t.Logf("%s: %d records compared byte for byte (topic, partition, key, value, headers); NULL payload: both send value %q (tombstone %v)",
+			p.name(), compared, wantNull, rs != nil && rs[0].Value == nil)
 	}
 }
 
@@ -357,11 +380,11 @@ func debeziumLibs(t *testing.T) string {
 }
 
 // startConnect starts Kafka Connect standalone with one Debezium connector
-// per converter profile, on slots[i], the router under its defaults but
-// for the profile's topic prefix.
+// per converter profile of profiles, on slots[i], the router under its
+// defaults but for the profile's topic prefix.
 // It returns a function that stops the JVM (also run at cleanup) and the
 // port of the worker's REST API.
-func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string) (stop func(), restPort int) {
+func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string, profiles []converterProfile) (stop func(), restPort int) {
 	t.Helper()
 	pc, err := pgconn.ParseConfig(pgURL)
 	if err != nil {
@@ -379,9 +402,9 @@ func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string
 	}
 	args := []string{"-Xms128M", "-Xmx1G", "-Dlog4j2.configurationFile=" + filepath.Join(libs, "log4j2.properties"),
 		"-cp", filepath.Join(libs, "*"), "org.apache.kafka.connect.cli.ConnectStandalone", writeProps(t, workDir, "worker", worker)}
-	for i, p := range converterProfiles {
+	for i, p := range profiles {
 		c := [][2]string{
-			{"name", "walpost-compare-" + p.format},
+			{"name", "walpost-compare-" + p.name()},
 			{"connector.class", "io.debezium.connector.postgresql.PostgresConnector"},
 			{"tasks.max", "1"},
 			{"database.hostname", pc.Host},
@@ -397,16 +420,19 @@ func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string
 			{"publication.autocreate.mode", "disabled"},
 			{"snapshot.mode", "no_data"},
 			{"table.include.list", "public." + f.Table},
-			{"topic.prefix", "walpost_compare_" + p.format},
+			{"topic.prefix", "walpost_compare_" + p.name()},
 			{"tombstones.on.delete", "false"},
 			{"transforms", "outbox"},
 			{"transforms.outbox.type", "io.debezium.transforms.outbox.EventRouter"},
 		}
-		if p.format != "string" {
-			c = append(c, [2]string{"transforms.outbox.route.topic.replacement", debeziumPrefix(p.format) + "outbox.event.${routedByValue}"})
+		if p.name() != "string" {
+			c = append(c, [2]string{"transforms.outbox.route.topic.replacement", debeziumPrefix(p.name()) + "outbox.event.${routedByValue}"})
+		}
+		if p.tombstone {
+			c = append(c, [2]string{"transforms.outbox.route.tombstone.on.empty.payload", "true"})
 		}
 		c = append(c, p.converter...)
-		args = append(args, writeProps(t, workDir, "connector-"+p.format, c))
+		args = append(args, writeProps(t, workDir, "connector-"+p.name(), c))
 	}
 	logFile, err := os.Create(filepath.Join(workDir, "connect.log"))
 	if err != nil {

@@ -23,8 +23,9 @@ func (r Row) CreatedAtHeader() string {
 }
 
 // Event rebuilds the event of a poison row for a replay: the original key,
-// payload, headers and partition key, Replayed set (so its record carries
-// replayed_from_poison), and the replay time as its commit time.
+// payload (nil for a NULL one), headers and partition key, Replayed set
+// (so its record carries replayed_from_poison), and the replay time as
+// its commit time.
 func Event(r Row) *outbox.Event {
 	ev := &outbox.Event{
 		ID:             r.OutboxID,
@@ -34,6 +35,9 @@ func Event(r Row) *outbox.Event {
 		Topic:          r.Topic,
 		CommitTime:     time.Now(),
 		Replayed:       true,
+	}
+	if r.PayloadNull {
+		ev.Payload = nil
 	}
 	if r.PartitionKey != nil {
 		ev.PartitionKey, ev.HasPartition = *r.PartitionKey, true
@@ -75,8 +79,14 @@ func (p *Replayer) Replay(ctx context.Context, rows []Row, dryRun bool) (ReplayR
 		out = func(string) {}
 	}
 	for _, row := range rows {
+		topic := row.Topic
+		if topic == "" {
+			// The row's topic column was NULL under a topic template:
+			// its record goes to kafka.topic, as the stream sent it.
+			topic = "kafka.topic"
+		}
 		if dryRun {
-			out(fmt.Sprintf("would replay %s to %s (poisoned %s: %s)", row.IdempotencyKey, row.Topic, row.PoisonedAt.UTC().Format(time.RFC3339), row.ErrorClass))
+			out(fmt.Sprintf("would replay %s to %s (poisoned %s: %s)", row.IdempotencyKey, topic, row.PoisonedAt.UTC().Format(time.RFC3339), row.ErrorClass))
 			continue
 		}
 		err := p.replayOne(ctx, row)
@@ -87,7 +97,7 @@ func (p *Replayer) Replay(ctx context.Context, rows []Row, dryRun bool) (ReplayR
 			_, class := sink.KindOf(err)
 			res.Failed++
 			res.Errors[row.IdempotencyKey] = err.Error()
-			out(fmt.Sprintf("FAILED %s to %s: %v", row.IdempotencyKey, row.Topic, err))
+			out(fmt.Sprintf("FAILED %s to %s: %v", row.IdempotencyKey, topic, err))
 			if merr := p.Store.MarkFailed(ctx, row, err.Error(), class); merr != nil {
 				return res, merr
 			}
@@ -98,7 +108,7 @@ func (p *Replayer) Replay(ctx context.Context, rows []Row, dryRun bool) (ReplayR
 		}
 		res.Replayed++
 		res.Keys = append(res.Keys, row.IdempotencyKey)
-		out(fmt.Sprintf("replayed %s to %s", row.IdempotencyKey, row.Topic))
+		out(fmt.Sprintf("replayed %s to %s", row.IdempotencyKey, topic))
 	}
 	return res, nil
 }

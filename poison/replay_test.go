@@ -190,3 +190,22 @@ func record(r poison.Row) (*kgo.Record, *outbox.Event, error) {
 	rec, err := kafka.BuildRecord(ev, r.Topic)
 	return rec, ev, err
 }
+
+// TestEventNullPayload: a poison row whose payload is NULL (List reads
+// Payload "null" and PayloadNull) gives an event with a nil payload, so
+// the replay treats it as the stream did (NULL_PAYLOAD, or a tombstone
+// with mapping.tombstone_on_empty_payload), never as the JSON null; a
+// JSON null payload stays the 4 bytes.
+func TestEventNullPayload(t *testing.T) {
+	row := poison.Row{IdempotencyKey: "k", Topic: "t", Payload: "null", PayloadNull: true, CommitLSN: "0/1"}
+	if ev := poison.Event(row); ev.Payload != nil {
+		t.Errorf("NULL payload: event payload %q, want nil", ev.Payload)
+	}
+	if _, _, err := record(row); !errors.Is(err, kafka.ErrNullPayload) {
+		t.Errorf("NULL payload: %v, want ErrNullPayload", err)
+	}
+	row.PayloadNull = false
+	if ev := poison.Event(row); string(ev.Payload) != "null" {
+		t.Errorf("JSON null payload: event payload %q, want null", ev.Payload)
+	}
+}

@@ -16,7 +16,7 @@ import (
 // Entry is one quarantined event.
 type Entry struct {
 	Event      *outbox.Event
-	Topic      string // resolved topic
+	Topic      string // resolved topic; with a topic template the row's topic column ("" for NULL), which a replay resolves
 	Attempts   int
 	LastError  string
 	ErrorClass string
@@ -29,7 +29,7 @@ type Row struct {
 	Topic          string    `json:"topic"`
 	PartitionKey   *string   `json:"partition_key"`
 	EventType      *string   `json:"event_type"`
-	Payload        string    `json:"payload"`
+	Payload        string    `json:"payload"` // "null" for a NULL payload (PayloadNull)
 	Headers        *string   `json:"headers"`
 	CreatedAt      time.Time `json:"created_at"` // zero for infinity and -infinity
 	// CreatedAtText is created_at as the created_at header renders it
@@ -42,6 +42,10 @@ type Row struct {
 	PoisonedAt    time.Time  `json:"poisoned_at"`
 	ReplayedAt    *time.Time `json:"replayed_at"`
 	ReplayCount   int        `json:"replay_count"`
+	// PayloadNull: the payload is NULL (not the JSON null); a replay
+	// sends it as the mapping does a NULL payload
+	// (mapping.tombstone_on_empty_payload).
+	PayloadNull bool `json:"-"`
 }
 
 // Store writes and reads the poison table over its own pool, separate
@@ -175,7 +179,7 @@ type Filter struct {
 func (s *Store) List(ctx context.Context, f Filter) ([]Row, error) {
 	q := fmt.Sprintf(`
 		SELECT idempotency_key, coalesce(outbox_id::text, ''), topic, partition_key, event_type, coalesce(payload::text, 'null'),
-		       headers::text, created_at, attempts, last_error, error_class, commit_lsn::text, poisoned_at, replayed_at, replay_count
+		       payload IS NULL, headers::text, created_at, attempts, last_error, error_class, commit_lsn::text, poisoned_at, replayed_at, replay_count
 		FROM %s
 		WHERE ($1::text[] IS NULL OR idempotency_key = ANY($1)) AND ($2 OR replayed_at IS NULL)
 		ORDER BY created_at, commit_lsn, poisoned_at, idempotency_key, outbox_id`, s.table)
@@ -194,7 +198,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]Row, error) {
 		var x Row
 		// created_at may be infinity, which a time.Time cannot hold.
 		var created pgtype.Timestamptz
-		err := r.Scan(&x.IdempotencyKey, &x.OutboxID, &x.Topic, &x.PartitionKey, &x.EventType, &x.Payload, &x.Headers,
+		err := r.Scan(&x.IdempotencyKey, &x.OutboxID, &x.Topic, &x.PartitionKey, &x.EventType, &x.Payload, &x.PayloadNull, &x.Headers,
 			&created, &x.Attempts, &x.LastError, &x.ErrorClass, &x.CommitLSN, &x.PoisonedAt, &x.ReplayedAt, &x.ReplayCount)
 		x.CreatedAt, x.CreatedAtText = createdAt(created)
 		return x, err

@@ -53,8 +53,8 @@ step "deploy: Helm chart, plain manifests (module deploy/)"
 step "integration tests"
 WALPOST_REQUIRE_STACK=1 $GO test -count=1 -timeout 45m ./integration
 
-step "Debezium-compatible records against the real Debezium (TestDebeziumBytes)"
-WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 $GO test -count=1 -timeout 15m -run '^TestDebeziumBytes$' ./integration
+step "Debezium-compatible records and the cutover against the real Debezium (TestDebeziumBytes, TestDebeziumCutover)"
+WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 $GO test -count=1 -timeout 20m -run '^(TestDebeziumBytes|TestDebeziumCutover)$' ./integration
 
 if [[ -n $PG_VERSIONS ]]; then
 	step "core integration tests on PostgreSQL $PG_VERSIONS"

@@ -53,6 +53,9 @@ type Layout struct {
 	// the table was read. The zero value is a string column that may be
 	// NULL.
 	KeyType, ValueType ColumnType
+	// Tombstones is mapping.tombstone_on_empty_payload: a NULL payload
+	// (Debezium: or a blank one) is sent as a tombstone.
+	Tombstones bool
 
 	topics *topicTemplate
 }
@@ -65,12 +68,12 @@ func LayoutFrom(m config.Mapping) *Layout {
 		t = &topicTemplate{tmpl: m.TopicTemplate, cache: map[string]string{}}
 	}
 	if m.Profile != config.ProfileDebezium {
-		if t == nil {
+		if t == nil && !m.TombstoneOnEmptyPayload {
 			return nil
 		}
-		return &Layout{topics: t}
+		return &Layout{topics: t, Tombstones: m.TombstoneOnEmptyPayload}
 	}
-	l := &Layout{Debezium: true, KeyFormat: m.KeyFormat, ValueFormat: m.ValueFormat, topics: t}
+	l := &Layout{Debezium: true, KeyFormat: m.KeyFormat, ValueFormat: m.ValueFormat, Tombstones: m.TombstoneOnEmptyPayload, topics: t}
 	for _, h := range m.Headers() {
 		l.HeaderNames = append(l.HeaderNames, h.Header)
 	}
@@ -82,7 +85,7 @@ func BuildRecordWith(ev *outbox.Event, defaultTopic string, l *Layout) (*kgo.Rec
 	r := new(kgo.Record)
 	var err error
 	if l == nil {
-		err = buildInto(r, nil, ev, defaultTopic)
+		err = buildInto(r, nil, ev, defaultTopic, false)
 	} else {
 		err = l.build(r, nil, ev, defaultTopic, &[2]ColumnType{l.KeyType, l.ValueType})
 	}
@@ -98,7 +101,7 @@ func (l *Layout) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, d
 	if l.Debezium {
 		return l.buildDebezium(r, hs, ev, defaultTopic, types[0], types[1])
 	}
-	if err := buildInto(r, hs, ev, defaultTopic); err != nil {
+	if err := buildInto(r, hs, ev, defaultTopic, l.Tombstones); err != nil {
 		return err
 	}
 	r.Topic = l.topic(ev, defaultTopic)
@@ -281,20 +284,49 @@ func appendUEscape(dst []byte, u rune) []byte {
 	return append(dst, '\\', 'u', hexUpper[u>>12&0xF], hexUpper[u>>8&0xF], hexUpper[u>>4&0xF], hexUpper[u&0xF])
 }
 
+// encodeNull is what the converter writes for a null value of a column
+// of type c (Connect's converters, the value's schema that column's):
+// nothing (a tombstone) for StringConverter, the JSON null without
+// schemas, the envelope with a null payload with them.
+func encodeNull(format string, c ColumnType) []byte {
+	switch format {
+	case config.FormatJSON:
+		return []byte("null")
+	case config.FormatJSONSchema:
+		return []byte(`{"schema":` + c.orDefault().Schema + `,"payload":null}`)
+	}
+	return nil
+}
+
+// blank reports whether payload is NULL or, as Debezium's router tests it
+// for route.tombstone.on.empty.payload (payload.toString().trim()
+// .isEmpty()), made only of characters up to U+0020, which Java's
+// String.trim removes.
+func blank(payload []byte) bool {
+	for _, c := range payload {
+		if c > ' ' {
+			return false
+		}
+	}
+	return true
+}
+
 // buildDebezium fills r with the Debezium record of ev: topic from the
 // template, key = the key column (Event.PartitionKey), value = the
 // payload, headers id and the header columns (SimpleHeaderConverter:
 // the text; NULL a null header), replayed_from_poison on a replay;
-// timestamp = the timestamp column, else the commit time.
+// timestamp = the timestamp column, else the commit time. A NULL payload
+// is the router's record of it: with Tombstones (and then also for a
+// blank payload) a tombstone, the value nil in every format (the router
+// drops the value's schema, and the converters write nothing for a null
+// without a schema); without, the null value through the value format
+// (encodeNull), as the router sends it under its defaults.
 func (l *Layout) buildDebezium(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTopic string, key, value ColumnType) error {
 	if ev.IdempotencyKey == "" {
 		return ErrEmptyID
 	}
 	if !ev.HasPartition {
 		return ErrNullKey
-	}
-	if ev.Payload == nil {
-		return ErrNullPayload
 	}
 	topic := l.topic(ev, defaultTopic)
 	if !validTopic(topic) {
@@ -313,7 +345,14 @@ func (l *Layout) buildDebezium(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.
 	}
 	r.Topic = topic
 	r.Key = encode(l.KeyFormat, key, view(ev.PartitionKey))
-	r.Value = encode(l.ValueFormat, value, ev.Payload)
+	switch {
+	case l.Tombstones && blank(ev.Payload):
+		r.Value = nil
+	case ev.Payload == nil:
+		r.Value = encodeNull(l.ValueFormat, value)
+	default:
+		r.Value = encode(l.ValueFormat, value, ev.Payload)
+	}
 	r.Headers = hs
 	r.Timestamp = ev.CommitTime
 	if ev.Placed != nil && !ev.Placed.Timestamp.IsZero() {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -265,7 +266,6 @@ func TestDebeziumRecordErrors(t *testing.T) {
 	}{
 		{"NULL aggregateid", func(e *outbox.Event) { e.PartitionKey, e.HasPartition = "", false }, kafka.ErrNullKey},
 		{"no id", func(e *outbox.Event) { e.ID, e.IdempotencyKey = "", "" }, kafka.ErrEmptyID},
-		{"NULL payload", func(e *outbox.Event) { e.Payload = nil }, kafka.ErrNullPayload},
 		{"aggregatetype not a topic name", func(e *outbox.Event) { e.Topic = "Order Lines/2" }, kafka.ErrInvalidTopic},
 	}
 	for _, c := range cases {
@@ -273,6 +273,94 @@ func TestDebeziumRecordErrors(t *testing.T) {
 		c.edit(&ev)
 		if _, err := kafka.BuildRecordWith(&ev, defaultTopic, l); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+// TestNullPayloadRecords: mapping.tombstone_on_empty_payload. Off, the
+// walpost profile refuses a NULL payload (ErrNullPayload, quarantined)
+// and the debezium profile writes the router's record of it, the null
+// value through the value converter; on, a NULL payload is a tombstone
+// with the usual key and headers in both profiles, and in the debezium
+// profile also a payload blank after Java's trim, as the router tests
+// it. A JSON null or a non-blank text stays a value.
+func TestNullPayloadRecords(t *testing.T) {
+	const jsonbSchema = `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}`
+	cases := []struct {
+		name, format string
+		tombstones   bool
+		payload      []byte
+		want         []byte // nil: a tombstone
+	}{
+		{"string, off", config.FormatString, false, nil, nil},
+		{"json, off", config.FormatJSON, false, nil, []byte("null")},
+		{"json_schema, off", config.FormatJSONSchema, false, nil, []byte(`{"schema":` + jsonbSchema + `,"payload":null}`)},
+		{"json, off, blank", config.FormatJSON, false, []byte(" \t"), []byte(`" \t"`)},
+		{"string, on", config.FormatString, true, nil, nil},
+		{"json, on", config.FormatJSON, true, nil, nil},
+		{"json_schema, on", config.FormatJSONSchema, true, nil, nil},
+		{"json_schema, on, blank", config.FormatJSONSchema, true, []byte(" \t\r\n\x00 "), nil},
+		{"string, on, empty", config.FormatString, true, []byte{}, nil},
+		{"json, on, JSON null", config.FormatJSON, true, []byte("null"), []byte(`"null"`)},
+		{"string, on, text", config.FormatString, true, []byte(" x "), []byte(" x ")},
+	}
+	for _, c := range cases {
+		if c.tombstones {
+			t.Setenv("WALPOST_MAPPING_TOMBSTONE_ON_EMPTY_PAYLOAD", "true")
+		} else {
+			t.Setenv("WALPOST_MAPPING_TOMBSTONE_ON_EMPTY_PAYLOAD", "false")
+		}
+		m := debeziumMapping(t, config.FormatString, c.format, "type:header:eventType")
+		if m.TombstoneOnEmptyPayload != c.tombstones {
+			t.Fatalf("%s: mapping.tombstone_on_empty_payload = %v, want %v", c.name, m.TombstoneOnEmptyPayload, c.tombstones)
+		}
+		l := kafka.LayoutFrom(m)
+		l.ValueType = kafka.ColumnType{Schema: jsonbSchema}
+		ev := debeziumEvent()
+		ev.Payload = c.payload
+		ev.Placed = &outbox.Placed{HeaderValues: [][]byte{[]byte("Deleted")}}
+		r, err := kafka.BuildRecordWith(&ev, defaultTopic, l)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !bytes.Equal(r.Value, c.want) || (r.Value == nil) != (c.want == nil) {
+			t.Errorf("%s: value %q (nil %v), want %q (nil %v)", c.name, r.Value, r.Value == nil, c.want, c.want == nil)
+		}
+		if r.Topic != "outbox.event.Order" || string(r.Key) != "42" || len(r.Headers) != 2 || r.Headers[0].Key != "id" ||
+			string(r.Headers[0].Value) != ev.ID || r.Headers[1].Key != "eventType" || string(r.Headers[1].Value) != "Deleted" {
+			t.Errorf("%s: record %s key %q headers %v: want outbox.event.Order, key 42, headers id and eventType", c.name, r.Topic, r.Key, r.Headers)
+		}
+	}
+
+	// The walpost profile: off, ErrNullPayload; on, a tombstone with the
+	// contract's headers.
+	t.Setenv("WALPOST_MAPPING_PROFILE", "walpost")
+	t.Setenv("WALPOST_MAPPING_KEY_FORMAT", "string")
+	t.Setenv("WALPOST_MAPPING_VALUE_FORMAT", "string")
+	t.Setenv("WALPOST_MAPPING_HEADER_COLUMNS", "")
+	for _, on := range []bool{false, true} {
+		t.Setenv("WALPOST_MAPPING_TOMBSTONE_ON_EMPTY_PAYLOAD", fmt.Sprint(on))
+		cfg, err := config.Load(nil, config.NeedNothing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev := baseEvent()
+		ev.Payload = nil
+		r, err := kafka.BuildRecordWith(&ev, defaultTopic, kafka.LayoutFrom(cfg.Mapping))
+		if !on {
+			if !errors.Is(err, kafka.ErrNullPayload) || !strings.Contains(err.Error(), "mapping.tombstone_on_empty_payload") {
+				t.Errorf("walpost profile, off: %v, want ErrNullPayload naming mapping.tombstone_on_empty_payload", err)
+			}
+			continue
+		}
+		if err != nil || r.Value != nil || string(r.Key) != ev.IdempotencyKey || r.Topic != defaultTopic ||
+			len(r.Headers) != 4 || r.Headers[0].Key != kafka.HeaderIdempotencyKey || string(r.Headers[0].Value) != ev.IdempotencyKey {
+			t.Errorf("walpost profile, on: %v, %+v; want a tombstone keyed %q with the contract's headers", err, r, ev.IdempotencyKey)
+		}
+		ev.Payload = []byte{}
+		if r, err := kafka.BuildRecordWith(&ev, defaultTopic, kafka.LayoutFrom(cfg.Mapping)); err != nil || r.Value == nil {
+			t.Errorf("walpost profile, on, empty text payload: %v, value nil %v; want the empty value (only NULL is a tombstone)", err, r == nil || r.Value == nil)
 		}
 	}
 }

@@ -22,8 +22,9 @@ var ErrEmptyKey = errors.New("outbox row has an empty idempotency_key")
 
 // ErrNullPayload: the row's payload is NULL. Its record would be a
 // tombstone, which deletes the key from a compacted topic; walpost
-// quarantines it instead.
-var ErrNullPayload = errors.New("outbox row has a NULL payload (its record would be a tombstone)")
+// quarantines it instead, unless mapping.tombstone_on_empty_payload asks
+// for the tombstone.
+var ErrNullPayload = errors.New("outbox row has a NULL payload (its record would be a tombstone; set mapping.tombstone_on_empty_payload = true to send it as one)")
 
 // Header names of the record contract (DESIGN.md, Contracts).
 const (
@@ -48,7 +49,7 @@ const (
 // then each entry of the row's headers object; timestamp = commit time.
 func BuildRecord(ev *outbox.Event, defaultTopic string) (*kgo.Record, error) {
 	r := new(kgo.Record)
-	if err := buildInto(r, nil, ev, defaultTopic); err != nil {
+	if err := buildInto(r, nil, ev, defaultTopic, false); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -56,7 +57,10 @@ func BuildRecord(ev *outbox.Event, defaultTopic string) (*kgo.Record, error) {
 
 // buildInto fills r for ev, appending its headers to hs[:0] (a buffer the
 // caller may reuse). Keys and header values are read-only views of the
-// event's strings: kgo never writes to them.
+// event's strings: kgo never writes to them. A NULL payload is
+// ErrNullPayload, or with tombstones a tombstone (value nil) with the
+// usual key and headers.
+//
 // parseHeaders decodes the row's headers column: a JSON object of strings.
 // (A function of its own, so the map escapes only for rows that have
 // headers.)
@@ -73,11 +77,11 @@ func parseHeaders(b []byte) (map[string]any, error) {
 	return extra, nil
 }
 
-func buildInto(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTopic string) error {
+func buildInto(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTopic string, tombstones bool) error {
 	if ev.IdempotencyKey == "" {
 		return ErrEmptyKey
 	}
-	if ev.Payload == nil {
+	if ev.Payload == nil && !tombstones {
 		return ErrNullPayload
 	}
 	topic := ev.Topic

@@ -398,7 +398,7 @@ func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
 // build fills r with ev's record in the sink's layout.
 func (k *Sink) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event) error {
 	if k.lay == nil {
-		return buildInto(r, hs, ev, k.cfg.DefaultTopic)
+		return buildInto(r, hs, ev, k.cfg.DefaultTopic, false)
 	}
 	return k.lay.build(r, hs, ev, k.cfg.DefaultTopic, k.types.Load())
 }
