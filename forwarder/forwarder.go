@@ -73,7 +73,7 @@ type Forwarder struct {
 	// walpost_position or not, and pw the last session's position writer
 	// (sessions run one at a time): a session that starts after
 	// PostgreSQL went away skips up to known, not only up to the stored
-	// row (DESIGN.md, INV-8).
+	// row (DESIGN.md, INV-13).
 	known position.Row
 	saved position.Row // the last row this process wrote
 	pw    *positionWriter
@@ -244,7 +244,7 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 			return nil // ctx ended
 		}
 		// Their acknowledgements moved the failed session's tracker: its
-		// position is what the next session skips up to (INV-8).
+		// position is what the next session skips up to (INV-13).
 		if f.pw != nil {
 			f.pw.remember()
 		}

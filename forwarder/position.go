@@ -80,7 +80,7 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 // raiseToKnown returns the stored row raised to known, the position this
 // process confirmed in an earlier session, when known is ahead of it on
 // the same slot and cluster: acknowledged by Kafka and confirmed, but not
-// yet written when PostgreSQL went away (INV-8). A row marked by walpost
+// yet written when PostgreSQL went away (INV-13). A row marked by walpost
 // recover, another cluster or no row at all is left to position.Check.
 // saved is the last row this process wrote: a stored row behind it on the
 // same identity means the database lost a synchronous commit (restored

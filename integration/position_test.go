@@ -188,10 +188,10 @@ var (
 // by walpost's stored position when PostgreSQL crashed (its commit LSN is
 // at or past the stored LSN): what the slot re-sends below it is skipped.
 // And since walpost itself did not crash, it skips what it confirmed since
-// the last write as well (INV-8): at most one position interval's worth of
+// the last write as well (INV-13): at most one position interval's worth of
 // events is sent again. Without the position walpost re-sent everything
 // since PostgreSQL's last checkpoint (about 14,000 events here), without
-// INV-8 up to 9,713.
+// INV-13 up to 9,713.
 func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 	f := faultFixture(t, 3)
 	posForget(t, f.Pool, f.Slot)
@@ -283,7 +283,7 @@ func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 	if covered != 0 {
 		t.Errorf("%d re-sent events belong to transactions below the stored position %s: they were confirmed before the crash and must be skipped", covered, stored)
 	}
-	// INV-8: walpost outlived the crash, so it skips what it confirmed
+	// INV-13: walpost outlived the crash, so it skips what it confirmed
 	// whether or not the position was written in time, and what was in
 	// flight (flushed before the next session): only the transaction the
 	// stream was inside when the session ended is sent again.
