@@ -50,6 +50,7 @@ type metrics struct {
 	positionWrites  *prometheus.CounterVec
 	positionLSN     prometheus.Gauge
 	timelineChanged prometheus.Counter
+	transactions    *prometheus.CounterVec
 
 	mu        sync.Mutex
 	cur       string
@@ -92,6 +93,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		positionWrites:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_position_writes_total", Help: "Writes of walpost_position, by result (ok, error)."}, []string{"result"}),
 		positionLSN:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_position_lsn", Help: "LSN last written to walpost_position."}),
 		timelineChanged: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_position_timeline_changed_total", Help: "Sessions that started on another timeline than the stored position; transactions were skipped up to the switch point at most."}),
+		transactions:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_kafka_transactions_total", Help: "Kafka transactions ended in exactly-once mode, by outcome (committed, aborted)."}, []string{"outcome"}),
 	}
 	inflightEvents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_events", Help: "Events read and not yet acked or quarantined."}, func() float64 {
 		if t := m.tracker.Load(); t != nil {
@@ -117,7 +119,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest,
-		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged} {
+		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.transactions} {
 		f(c)
 	}
 	m.movedAt.Store(time.Now().UnixNano())
@@ -227,3 +229,6 @@ func NewRegistry() *prometheus.Registry {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
+
+// onTxn counts an ended Kafka transaction (exactly-once mode).
+func (m *metrics) onTxn(outcome string, _ int) { m.transactions.WithLabelValues(outcome).Inc() }

@@ -1,0 +1,166 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/verify"
+)
+
+// eosEnv is the environment of an exactly-once walpost on f, with a
+// checkpoint topic of the test's own (created by walpost, dropped at
+// cleanup).
+func (f *fixture) eosEnv(extra ...string) []string {
+	cp := "cp_" + f.Topic
+	f.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = f.Admin.DeleteTopics(ctx, cp)
+	})
+	return append([]string{
+		"WALPOST_DELIVERY_MODE=exactly-once",
+		"WALPOST_KAFKA_CHECKPOINT_TOPIC=" + cp,
+		"WALPOST_KAFKA_CREATE_TOPIC_PARTITIONS=" + fmt.Sprint(f.Partitions),
+	}, extra...)
+}
+
+// countKeys counts the distinct keys with prefix in f's topic as a
+// consumer of the given isolation sees them right now.
+func (f *fixture) countKeys(t testing.TB, prefix string, opts ...kgo.Opt) int {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	seen := map[string]bool{}
+	for quiet := 0; quiet < 2; {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			if strings.HasPrefix(string(r.Key), prefix) {
+				seen[string(r.Key)] = true
+			}
+		})
+		if n == 0 {
+			quiet++
+		}
+	}
+	return len(seen)
+}
+
+var checkpointReadRE = regexp.MustCompile(`msg="exactly-once: producer initialised, checkpoint read".*`)
+
+// TestExactlyOnceKill9: 30,000 events from 8 writers and one 20,000-row
+// transaction, walpost killed with SIGKILL twice (once while the large
+// transaction is being forwarded) and restarted: a read_committed
+// consumer sees every event exactly once.
+func TestExactlyOnceKill9(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 3})
+	// Small Kafka transactions, so the large PostgreSQL transaction spans
+	// several and the kill lands between two of them.
+	env := f.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=500")
+	p := f.start(env...)
+	if !p.waitLog("msg=streaming", 60*time.Second) {
+		t.Fatal("walpost did not start streaming")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	l := newLoad(f, 8, 100, 30_000)
+	l.pause = 2 * time.Millisecond
+	l.start(ctx)
+	waitFor(t, 2*time.Minute, "8,000 events written", func() bool { return l.written.Load() > 8_000 })
+	if _, err := p.signal(syscall.SIGKILL, 10*time.Second); err == nil {
+		t.Fatal("walpost exited cleanly after SIGKILL?")
+	}
+	t.Logf("kill 1 after %d events written", l.written.Load())
+	waitFor(t, 30*time.Second, "slot inactive", func() bool { _, active, _ := f.slotState(); return !active })
+	p2 := f.start(env...)
+	if !p2.waitLog("msg=streaming", 60*time.Second) {
+		t.Fatal("walpost did not stream after kill 1")
+	}
+
+	expected := l.wait(t)
+	// The writers are done: once the topic is quiet, what it grows by is
+	// the large transaction (and its transaction markers).
+	base := f.endOffsets(t)
+	for quietSince := time.Now(); time.Since(quietSince) < 2*time.Second; time.Sleep(100 * time.Millisecond) {
+		if n := f.endOffsets(t); n != base {
+			base, quietSince = n, time.Now()
+		}
+	}
+	const big = 20_000
+	keys := make([]string, big)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("big-%05d", i)
+	}
+	bigExp, err := f.writeTxn(ctx, "big", keys, `{"data": "`+strings.Repeat("y", 150)+`"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kill while the large transaction is on its way: some of its records
+	// are in Kafka (committed or not), not all.
+	waitForFast(t, 2*time.Minute, "part of the large transaction in Kafka", func() bool { return f.endOffsets(t)-base >= 1_500 })
+	if _, err := p2.signal(syscall.SIGKILL, 10*time.Second); err == nil {
+		t.Fatal("walpost exited cleanly after SIGKILL?")
+	}
+	uncommitted := f.countKeys(t, "big-")
+	committed := f.countKeys(t, "big-", kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	t.Logf("kill 2: %d of %d rows of the large transaction in Kafka, %d of them committed", uncommitted, big, committed)
+	if uncommitted >= big {
+		t.Fatalf("kill 2 came after the whole large transaction was in Kafka (%d records); it must land inside it", uncommitted)
+	}
+	waitFor(t, 30*time.Second, "slot inactive", func() bool { _, active, _ := f.slotState(); return !active })
+	p3 := f.start(env...)
+	if !p3.waitLog("msg=streaming", 60*time.Second) {
+		t.Fatal("walpost did not stream after kill 2")
+	}
+	if b, _ := os.ReadFile(p3.log); checkpointReadRE.Find(b) != nil {
+		t.Logf("restart 2: %s", checkpointReadRE.Find(b))
+	}
+	expected = append(expected, bigExp...)
+	recs := f.consumeAllWith(t, len(expected), 4*time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	rep := verify.Validate(expected, observed(recs))
+	t.Logf("read_committed validator: %s", rep)
+	if !rep.OK() || rep.Duplicates() != 0 || rep.Delivered != 50_000 {
+		t.Fatalf("exactly-once after two kill -9: %s", rep)
+	}
+}
+
+// endOffsets is the sum of the end offsets of f's topic's partitions.
+func (f *fixture) endOffsets(t testing.TB) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := f.Admin.ListEndOffsets(ctx, f.Topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	offs.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+// waitForFast is waitFor polling every 2 ms, for conditions that hold only
+// for a moment.
+func waitForFast(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+	}
+}
