@@ -87,7 +87,7 @@ type Result struct {
 	NothingArrived bool   `json:"nothing_arrived"` // not one record of this run arrived
 	Interrupted    bool   `json:"interrupted"`     // the run was cancelled before it finished
 	CleanupError   string `json:"cleanup_error,omitempty"`
-	OK             bool   `json:"ok"` // lost = 0, order held, the run finished (and no duplicate with exactly_once)
+	OK             bool   `json:"ok"`           // lost = 0, order held, the run finished (and no duplicate with exactly_once)
 	Isolation      string `json:"isolation"`    // the consumer's: read_uncommitted or read_committed
 	ExactlyOnce    bool   `json:"exactly_once"` // duplicates count as a failure
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -157,7 +159,7 @@ func (k *Sink) CommitTxn(ctx context.Context, cp Checkpoint) error {
 	}
 	cl := k.client.Load()
 	done := make(chan error, 1)
-	cl.Produce(ctx, &kgo.Record{Topic: k.cfg.CheckpointTopic, Key: []byte(cp.Slot), Value: value}, func(_ *kgo.Record, err error) { done <- err })
+	cl.Produce(ctx, &kgo.Record{Topic: k.cfg.CheckpointTopic, Key: []byte(TransactionalID(cp.Slot, cp.SystemID)), Value: value}, func(_ *kgo.Record, err error) { done <- err })
 	if err := cl.Flush(ctx); err != nil {
 		return fmt.Errorf("flush the kafka transaction: %w", err)
 	}
@@ -182,12 +184,14 @@ func (k *Sink) AbortTxn(ctx context.Context) error {
 	return txnErr("abort the kafka transaction", cl.EndTransaction(ctx, kgo.TryAbort))
 }
 
-// ReadCheckpoint reads slot's last committed checkpoint from topic (one
+// ReadCheckpoint reads the last committed checkpoint of key (the record key
+// CommitTxn writes: TransactionalID of the slot and system identifier, so
+// slots of several clusters may share the topic) from topic (one
 // partition) with read_committed isolation, up to the partition's last
 // stable offset at the first answer: records of aborted or open
 // transactions are never seen, and the end is known, not guessed from a
-// quiet poll. found is false when the topic holds none for slot.
-func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, slot string) (cp Checkpoint, found bool, err error) {
+// quiet poll. found is false when the topic holds none for key.
+func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, key string) (cp Checkpoint, found bool, err error) {
 	tds, err := kadm.NewClient(cl).ListTopics(ctx, topic)
 	if err != nil {
 		return cp, false, fmt.Errorf("list checkpoint topic %q: %w", topic, err)
@@ -243,12 +247,12 @@ func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, slot string) (cp
 			return cp, false, fmt.Errorf("fetch checkpoint topic %q: %w", topic, fp.Err)
 		}
 		for _, r := range fp.Records {
-			if string(r.Key) != slot {
+			if string(r.Key) != key {
 				continue
 			}
 			var c Checkpoint
 			if err := json.Unmarshal(r.Value, &c); err != nil {
-				return cp, false, fmt.Errorf("checkpoint of slot %q at offset %d of %q: %w", slot, r.Offset, topic, err)
+				return cp, false, fmt.Errorf("checkpoint %q at offset %d of %q: %w", key, r.Offset, topic, err)
 			}
 			cp, found = c, true
 		}
@@ -261,4 +265,62 @@ func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, slot string) (cp
 		stuck, offset = 0, next
 	}
 	return cp, found, nil
+}
+
+// ErrCheckpointTopic: kafka.checkpoint_topic is missing (and may not be
+// created), or is not a one-partition compacted topic. Fix the topic.
+var ErrCheckpointTopic = errors.New("kafka.checkpoint_topic is not usable")
+
+// EnsureCheckpointTopic checks that topic has one partition and
+// cleanup.policy=compact, creating it so when it is missing and create is
+// set. Anything else is an error naming the fix.
+func EnsureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, create bool) (created bool, err error) {
+	info, err := DescribeTopic(ctx, cl, topic)
+	if errors.Is(err, ErrTopicMissing) && create {
+		compact := "compact"
+		resp, cerr := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, topic)
+		if cerr == nil {
+			cerr = resp.Err
+		}
+		if cerr != nil && !errors.Is(cerr, kerr.TopicAlreadyExists) {
+			return false, fmt.Errorf("create checkpoint topic %q: %w", topic, cerr)
+		}
+		created = true
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			if info, err = DescribeTopic(ctx, cl, topic); !errors.Is(err, ErrTopicMissing) || time.Now().After(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return created, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	if errors.Is(err, ErrTopicMissing) {
+		return created, fmt.Errorf("%w: %q does not exist: fix: create it (kafka-topics.sh --create --topic %s --partitions 1 --config cleanup.policy=compact), or set kafka.create_topic_partitions so walpost creates it: %w", ErrCheckpointTopic, topic, topic, ErrTopicMissing)
+	}
+	if err != nil {
+		return created, err
+	}
+	if info.Partitions != 1 {
+		return created, fmt.Errorf("%w: %q has %d partitions: it needs exactly one (create another topic with --partitions 1 and cleanup.policy=compact)", ErrCheckpointTopic, topic, info.Partitions)
+	}
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return created, fmt.Errorf("describe config of checkpoint topic %q: %w", topic, err)
+	}
+	rc, err := rcs.On(topic, nil)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return created, fmt.Errorf("describe config of checkpoint topic %q: %w", topic, err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+			return created, nil
+		}
+	}
+	return created, fmt.Errorf("%w: %q is not compacted: fix: kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact", ErrCheckpointTopic, topic, topic)
 }

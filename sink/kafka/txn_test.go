@@ -117,7 +117,7 @@ func endMarker(t *testing.T, c *kfake.Cluster) {
 	}
 }
 
-func readCP(t *testing.T, c *kfake.Cluster, slot string) (kafka.Checkpoint, bool) {
+func readCP(t *testing.T, c *kfake.Cluster, slot string, systemID int64) (kafka.Checkpoint, bool) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
@@ -126,7 +126,7 @@ func readCP(t *testing.T, c *kfake.Cluster, slot string) (kafka.Checkpoint, bool
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	cp, found, err := kafka.ReadCheckpoint(ctx, cl, cpTopic, slot)
+	cp, found, err := kafka.ReadCheckpoint(ctx, cl, cpTopic, kafka.TransactionalID(slot, systemID))
 	if err != nil {
 		t.Fatalf("ReadCheckpoint: %v", err)
 	}
@@ -148,7 +148,7 @@ func TestTxnCommitAndAbort(t *testing.T) {
 	if err := k.InitProducer(ctx20(t)); err != nil {
 		t.Fatal(err)
 	}
-	if _, found := readCP(t, c, "s1"); found {
+	if _, found := readCP(t, c, "s1", 7365432109876543210); found {
 		t.Fatal("checkpoint found in an empty topic")
 	}
 	if err := produceTxn(t, k, "a", 5); err != nil {
@@ -169,12 +169,12 @@ func TestTxnCommitAndAbort(t *testing.T) {
 	if len(got) != 5 || strings.Join(got, ",") != strings.Join(sortedKeys("a", 5, got), ",") {
 		t.Fatalf("read_committed saw %v, want exactly a-0..a-4", got)
 	}
-	cp, found := readCP(t, c, "s1")
+	cp, found := readCP(t, c, "s1", 7365432109876543210)
 	if !found || cp != want {
 		t.Fatalf("checkpoint %+v (found %v), want %+v", cp, found, want)
 	}
-	if _, found := readCP(t, c, "other"); found {
-		t.Fatal("checkpoint of another slot found")
+	if _, found := readCP(t, c, "s1", 7); found {
+		t.Fatal("checkpoint of another system identifier found")
 	}
 }
 
@@ -251,7 +251,7 @@ func TestTxnFenced(t *testing.T) {
 	if len(got) != 5 {
 		t.Fatalf("read_committed saw %v, want a-0..2 and b-0..1", got)
 	}
-	if cp, _ := readCP(t, c, "s1"); cp.LSN != 0x300 {
+	if cp, _ := readCP(t, c, "s1", 7); cp.LSN != 0x300 {
 		t.Fatalf("checkpoint %+v, want the new producer's 0/300", cp)
 	}
 }
@@ -293,7 +293,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 	if err := k.AbortTxn(ctx20(t)); err != nil {
 		t.Fatalf("AbortTxn after the unknown outcome: %v", err)
 	}
-	if cp, _ := readCP(t, c, "s1"); cp != first {
+	if cp, _ := readCP(t, c, "s1", 7); cp != first {
 		t.Fatalf("checkpoint %+v after the unknown outcome, want the committed %+v", cp, first)
 	}
 	if err := produceTxn(t, k, "b", 2); err != nil {
@@ -312,7 +312,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 	if len(got) != 4 {
 		t.Fatalf("read_committed saw %v, want a-0..1 and b-0..1", got)
 	}
-	if cp, _ := readCP(t, c, "s1"); cp.LSN != 0x300 {
+	if cp, _ := readCP(t, c, "s1", 7); cp.LSN != 0x300 {
 		t.Fatalf("checkpoint %+v, want 0/300", cp)
 	}
 }
