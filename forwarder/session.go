@@ -2,6 +2,7 @@ package forwarder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -212,6 +213,14 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		return stream.Run(gctx)
 	})
 	err = g.Wait()
+	// A fenced producer ends walpost, whichever goroutine failed first
+	// (the replication connection of a walpost that was paused and taken
+	// over often fails at the same moment).
+	if tx != nil {
+		if terr := tx.failure(); errors.Is(terr, kafka.ErrFenced) {
+			err = terr
+		}
+	}
 	// The stream has sent its final confirmation: record it too.
 	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	pw.write(wctx, true)

@@ -350,3 +350,10 @@ func (t *transactor) failLocked(err error) {
 	default:
 	}
 }
+
+// failure is the error that ended the session, if any.
+func (t *transactor) failure() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}

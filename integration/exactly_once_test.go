@@ -164,3 +164,165 @@ func waitForFast(t testing.TB, timeout time.Duration, what string, cond func() b
 		}
 	}
 }
+
+// eosVerify reads f's topic with read_committed and fails the test unless
+// every expected event is there exactly once.
+func eosVerify(t testing.TB, f *fixture, expected []verify.Expected, timeout time.Duration) {
+	t.Helper()
+	recs := f.consumeAllWith(t, len(expected), timeout, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	rep := verify.Validate(expected, observed(recs))
+	t.Logf("read_committed validator: %s", rep)
+	if !rep.OK() || rep.Duplicates() != 0 || rep.Unexpected != 0 || rep.Delivered != len(expected) {
+		t.Fatalf("exactly-once delivery failed: %s", rep)
+	}
+}
+
+// TestExactlyOnceKafkaRestart: Kafka is stopped for 10 s and started
+// again while writers run; with kafka.flush_timeout 3s the open
+// transaction's flush and commit fail (their outcome unknown), it is
+// aborted, the session restarts, walpost resumes from the checkpoint, and
+// read_committed sees each event once.
+func TestExactlyOnceKafkaRestart(t *testing.T) {
+	f := faultFixture(t, 3)
+	p := f.start(f.eosEnv("WALPOST_KAFKA_FLUSH_TIMEOUT=3s")...)
+	faultStreaming(t, p)
+	l := newFaultLoad(f, 4, 20, 5*time.Millisecond).start()
+	l.waitWritten(t, 3000, time.Minute)
+	faultStack(t, "kafka-stop")
+	faultSleep(t, p, 10*time.Second, "while Kafka was down")
+	faultStack(t, "kafka-start")
+	t.Log("Kafka started again")
+	l.waitWritten(t, 3000, 2*time.Minute)
+	expected := l.finish(t)
+	eosVerify(t, f, expected, 4*time.Minute)
+	faultAlive(t, p, "after the Kafka restart")
+	n := faultCount(p, "session failed")
+	t.Logf("failed sessions: %d", n)
+	if n == 0 {
+		t.Fatal("no session failed while Kafka was down: the abort and resume path was not exercised")
+	}
+}
+
+// TestExactlyOncePostgresCrash: PostgreSQL is stopped with immediate
+// (a crash) and started again while writers run: the slot may go back
+// (PostgreSQL 15 keeps a moved confirmed_flush in memory only), the
+// checkpoint does not, and read_committed sees each event once.
+func TestExactlyOncePostgresCrash(t *testing.T) {
+	f := faultFixture(t, 3)
+	p := f.start(f.eosEnv()...)
+	faultStreaming(t, p)
+	l := newFaultLoad(f, 4, 20, 5*time.Millisecond).start()
+	l.waitWritten(t, 4000, time.Minute)
+	faultStack(t, "pg-stop", "immediate")
+	t.Log("PostgreSQL stopped (immediate)")
+	faultSleep(t, p, 3*time.Second, "while PostgreSQL was down")
+	faultStack(t, "pg-start")
+	faultWaitStreamingAgain(t, p, 1, 2*time.Minute)
+	l.waitWritten(t, 3000, time.Minute)
+	expected := l.finish(t)
+	eosVerify(t, f, expected, 4*time.Minute)
+	faultAlive(t, p, "after the PostgreSQL crash")
+	if b, _ := os.ReadFile(p.log); checkpointReadRE.Match(b) {
+		for _, m := range checkpointReadRE.FindAll(b, -1) {
+			t.Logf("%s", m)
+		}
+	}
+}
+
+var fencedRE = regexp.MustCompile(`kafka fenced this producer: another walpost initialised the same transactional id`)
+
+// TestExactlyOnceTwoWalposts: walpost A streams, B stands by on the same
+// slot. A is frozen (SIGSTOP) and its walsender terminated, so B takes the
+// slot, fences A's producer and resumes from the checkpoint; when A runs
+// again its producer is fenced and it exits 1 with a clear message,
+// without committing anything. read_committed sees each event once.
+func TestExactlyOnceTwoWalposts(t *testing.T) {
+	f := faultFixture(t, 3)
+	env := f.eosEnv()
+	a := f.start(env...)
+	faultStreaming(t, a)
+	b := f.start(env...)
+	if !b.waitLog("slot is held by another process", time.Minute) {
+		t.Fatal("the second walpost did not stand by")
+	}
+	l := newFaultLoad(f, 4, 20, 5*time.Millisecond).start()
+	l.waitWritten(t, 3000, time.Minute)
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	pid := faultSlotPID(f)
+	mustExec(t, f.Pool, `SELECT pg_terminate_backend($1)`, pid)
+	if !b.waitLog("msg=streaming", 2*time.Minute) {
+		t.Fatal("the standby did not take the slot")
+	}
+	l.waitWritten(t, 3000, time.Minute)
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the fenced walpost did not exit:\n%s", tail(a.log, 30))
+	}
+	log, _ := os.ReadFile(a.log)
+	if exitCode(a.err) != 1 || !fencedRE.Match(log) {
+		t.Fatalf("the fenced walpost exited %v; want exit 1 with %q:\n%s", a.err, fencedRE, tail(a.log, 30))
+	}
+	t.Logf("fenced walpost: %s", regexp.MustCompile(`.*kafka fenced this producer.*`).Find(log))
+	expected := l.finish(t)
+	eosVerify(t, f, expected, 4*time.Minute)
+	faultAlive(t, b, "after taking over")
+}
+
+// TestExactlyOncePoisonInTransaction: a record larger than the topic's
+// max.message.bytes, in the middle of a PostgreSQL transaction, aborts the
+// Kafka transaction; after poison.max_attempts it is quarantined (the
+// poison row committed before the checkpoint that steps past it), and
+// every other event of its transaction and around it arrives once.
+func TestExactlyOncePoisonInTransaction(t *testing.T) {
+	maxBytes := "20000"
+	f := newFixture(t, fixtureOpts{partitions: 3, topicConfig: map[string]*string{"max.message.bytes": &maxBytes}})
+	p := f.start(f.eosEnv("WALPOST_POISON_MAX_ATTEMPTS=2")...)
+	if !p.waitLog("msg=streaming", 60*time.Second) {
+		t.Fatal("walpost did not start streaming")
+	}
+	ctx := context.Background()
+	before, err := f.writeTxn(ctx, "before", []string{"before-0", "before-1", "before-2"}, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := f.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exp []verify.Expected
+	for i := range 5 {
+		key, payload := fmt.Sprintf("mid-%d", i), `{}`
+		if i == 2 {
+			key, payload = "poison-big", `{"big": "`+strings.Repeat("z", 40_000)+`"}`
+		} else {
+			exp = append(exp, verify.Expected{Key: key, Txn: "mid", Index: len(exp)})
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ($1, $2)`, f.Table), key, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, err := f.writeTxn(ctx, "after", []string{"after-0", "after-1"}, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Minute, "the poison row", func() bool {
+		var n int
+		_ = f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE idempotency_key = 'poison-big'`, f.PoisonTable)).Scan(&n)
+		return n == 1
+	})
+	expected := append(append(before, exp...), after...)
+	eosVerify(t, f, expected, 2*time.Minute)
+	if n := faultCount(p, "kafka refused a record inside a transaction"); n != 2 {
+		t.Errorf("%d refusals logged, want poison.max_attempts = 2", n)
+	}
+	faultAlive(t, p, "after the quarantine")
+}
