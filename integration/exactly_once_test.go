@@ -326,3 +326,20 @@ func TestExactlyOncePoisonInTransaction(t *testing.T) {
 	}
 	faultAlive(t, p, "after the quarantine")
 }
+
+// TestExactlyOnceCheckpointTopicMissing: without kafka.create_topic_partitions
+// a missing checkpoint topic stops walpost with exit 1 and the fix.
+func TestExactlyOnceCheckpointTopicMissing(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	p := f.start("WALPOST_DELIVERY_MODE=exactly-once", "WALPOST_KAFKA_CHECKPOINT_TOPIC=missing_"+f.Topic)
+	select {
+	case <-p.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("walpost did not exit:\n%s", tail(p.log, 20))
+	}
+	log, _ := os.ReadFile(p.log)
+	want := `kafka-topics.sh --create --topic missing_` + f.Topic + ` --partitions 1 --config cleanup.policy=compact`
+	if exitCode(p.err) != 1 || !strings.Contains(string(log), want) {
+		t.Fatalf("exit %v, want 1 and %q in the log:\n%s", p.err, want, tail(p.log, 20))
+	}
+}
