@@ -98,7 +98,7 @@ func (f *Forwarder) exactlyOnce(plan position.Plan, id position.Identity, slot r
 		upTo = cp.LSN
 	}
 	resume.LSN = max(upTo, slot.ConfirmedFlush)
-	tx := newTransactor(nil, transactorConfig{
+	tx := newTransactor(transactorConfig{
 		Slot: name, Identity: id,
 		Interval: cfg.Delivery.TransactionInterval, Records: cfg.Delivery.TransactionRecords, Bytes: cfg.Pipeline.MaxInFlightBytes / 2,
 		Timeout: cfg.Kafka.FlushTimeout, MaxAttempts: cfg.Poison.MaxAttempts, Resume: resume, DefaultTopic: cfg.Kafka.Topic,

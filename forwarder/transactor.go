@@ -100,8 +100,8 @@ type transactor struct {
 	sink    TxnSink
 	tracker Tracker
 	refused *refusals
-	iso     *Isolator // its quarantine and breaker only
-	ctx     context.Context
+	iso     *Isolator       // its quarantine and breaker only
+	ctx     context.Context // the session's isolator context, for poison writes
 
 	mu    sync.Mutex
 	open  bool
@@ -121,11 +121,13 @@ type transactor struct {
 	fail chan struct{}
 }
 
-func newTransactor(ctx context.Context, cfg transactorConfig, s TxnSink, tracker Tracker, refused *refusals, iso *Isolator) *transactor {
+// newTransactor wires a transactor; its ctx (for poison writes) is set
+// before Run starts.
+func newTransactor(cfg transactorConfig, s TxnSink, tracker Tracker, refused *refusals, iso *Isolator) *transactor {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &transactor{cfg: cfg, sink: s, tracker: tracker, refused: refused, iso: iso, ctx: ctx,
+	return &transactor{cfg: cfg, sink: s, tracker: tracker, refused: refused, iso: iso, ctx: context.Background(),
 		lsn: cfg.Resume.LSN, fail: make(chan struct{}, 1)}
 }
 
