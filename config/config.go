@@ -34,6 +34,7 @@ type Config struct {
 	Kafka    Kafka    `mapstructure:"kafka"`
 	Mapping  Mapping  `mapstructure:"mapping"`
 	Pipeline Pipeline `mapstructure:"pipeline"`
+	Delivery Delivery `mapstructure:"delivery"`
 	Poison   Poison   `mapstructure:"poison"`
 	Recover  Recover  `mapstructure:"recover"`
 	Outbox   Outbox   `mapstructure:"outbox"`
@@ -100,9 +101,13 @@ type Kafka struct {
 	// FlushTimeout bounds a clean stop: reading to the open transaction's
 	// commit, finishing a running isolation, waiting for acks and the final
 	// flush share one deadline, FlushTimeout after the stop. Default 30s.
-	FlushTimeout time.Duration `mapstructure:"flush_timeout" doc:"How long a clean stop may take, in total, to finish the open transaction and a running isolation and wait for outstanding acks (duration)." default:"30s"`
-	TLS          TLS           `mapstructure:"tls"`
-	SASL         SASL          `mapstructure:"sasl"`
+	// CheckpointTopic holds, per slot, the position of the last committed
+	// Kafka transaction in exactly-once mode (DESIGN.md, "Exactly-once
+	// delivery").
+	CheckpointTopic string        `mapstructure:"checkpoint_topic" doc:"Compacted topic (one partition, cleanup.policy=compact) holding each slot's last committed position in delivery.mode exactly-once; created when kafka.create_topic_partitions > 0, else it must exist. Unused in at-least-once." default:"walpost_checkpoints"`
+	FlushTimeout    time.Duration `mapstructure:"flush_timeout" doc:"How long a clean stop may take, in total, to finish the open transaction and a running isolation and wait for outstanding acks (duration)." default:"30s"`
+	TLS             TLS           `mapstructure:"tls"`
+	SASL            SASL          `mapstructure:"sasl"`
 }
 
 // TLS configures TLS to the brokers.
@@ -327,6 +332,32 @@ type Pipeline struct {
 	// MaxInFlightBytes caps their payload bytes.
 	MaxInFlightBytes int64 `mapstructure:"max_inflight_bytes" doc:"Bytes of those events before the reader pauses (bytes)." default:"16777216"`
 }
+
+// Delivery modes (delivery.mode).
+const (
+	AtLeastOnce = "at-least-once"
+	ExactlyOnce = "exactly-once"
+)
+
+// Delivery chooses the delivery guarantee and, in exactly-once mode, the
+// size of Kafka transactions (DESIGN.md, "Exactly-once delivery").
+type Delivery struct {
+	// Mode is AtLeastOnce (an idempotent producer; consumers deduplicate
+	// by idempotency_key) or ExactlyOnce (a transactional producer and a
+	// checkpoint topic; read_committed consumers see each event once).
+	Mode string `mapstructure:"mode" doc:"at-least-once (idempotent producer; consumers deduplicate by idempotency_key) or exactly-once (transactions plus kafka.checkpoint_topic; consumers must read with isolation.level=read_committed)." default:"at-least-once"`
+	// TransactionInterval is the longest a Kafka transaction stays open.
+	TransactionInterval time.Duration `mapstructure:"transaction_interval" doc:"Exactly-once: commit the open Kafka transaction once it is this old (duration, above 0 and below delivery.transaction_timeout); the latency a read_committed consumer adds." default:"100ms"`
+	// TransactionRecords caps the records of one Kafka transaction.
+	TransactionRecords int `mapstructure:"transaction_records" doc:"Exactly-once: commit the open Kafka transaction once it holds this many records (at least 1, below pipeline.max_inflight_events)." default:"5000"`
+	// TransactionTimeout is franz-go's TransactionTimeout (Java
+	// transaction.timeout.ms): the coordinator aborts a transaction open
+	// longer. At most the broker's transaction.max.timeout.ms.
+	TransactionTimeout time.Duration `mapstructure:"transaction_timeout" doc:"Exactly-once: the producer's transaction.timeout.ms: the broker aborts a transaction left open longer (duration, above delivery.transaction_interval, at most the broker's transaction.max.timeout.ms, 15m by default)." default:"1m"`
+}
+
+// MaxTransactionTimeout is Kafka's default transaction.max.timeout.ms.
+const MaxTransactionTimeout = 15 * time.Minute
 
 // Poison governs quarantine of records Kafka keeps refusing.
 type Poison struct {
@@ -815,6 +846,27 @@ func (c *Config) ValidateFor(need Needs) error {
 	}
 	if c.Pipeline.MaxInFlightBytes < 1024 {
 		bad("pipeline.max_inflight_bytes", strconv.FormatInt(c.Pipeline.MaxInFlightBytes, 10), "at least 1024 bytes")
+	}
+	switch c.Delivery.Mode {
+	case AtLeastOnce:
+	case ExactlyOnce:
+		if !validTopic(c.Kafka.CheckpointTopic) {
+			bad("kafka.checkpoint_topic", c.Kafka.CheckpointTopic, "a Kafka topic name: 1-249 characters of [a-zA-Z0-9._-]")
+		} else if c.Kafka.CheckpointTopic == c.Kafka.Topic {
+			bad("kafka.checkpoint_topic", c.Kafka.CheckpointTopic, "a topic of its own, not kafka.topic")
+		}
+		d := c.Delivery
+		if d.TransactionTimeout <= 0 || d.TransactionTimeout > MaxTransactionTimeout {
+			bad("delivery.transaction_timeout", d.TransactionTimeout.String(), "a duration above 0 and at most the broker's transaction.max.timeout.ms (15m by default)")
+		}
+		if d.TransactionInterval <= 0 || d.TransactionInterval >= d.TransactionTimeout {
+			bad("delivery.transaction_interval", d.TransactionInterval.String(), "a duration above 0 and below delivery.transaction_timeout ("+d.TransactionTimeout.String()+")")
+		}
+		if d.TransactionRecords < 1 || d.TransactionRecords >= c.Pipeline.MaxInFlightEvents {
+			bad("delivery.transaction_records", strconv.Itoa(d.TransactionRecords), "at least 1 and below pipeline.max_inflight_events ("+strconv.Itoa(c.Pipeline.MaxInFlightEvents)+"): a transaction must commit before the reader pauses")
+		}
+	default:
+		bad("delivery.mode", c.Delivery.Mode, "at-least-once or exactly-once")
 	}
 	if c.Poison.MaxAttempts < 1 {
 		bad("poison.max_attempts", strconv.Itoa(c.Poison.MaxAttempts), "at least 1")

@@ -13,6 +13,7 @@ import (
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // Action is what the session loop does after a session ended with an error.
@@ -68,7 +69,7 @@ func Classify(ctx context.Context, err error) (a Action, cause string) {
 	case err == nil:
 		return Retry, "other"
 	case replication.IsTerminal(err), position.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression),
-		errors.Is(err, poison.ErrUnwritable):
+		errors.Is(err, poison.ErrUnwritable), errors.Is(err, kafka.ErrFenced), errors.Is(err, kafka.ErrCheckpointTopic):
 		// Invariant INV-1: a regression means the watermark arithmetic is
 		// broken; reconnecting could confirm past an unacknowledged event.
 		return Fail, ""

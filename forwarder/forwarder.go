@@ -66,6 +66,9 @@ type Forwarder struct {
 	// The server identity the last session checked walpost's position
 	// against (nil: none yet); prune passes run only on it (retention.go).
 	ident atomic.Pointer[position.Identity]
+	// Record-level refusals per event in exactly-once mode, across
+	// sessions (transactor).
+	refused refusals
 	// The receive timeout last logged (sessions run one at a time).
 	rtLogged bool
 	rtSender time.Duration // the wal_sender_timeout it was logged for
@@ -144,7 +147,15 @@ func (f *Forwarder) Run(ctx context.Context) error {
 // ends or one fails for good.
 func (f *Forwarder) forward(ctx context.Context) error {
 	cfg := f.cfg
-	if f.sink == nil {
+	if f.eos() {
+		// Each session builds its own transactional producer (openTxn).
+		if f.sink != nil {
+			return errors.New("delivery.mode exactly-once builds its own transactional Kafka producer: leave Deps.Sink nil")
+		}
+		if ok, err := f.waitKafka(ctx); !ok || err != nil {
+			return err
+		}
+	} else if f.sink == nil {
 		k, err := f.openKafka(ctx)
 		if err != nil || k == nil {
 			return err // k == nil: ctx ended while Kafka was unreachable
@@ -205,9 +216,11 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 		case Stop:
 			// Shutdown: the stream drained and confirmed; flush the rest
 			// by what is left of the stop's deadline.
-			fctx, cancel := context.WithDeadline(context.Background(), stop.deadline())
-			_ = f.sink.Flush(fctx)
-			cancel()
+			if f.sink != nil {
+				fctx, cancel := context.WithDeadline(context.Background(), stop.deadline())
+				_ = f.sink.Flush(fctx)
+				cancel()
+			}
 			// The isolator settles on through a stop, so a failure that
 			// must end walpost (ErrBreaker, poison.ErrUnwritable) can
 			// come during it: it is not a clean stop.
@@ -240,8 +253,10 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 		// Records of the failed session stay in the sink and keep their
 		// per-partition order; wait for their outcomes before resuming from
 		// the slot, so the next session starts with nothing in flight.
-		if err := f.sink.Flush(ctx); err != nil {
-			return nil // ctx ended
+		if f.sink != nil {
+			if err := f.sink.Flush(ctx); err != nil {
+				return nil // ctx ended
+			}
 		}
 		// Their acknowledgements moved the failed session's tracker: its
 		// position is what the next session skips up to (INV-13).

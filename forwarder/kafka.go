@@ -20,6 +20,23 @@ import (
 // retried like PostgreSQL; only a missing topic (or one walpost may not
 // describe) is fatal. It returns nil, nil when ctx ends first.
 func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
+	if ok, err := f.waitKafka(ctx); !ok || err != nil {
+		return nil, err
+	}
+	kcfg, err := kafka.ConfigFrom(f.cfg)
+	if err != nil {
+		return nil, err
+	}
+	kcfg.ProducerOpts = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(f.reg)))}
+	kcfg.Logger = f.log.With("component", "kafka")
+	kcfg.OnDataLoss = f.onDataLoss
+	return kafka.New(kcfg)
+}
+
+// waitKafka waits until the default topic (and in exactly-once mode the
+// checkpoint topic) exists or was created: ok is false when ctx ended
+// first; a missing or wrong topic is an error.
+func (f *Forwarder) waitKafka(ctx context.Context) (ok bool, err error) {
 	cfg := f.cfg
 	b := newBackoff(30 * time.Second)
 	for {
@@ -28,27 +45,20 @@ func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
 			break
 		}
 		if ctx.Err() != nil {
-			return nil, nil
+			return false, nil
 		}
-		if errors.Is(err, kafka.ErrTopicMissing) {
-			return nil, err
+		if errors.Is(err, kafka.ErrTopicMissing) || errors.Is(err, kafka.ErrCheckpointTopic) {
+			return false, err
 		}
 		f.m.setState(stateReconnecting)
 		f.m.reconnects.WithLabelValues("kafka").Inc()
 		wait := b.next(30 * time.Second)
 		f.log.Warn("kafka not reachable; retrying", "brokers", strings.Join(cfg.Kafka.Brokers, ","), "err", redact.String(err.Error()), "retry_in", wait.String())
 		if !sleep(ctx, wait) {
-			return nil, nil
+			return false, nil
 		}
 	}
-	kcfg, err := kafka.ConfigFrom(cfg)
-	if err != nil {
-		return nil, err
-	}
-	kcfg.ProducerOpts = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(f.reg)))}
-	kcfg.Logger = f.log.With("component", "kafka")
-	kcfg.OnDataLoss = f.onDataLoss
-	return kafka.New(kcfg)
+	return true, nil
 }
 
 // ErrDataLoss: Kafka reported data loss on a partition. The session ends
@@ -126,6 +136,9 @@ func (f *Forwarder) checkTopic(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("kafka.topic: %w (brokers %v)", err, cfg.Brokers)
+	}
+	if f.eos() {
+		return f.checkCheckpointTopic(cctx, cl)
 	}
 	return nil
 }

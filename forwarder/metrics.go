@@ -52,6 +52,7 @@ type metrics struct {
 	timelineChanged prometheus.Counter
 	pruned          prometheus.Counter
 	pruneErrors     prometheus.Counter
+	transactions    *prometheus.CounterVec
 
 	mu        sync.Mutex
 	cur       string
@@ -96,6 +97,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		timelineChanged: prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_position_timeline_changed_total", Help: "Sessions that started on another timeline than the stored position; transactions were skipped up to the switch point at most."}),
 		pruned:          prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_outbox_pruned_rows_total", Help: "Outbox rows deleted by the prune passes of outbox.retention."}),
 		pruneErrors:     prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_outbox_prune_errors_total", Help: "Prune passes of outbox.retention that failed (logged with the error; forwarding goes on)."}),
+		transactions:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_kafka_transactions_total", Help: "Kafka transactions ended in exactly-once mode, by outcome (committed, aborted)."}, []string{"outcome"}),
 	}
 	inflightEvents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_events", Help: "Events read and not yet acked or quarantined."}, func() float64 {
 		if t := m.tracker.Load(); t != nil {
@@ -121,7 +123,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest,
-		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors} {
+		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions} {
 		f(c)
 	}
 	m.movedAt.Store(time.Now().UnixNano())
@@ -231,3 +233,6 @@ func NewRegistry() *prometheus.Registry {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
+
+// onTxn counts an ended Kafka transaction (exactly-once mode).
+func (m *metrics) onTxn(outcome string, _ int) { m.transactions.WithLabelValues(outcome).Inc() }

@@ -204,6 +204,11 @@ type skipper struct {
 	log     *slog.Logger
 	slot    string
 	from    pglogrepl.LSN // the slot's confirmed position
+	// Exactly-once: the first ordinal events of the transaction whose
+	// commit LSN is partial are in committed Kafka transactions too.
+	partial pglogrepl.LSN
+	ordinal int
+	pseen   int
 
 	n           int
 	first, last pglogrepl.LSN // commit LSNs of the first and last skipped events
@@ -217,7 +222,13 @@ type skipper struct {
 // every transaction it confirms, never inside a commit record, so
 // C < upTo ⇔ E ≤ upTo (DESIGN.md, "Position").
 func (s *skipper) Emit(ev *outbox.Event, t checkpoint.Ticket) {
-	if !s.over && ev.CommitLSN < s.upTo {
+	// INV-11: the events of a PostgreSQL transaction are decoded in the
+	// same order every time, so the first ordinal are those committed.
+	skipPartial := s.partial != 0 && ev.CommitLSN == s.partial && s.pseen < s.ordinal
+	if skipPartial {
+		s.pseen++
+	}
+	if skipPartial || (!s.over && ev.CommitLSN < s.upTo) {
 		if s.n == 0 {
 			s.first = ev.CommitLSN
 		}

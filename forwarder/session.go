@@ -2,6 +2,7 @@ package forwarder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // session runs one replication connection until it fails or ctx ends. Its
@@ -86,6 +88,19 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	if versionNum >= replication.FailoverSlotsVersionNum && !slot.Failover {
 		f.enableFailover(ctx, side, conn)
 	}
+	// Exactly-once: a producer of this session's own, initialised (fencing
+	// any earlier one) only now that the slot is free, so a standby never
+	// fences the walpost that streams; the checkpoint is read after it
+	// (INV-10).
+	var txs *kafka.Sink
+	var cp kafka.Checkpoint
+	var cpFound bool
+	if f.eos() {
+		if txs, cp, cpFound, err = f.openTxn(ctx, id); err != nil {
+			return err
+		}
+		defer txs.Close()
+	}
 	// The poison table must be able to take an event before one is read:
 	// a schema it refuses would otherwise be found only at the first
 	// quarantine (poison.ErrUnwritable, terminal).
@@ -154,7 +169,14 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	f.ident.Store(&id)
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,
 		"table", table.String(), "lsn", slot.ConfirmedFlush.String())
-	h, skip := f.handlerFor(plan, id, row, slot, iso, tracker)
+	var h replication.Handler
+	var skip *skipper
+	var tx *transactor
+	if txs != nil {
+		h, skip, tx = f.exactlyOnce(plan, id, slot, iso, tracker, txs, cp, cpFound)
+	} else {
+		h, skip = f.handlerFor(plan, id, row, slot, iso, tracker)
+	}
 	pw := &positionWriter{store: position.NewStore(f.pool), row: position.Row{Slot: cfg.Postgres.Slot, Identity: id},
 		tracker: tracker, m: f.m, log: f.log, written: max(slot.ConfirmedFlush, row.LSN), known: &f.known, saved: &f.saved}
 	f.pw = pw
@@ -178,7 +200,12 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	ictx, isoDone := isolatorContext(gctx, stop)
 	defer isoDone()
 	g.Go(func() error { return watchLoss(gctx) })
-	g.Go(func() error { return iso.Run(ictx) })
+	if tx != nil {
+		tx.ctx = ictx
+		g.Go(func() error { return tx.Run(ictx) })
+	} else {
+		g.Go(func() error { return iso.Run(ictx) })
+	}
 	g.Go(func() error {
 		select {
 		case <-sideFree:
@@ -198,6 +225,14 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		return stream.Run(gctx)
 	})
 	err = g.Wait()
+	// A fenced producer ends walpost, whichever goroutine failed first
+	// (the replication connection of a walpost that was paused and taken
+	// over often fails at the same moment).
+	if tx != nil {
+		if terr := tx.failure(); errors.Is(terr, kafka.ErrFenced) {
+			err = terr
+		}
+	}
 	// The stream has sent its final confirmation: record it too.
 	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	pw.write(wctx, true)

@@ -421,8 +421,15 @@ type record struct {
 // the expected set have arrived and the topic is quiet, or timeout passes.
 func (f *fixture) consumeAll(t testing.TB, want int, timeout time.Duration) []record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	return f.consumeAllWith(t, want, timeout)
+}
+
+// consumeAllWith is consumeAll with more consumer options (e.g.
+// read_committed isolation).
+func (f *fixture) consumeAllWith(t testing.TB, want int, timeout time.Duration, opts ...kgo.Opt) []record {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,3 +131,37 @@ func TestVerifyMissingTopic(t *testing.T) {
 		t.Fatalf("%d rows written despite the missing topic", n)
 	}
 }
+
+// TestVerifyExactlyOnce: against an exactly-once walpost, verify reads
+// with read_committed by default and passes with no duplicate; asking it
+// for read_uncommitted in that mode is refused (exit 2).
+func TestVerifyExactlyOnce(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 3})
+	env := append(f.env(), f.eosEnv()...)
+	p := f.start(f.eosEnv()...)
+	if !p.waitLog("msg=streaming", 60*time.Second) {
+		t.Fatal("walpost did not start streaming")
+	}
+	out, err := walpostOutput(t, env, "verify", "--events", "3000", "--json")
+	if code := exitCode(err); code != 0 {
+		t.Fatalf("walpost verify exited %d (%v):\n%s", code, err, out)
+	}
+	var rep struct {
+		OK          bool   `json:"ok"`
+		Delivered   int    `json:"delivered"`
+		Duplicates  int    `json:"duplicates"`
+		Isolation   string `json:"isolation"`
+		ExactlyOnce bool   `json:"exactly_once"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	t.Logf("verify: %+v", rep)
+	if !rep.OK || rep.Delivered != 3000 || rep.Duplicates != 0 || rep.Isolation != "read_committed" || !rep.ExactlyOnce {
+		t.Fatalf("json report: %+v\n%s", rep, out)
+	}
+	out, err = walpostOutput(t, env, "verify", "--events", "10", "--isolation", "read_uncommitted")
+	if code := exitCode(err); code != 2 || !strings.Contains(out, "use --isolation read_committed") {
+		t.Fatalf("verify --isolation read_uncommitted in exactly-once mode: exit %d, output:\n%s", code, out)
+	}
+}

@@ -387,6 +387,24 @@ func checkKafka(ctx context.Context, cfg *config.Config, r *runner) {
 	}
 	r.ok("kafka", fmt.Sprintf("%d broker(s) reachable via %v", len(brokers), cfg.Kafka.Brokers))
 	checkTopic(cctx, cl, cfg.Kafka, r)
+	if cfg.Delivery.Mode == config.ExactlyOnce {
+		checkCheckpointTopic(cctx, cl, cfg.Kafka, r)
+	}
+}
+
+// checkCheckpointTopic checks kafka.checkpoint_topic in exactly-once mode:
+// one partition, cleanup.policy=compact (DESIGN.md, "Exactly-once
+// delivery"); check never creates it.
+func checkCheckpointTopic(ctx context.Context, cl *kgo.Client, cfg config.Kafka, r *runner) {
+	_, err := kafka.EnsureCheckpointTopic(ctx, cl, cfg.CheckpointTopic, false)
+	switch {
+	case errors.Is(err, kafka.ErrTopicMissing) && cfg.CreateTopicPartitions > 0:
+		r.ok("checkpoint_topic", fmt.Sprintf("%q does not exist yet; walpost run creates it with 1 partition and cleanup.policy=compact (kafka.create_topic_partitions)", cfg.CheckpointTopic))
+	case err != nil:
+		r.fail("checkpoint_topic", err)
+	default:
+		r.ok("checkpoint_topic", fmt.Sprintf("%q has 1 partition and cleanup.policy=compact", cfg.CheckpointTopic))
+	}
 }
 
 // checkTopic is the only user of the sink package's topic helpers here.

@@ -141,6 +141,36 @@ func TestRunKafka(t *testing.T) {
 			t.Errorf("topic: %+v", topic)
 		}
 	})
+	checkpointCheck := func(cfg *config.Config) Check {
+		t.Helper()
+		cfg.Delivery.Mode = config.ExactlyOnce
+		res := Run(ctx, cfg, nil)
+		if len(res.Checks) != 12 || res.Checks[11].Name != "checkpoint_topic" {
+			t.Fatalf("checks %+v, want 12 ending with checkpoint_topic", res.Checks)
+		}
+		return res.Checks[11]
+	}
+	t.Run("exactly-once: checkpoint topic missing", func(t *testing.T) {
+		cfg := testConfig(pg, c.ListenAddrs(), "events")
+		cfg.Kafka.CheckpointTopic = "cp"
+		if cp := checkpointCheck(cfg); cp.Status != Fail || !strings.Contains(cp.Detail, "--partitions 1 --config cleanup.policy=compact") {
+			t.Errorf("checkpoint_topic: %+v", cp)
+		}
+	})
+	t.Run("exactly-once: checkpoint topic missing, created by run", func(t *testing.T) {
+		cfg := testConfig(pg, c.ListenAddrs(), "events")
+		cfg.Kafka.CheckpointTopic, cfg.Kafka.CreateTopicPartitions = "cp", 3
+		if cp := checkpointCheck(cfg); cp.Status != OK || !strings.Contains(cp.Detail, "walpost run creates it with 1 partition") {
+			t.Errorf("checkpoint_topic: %+v", cp)
+		}
+	})
+	t.Run("exactly-once: checkpoint topic not compacted", func(t *testing.T) {
+		cfg := testConfig(pg, c.ListenAddrs(), "events")
+		cfg.Kafka.CheckpointTopic = "events"
+		if cp := checkpointCheck(cfg); cp.Status != Fail || !strings.Contains(cp.Detail, "is not compacted") {
+			t.Errorf("checkpoint_topic: %+v", cp)
+		}
+	})
 	t.Run("unreachable", func(t *testing.T) {
 		addr := closedAddr(t)
 		k, topic := last2(testConfig(pg, []string{addr}, "events"))

@@ -58,6 +58,14 @@ type LeakTest struct {
 
 	RunID string // random when empty
 
+	// Isolation is the consumer's isolation level: "read_uncommitted"
+	// (default: every record Kafka holds, also of aborted transactions)
+	// or "read_committed" (what exactly-once consumers read).
+	Isolation string
+	// ExactlyOnce counts duplicates as a failure (delivery.mode
+	// exactly-once promises none to read_committed consumers).
+	ExactlyOnce bool
+
 	// A LeakTest runs once.
 
 	written   atomic.Int64
@@ -203,9 +211,13 @@ func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
 		parts[p] = kgo.NewOffset().At(o)
 	}
 	ready := newFetchReady(ctx, kadm.NewClient(admCl), l.Topic)
+	isolation := kgo.ReadUncommitted()
+	if l.Isolation == IsolationReadCommitted {
+		isolation = kgo.ReadCommitted()
+	}
 	cons, err := l.kafkaClient("walpost-verify",
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{l.Topic: parts}),
-		kgo.FetchMaxWait(100*time.Millisecond), kgo.WithHooks(ready))
+		kgo.FetchMaxWait(100*time.Millisecond), kgo.WithHooks(ready), kgo.FetchIsolationLevel(isolation))
 	if err != nil {
 		return nil, fmt.Errorf("kafka: %w", err)
 	}
@@ -535,5 +547,12 @@ func (l *LeakTest) summarise(res *Result, ws *writeState, cs *consumeState, star
 	res.NothingArrived = len(cs.observed) == 0
 	res.Partitions = PerPartition(expected, cs.observed, starts)
 	res.Latency = CommitToConsume(expected, ws.commits, cs.firstSeen)
-	res.OK = rep.OK() && !res.Interrupted && res.Written == res.Events
+	res.Isolation, res.ExactlyOnce = l.Isolation, l.ExactlyOnce
+	res.OK = rep.OK() && !res.Interrupted && res.Written == res.Events && !(l.ExactlyOnce && res.Duplicates > 0)
 }
+
+// Isolation levels of LeakTest.Isolation.
+const (
+	IsolationReadUncommitted = "read_uncommitted"
+	IsolationReadCommitted   = "read_committed"
+)

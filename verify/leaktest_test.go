@@ -170,3 +170,30 @@ func TestLeakTestReportJSON(t *testing.T) {
 		t.Fatalf("partitions: %s", fmt.Sprint(got["partitions"]))
 	}
 }
+
+// TestLeakTestExactlyOnceDuplicateFails: a duplicate copy passes in
+// at-least-once mode and fails the run in exactly-once mode, with a
+// verdict that says why.
+func TestLeakTestExactlyOnceDuplicateFails(t *testing.T) {
+	for _, exactlyOnce := range []bool{false, true} {
+		l := &LeakTest{Events: 2, Topic: "outbox", ExactlyOnce: exactlyOnce, Isolation: IsolationReadCommitted}
+		ws := &writeState{expected: []Expected{{Key: "k1", Txn: "t1", Index: 0}, {Key: "k2", Txn: "t1", Index: 1}}, txns: 1,
+			commits: map[string]time.Time{"t1": time.Now()}}
+		cs := &consumeState{observed: []Observed{{Key: "k1", Partition: 0, Offset: 0}, {Key: "k2", Partition: 0, Offset: 1}, {Key: "k2", Partition: 0, Offset: 2}},
+			firstSeen: map[string]time.Time{}}
+		res := &Result{Events: 2}
+		l.summarise(res, ws, cs, map[int32]int64{0: 0})
+		if res.Duplicates != 1 || res.OK == exactlyOnce {
+			t.Fatalf("exactly-once %v: duplicates %d, ok %v; want 1 duplicate and ok %v", exactlyOnce, res.Duplicates, res.OK, !exactlyOnce)
+		}
+		var b bytes.Buffer
+		_ = res.WriteText(&b)
+		want := `(?m)^PASS: nothing lost, order held per partition \(1 duplicate copies: allowed, at-least-once\)`
+		if exactlyOnce {
+			want = `(?m)^FAIL: 1 duplicated \(delivery.mode exactly-once promises none to read_committed consumers\)`
+		}
+		if !regexp.MustCompile(want).MatchString(b.String()) {
+			t.Errorf("exactly-once %v: report lacks %s:\n%s", exactlyOnce, want, b.String())
+		}
+	}
+}

@@ -87,7 +87,9 @@ type Result struct {
 	NothingArrived bool   `json:"nothing_arrived"` // not one record of this run arrived
 	Interrupted    bool   `json:"interrupted"`     // the run was cancelled before it finished
 	CleanupError   string `json:"cleanup_error,omitempty"`
-	OK             bool   `json:"ok"` // lost = 0, order held, the run finished
+	OK             bool   `json:"ok"`           // lost = 0, order held, the run finished (and no duplicate with exactly_once)
+	Isolation      string `json:"isolation"`    // the consumer's: read_uncommitted or read_committed
+	ExactlyOnce    bool   `json:"exactly_once"` // duplicates count as a failure
 
 	Report *Report `json:"-"` // the validator's full verdict
 }
@@ -221,6 +223,9 @@ func (r *Result) WriteText(w io.Writer) error {
 		fmt.Fprintf(w, "Warning: %s\n", r.CleanupError)
 	}
 	verdict := "PASS: nothing lost, order held per partition"
+	if r.ExactlyOnce && r.OK {
+		verdict = "PASS: nothing lost, nothing duplicated, order held per partition (exactly-once, " + r.Isolation + ")"
+	}
 	if r.Duplicates > 0 && r.OK {
 		verdict += fmt.Sprintf(" (%d duplicate copies: allowed, at-least-once)", r.Duplicates)
 	}
@@ -234,6 +239,9 @@ func (r *Result) WriteText(w io.Writer) error {
 		}
 		if r.Interrupted {
 			why = append(why, "interrupted")
+		}
+		if r.ExactlyOnce && r.Duplicates > 0 {
+			why = append(why, fmt.Sprintf("%d duplicated (delivery.mode exactly-once promises none to read_committed consumers)", r.Duplicates))
 		}
 		if r.Written != r.Events {
 			why = append(why, fmt.Sprintf("%d of %d written", r.Written, r.Events))

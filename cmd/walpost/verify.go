@@ -19,6 +19,7 @@ import (
 func newVerifyCommand() *cobra.Command {
 	lt := &verify.LeakTest{}
 	var asJSON bool
+	var isolation string
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Leak test: write events through the outbox and check that walpost delivers them all, in order",
@@ -41,8 +42,11 @@ when the record was fetched. It is not the broker append time: walpost stamps ea
 with the transaction's commit time. The verdict comes from the same validator as
 walpost's integration tests.
 
-Exit status: 0 when nothing was lost and order held (duplicates are allowed:
-delivery is at-least-once); 1 when events were lost, out of order, or the run was
+With delivery.mode exactly-once, verify reads with --isolation read_committed (the
+default then) and a duplicate is a failure.
+
+Exit status: 0 when nothing was lost and order held (duplicates are allowed in
+at-least-once mode, a failure in exactly-once mode); 1 when events were lost, out of order, or the run was
 interrupted; 2 when the test could not run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -59,6 +63,19 @@ interrupted; 2 when the test could not run.`,
 			lt.Brokers = cfg.Kafka.Brokers
 			lt.KafkaOpts = kopts
 			lt.Topic = cfg.Kafka.Topic
+			lt.ExactlyOnce = cfg.Delivery.Mode == config.ExactlyOnce
+			switch {
+			case isolation == "" && lt.ExactlyOnce:
+				isolation = verify.IsolationReadCommitted
+			case isolation == "":
+				isolation = verify.IsolationReadUncommitted
+			case isolation != verify.IsolationReadCommitted && isolation != verify.IsolationReadUncommitted:
+				return &exitError{code: 2, err: fmt.Errorf("--isolation %q: read_committed or read_uncommitted", isolation)}
+			}
+			if lt.ExactlyOnce && isolation != verify.IsolationReadCommitted {
+				return &exitError{code: 2, err: fmt.Errorf("--isolation %s with delivery.mode exactly-once: a read_uncommitted consumer sees the records of aborted transactions, so duplicates cannot be judged; use --isolation read_committed", isolation)}
+			}
+			lt.Isolation = isolation
 			return runVerify(cmd.Context(), lt, cmd.OutOrStdout(), cmd.ErrOrStderr(), asJSON)
 		},
 	}
@@ -70,6 +87,7 @@ interrupted; 2 when the test could not run.`,
 	fs.DurationVar(&lt.Timeout, "timeout", 2*time.Minute, "how long to wait for delivery after the last commit")
 	fs.BoolVar(&lt.KeepRows, "keep-rows", false, "leave the written rows in the outbox table")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.StringVar(&isolation, "isolation", "", "consumer isolation: read_committed or read_uncommitted (default read_committed with delivery.mode exactly-once, which also counts duplicates as a failure; else read_uncommitted)")
 	return cmd
 }
 

@@ -52,6 +52,18 @@ type Config struct {
 	// Layout is the record format (config mapping.*, LayoutFrom); nil is
 	// walpost's own record.
 	Layout *Layout
+	// TransactionalID makes the producer transactional (exactly-once
+	// mode; TransactionalID builds it): records are produced inside the
+	// transactions of BeginTxn/CommitTxn/AbortTxn. Empty: idempotent only.
+	TransactionalID string
+	// TransactionTimeout is franz-go's TransactionTimeout (Java
+	// transaction.timeout.ms): the broker aborts a transaction left open
+	// longer. At most the broker's transaction.max.timeout.ms (15 min by
+	// default). 0 leaves franz-go's default (40 s).
+	TransactionTimeout time.Duration
+	// CheckpointTopic receives the checkpoint record of each committed
+	// transaction (CommitTxn).
+	CheckpointTopic string
 	// Opts are extra client options (TLS, SASL, tests) for every client.
 	Opts []kgo.Opt
 	// ProducerOpts apply to the producing client only (e.g. metric hooks).
@@ -148,6 +160,12 @@ func New(cfg Config) (*Sink, error) {
 	}))
 	if cfg.MaxBufferedRecords > 0 {
 		opts = append(opts, kgo.MaxBufferedRecords(cfg.MaxBufferedRecords))
+	}
+	if cfg.TransactionalID != "" {
+		opts = append(opts, kgo.TransactionalID(cfg.TransactionalID))
+		if cfg.TransactionTimeout > 0 {
+			opts = append(opts, kgo.TransactionTimeout(cfg.TransactionTimeout))
+		}
 	}
 	opts = append(opts, cfg.Opts...)
 	opts = append(opts, cfg.ProducerOpts...)
@@ -288,6 +306,12 @@ func (k *Sink) rebuild(topic string, limit int) error {
 	defer k.remake.Unlock()
 	if v, ok := k.built.Load(topic); !ok || v.(int) >= limit {
 		return nil // rebuilt meanwhile
+	}
+	if k.cfg.TransactionalID != "" {
+		// A new client would fence this one and abort the open
+		// transaction: the session restarts with a new producer, which
+		// reads the limits again.
+		return fmt.Errorf("%w of topic %q was raised: the session restarts with a new transactional producer", ErrLimitUnknown, topic)
 	}
 	old := k.client.Load()
 	if n := old.BufferedProduceRecords(); n > 0 {

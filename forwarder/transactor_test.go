@@ -1,0 +1,181 @@
+package forwarder
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/poison"
+	"github.com/walpost/walpost/position"
+	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
+)
+
+// fakeTxnSink acknowledges every record at once (or fails those whose key
+// is in refuse) and records the transaction calls.
+type fakeTxnSink struct {
+	mu      sync.Mutex
+	refuse  map[string]error
+	begins  int
+	commits []kafka.Checkpoint
+	aborts  int
+	inTxn   int
+}
+
+func (s *fakeTxnSink) Produce(ev *outbox.Event, a sink.Acker) {
+	s.mu.Lock()
+	s.inTxn++
+	err := s.refuse[ev.IdempotencyKey]
+	s.mu.Unlock()
+	a.Acked(sink.Result{Topic: "t", Partition: 0}, err)
+}
+func (s *fakeTxnSink) Flush(context.Context) error { return nil }
+func (s *fakeTxnSink) Close()                      {}
+func (s *fakeTxnSink) BeginTxn() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.begins++
+	return nil
+}
+func (s *fakeTxnSink) CommitTxn(_ context.Context, cp kafka.Checkpoint) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.commits = append(s.commits, cp)
+	s.inTxn = 0
+	return nil
+}
+func (s *fakeTxnSink) AbortTxn(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.aborts++
+	s.inTxn = 0
+	return nil
+}
+
+// listQuarantine keeps the entries put.
+type listQuarantine struct {
+	mu      sync.Mutex
+	entries []poison.Entry
+}
+
+func (q *listQuarantine) Put(_ context.Context, e poison.Entry) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.entries = append(q.entries, e)
+	return nil
+}
+
+func (q *listQuarantine) Entries() []poison.Entry {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return append([]poison.Entry(nil), q.entries...)
+}
+
+// countTracker counts Done calls.
+type countTracker struct {
+	mu   sync.Mutex
+	done int
+}
+
+func (c *countTracker) Done(checkpoint.Ticket) { c.mu.Lock(); c.done++; c.mu.Unlock() }
+func (c *countTracker) SetPaused(bool)         {}
+func (c *countTracker) n() int                 { c.mu.Lock(); defer c.mu.Unlock(); return c.done }
+
+func newTestTransactor(s *fakeTxnSink, tr *countTracker, records int, resume kafka.Checkpoint) *transactor {
+	return newTransactor(transactorConfig{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 1},
+		Interval: time.Hour, Records: records, Timeout: 5 * time.Second, MaxAttempts: 2, Resume: resume, DefaultTopic: "t"},
+		s, tr, &refusals{}, NewIsolator(IsolatorConfig{}, nil, nil, tr))
+}
+
+func ev(key string, commit pglogrepl.LSN) *outbox.Event {
+	return &outbox.Event{ID: key, IdempotencyKey: key, Payload: []byte(`{}`), CommitLSN: commit}
+}
+
+// TestTransactorConfirmsOnlyAfterCommit (INV-8, INV-9): tickets are Done
+// only when the Kafka transaction that holds them committed, and each
+// commit carries the position reached, with the ordinal inside a
+// PostgreSQL transaction that spans two Kafka transactions.
+func TestTransactorConfirmsOnlyAfterCommit(t *testing.T) {
+	s, tr := &fakeTxnSink{}, &countTracker{}
+	x := newTestTransactor(s, tr, 3, kafka.Checkpoint{LSN: 0x100})
+	x.Emit(ev("a", 0x200), checkpoint.Ticket{})
+	x.Emit(ev("b", 0x200), checkpoint.Ticket{})
+	if tr.n() != 0 || len(s.commits) != 0 {
+		t.Fatalf("before any commit: %d tickets done, %d commits", tr.n(), len(s.commits))
+	}
+	x.Commit(0x280)
+	x.Emit(ev("c", 0x300), checkpoint.Ticket{}) // third record: commit inside the transaction at 0/300
+	if tr.n() != 3 || len(s.commits) != 1 {
+		t.Fatalf("after 3 records: %d tickets done, %d commits; want 3 and 1", tr.n(), len(s.commits))
+	}
+	want := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x280, PartialCommitLSN: 0x300, Ordinal: 1}
+	if s.commits[0] != want {
+		t.Fatalf("checkpoint %+v, want %+v", s.commits[0], want)
+	}
+	x.Emit(ev("d", 0x300), checkpoint.Ticket{})
+	x.Commit(0x380)
+	if tr.n() != 3 {
+		t.Fatalf("%d tickets done before the second commit, want 3", tr.n())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := x.Run(ctx); err != nil { // ctx ended: commits what is open
+		t.Fatal(err)
+	}
+	if tr.n() != 4 || len(s.commits) != 2 || s.commits[1].LSN != 0x380 || s.commits[1].PartialCommitLSN != 0 {
+		t.Fatalf("after the final commit: %d done, commits %+v", tr.n(), s.commits)
+	}
+}
+
+// TestTransactorResumesOrdinal: after a restart from a partial checkpoint,
+// the ordinal of that PostgreSQL transaction goes on from the checkpoint's.
+func TestTransactorResumesOrdinal(t *testing.T) {
+	s, tr := &fakeTxnSink{}, &countTracker{}
+	x := newTestTransactor(s, tr, 2, kafka.Checkpoint{LSN: 0x100, PartialCommitLSN: 0x300, Ordinal: 5})
+	x.Emit(ev("f", 0x300), checkpoint.Ticket{})
+	x.Emit(ev("g", 0x300), checkpoint.Ticket{})
+	if len(s.commits) != 1 || s.commits[0].PartialCommitLSN != 0x300 || s.commits[0].Ordinal != 7 || s.commits[0].LSN != 0x100 {
+		t.Fatalf("commits %+v, want one at 0/100 with ordinal 7 of 0/300", s.commits)
+	}
+}
+
+// TestTransactorRefusedRecordAborts: a refused record aborts the
+// transaction, confirms nothing of it and ends the session; once it was
+// refused poison.max_attempts times it is quarantined before it would be
+// produced again.
+func TestTransactorRefusedRecordAborts(t *testing.T) {
+	refused := &sink.Error{Kind: sink.Record, Class: "MESSAGE_TOO_LARGE", Err: errors.New("too large")}
+	q := &listQuarantine{}
+	shared := &refusals{}
+	for attempt := 1; attempt <= 3; attempt++ {
+		s, tr := &fakeTxnSink{refuse: map[string]error{"bad": refused}}, &countTracker{}
+		x := newTestTransactor(s, tr, 100, kafka.Checkpoint{LSN: 0x100})
+		x.refused = shared // across sessions, as the Forwarder keeps it
+		x.iso = NewIsolator(IsolatorConfig{}, nil, q, tr)
+		x.Emit(ev("ok", 0x200), checkpoint.Ticket{})
+		x.Emit(ev("bad", 0x200), checkpoint.Ticket{})
+		x.Commit(0x280)
+		wait := 5 * time.Second // a failure returns at once
+		if attempt > 2 {
+			wait = 100 * time.Millisecond // then Run commits what is open
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		err := x.Run(ctx)
+		cancel()
+		if attempt <= 2 {
+			if err == nil || s.aborts != 1 || len(s.commits) != 0 || tr.n() != 0 {
+				t.Fatalf("attempt %d: err %v, %d aborts, %d commits, %d done; want an error, 1 abort, nothing committed or done", attempt, err, s.aborts, len(s.commits), tr.n())
+			}
+			continue
+		}
+		if err != nil || len(q.Entries()) != 1 || q.Entries()[0].Event.IdempotencyKey != "bad" || len(s.commits) != 1 || tr.n() != 2 {
+			t.Fatalf("attempt 3: err %v, quarantined %d, commits %d, done %d; want the bad record quarantined, the rest committed", err, len(q.Entries()), len(s.commits), tr.n())
+		}
+	}
+}

@@ -1,0 +1,326 @@
+package kafka
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Transactions of the exactly-once mode (DESIGN.md, "Exactly-once
+// delivery"): a Sink built with Config.TransactionalID produces inside
+// Kafka transactions that the caller begins (BeginTxn) and ends with the
+// checkpoint record (CommitTxn) or without it (AbortTxn). Produce, Flush
+// and Close keep the sink contract; an ack of a record inside a
+// transaction means the broker holds it, not that it is committed.
+
+// ErrFenced: another producer initialised the same transactional id (a
+// second walpost on the slot, or one that took it over), so this one may
+// never commit again. Terminal: walpost stops with the slot unconfirmed
+// past its last commit, and never re-initialises (that would fence the
+// other one in turn).
+var ErrFenced = errors.New("kafka fenced this producer: another walpost initialised the same transactional id (same slot and database); this one stops and must not retry")
+
+// TransactionalID is the transactional id of a slot of one PostgreSQL
+// cluster: stable across restarts, distinct for every other slot or
+// cluster.
+func TransactionalID(slot string, systemID int64) string {
+	return "walpost-" + slot + "-" + strconv.FormatInt(systemID, 10)
+}
+
+// Checkpoint is the position a committed Kafka transaction reached, the
+// value of the slot's record in the checkpoint topic: every event of the
+// transactions ending at or before LSN, and the first Ordinal events of
+// the transaction whose commit LSN is PartialCommitLSN (0: none), are in
+// committed Kafka transactions (or the poison table).
+type Checkpoint struct {
+	Slot             string
+	SystemID         int64
+	Timeline         int32
+	LSN              pglogrepl.LSN
+	PartialCommitLSN pglogrepl.LSN
+	Ordinal          int
+}
+
+type checkpointJSON struct {
+	Slot             string `json:"slot"`
+	SystemID         string `json:"system_identifier"`
+	Timeline         int32  `json:"timeline"`
+	LSN              string `json:"lsn"`
+	PartialCommitLSN string `json:"partial_commit_lsn,omitempty"`
+	Ordinal          int    `json:"ordinal,omitempty"`
+}
+
+// MarshalJSON writes LSNs as PostgreSQL writes them (0/16B3748) and the
+// system identifier as a string (it exceeds 2^53).
+func (c Checkpoint) MarshalJSON() ([]byte, error) {
+	j := checkpointJSON{Slot: c.Slot, SystemID: strconv.FormatInt(c.SystemID, 10), Timeline: c.Timeline, LSN: c.LSN.String(), Ordinal: c.Ordinal}
+	if c.PartialCommitLSN != 0 {
+		j.PartialCommitLSN = c.PartialCommitLSN.String()
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (c *Checkpoint) UnmarshalJSON(b []byte) error {
+	var j checkpointJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	id, err := strconv.ParseInt(j.SystemID, 10, 64)
+	if err != nil {
+		return fmt.Errorf("system_identifier %q: %w", j.SystemID, err)
+	}
+	lsn, err := pglogrepl.ParseLSN(j.LSN)
+	if err != nil {
+		return fmt.Errorf("lsn %q: %w", j.LSN, err)
+	}
+	var partial pglogrepl.LSN
+	if j.PartialCommitLSN != "" {
+		if partial, err = pglogrepl.ParseLSN(j.PartialCommitLSN); err != nil {
+			return fmt.Errorf("partial_commit_lsn %q: %w", j.PartialCommitLSN, err)
+		}
+	}
+	*c = Checkpoint{Slot: j.Slot, SystemID: id, Timeline: j.Timeline, LSN: lsn, PartialCommitLSN: partial, Ordinal: j.Ordinal}
+	return nil
+}
+
+// txnErr names what failed and marks fencing with ErrFenced.
+func txnErr(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if Fenced(err) {
+		return fmt.Errorf("%s: %w: %w", what, ErrFenced, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// Fenced says whether err means another producer took this one's
+// transactional id (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH: the
+// broker saw a newer epoch of the id).
+func Fenced(err error) bool {
+	return errors.Is(err, ErrFenced) || errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+}
+
+func (k *Sink) transactional() error {
+	if k.cfg.TransactionalID == "" {
+		return errors.New("sink: not transactional (no Config.TransactionalID)")
+	}
+	return nil
+}
+
+// InitProducer initialises the producer ID (InitProducerID) now, not at the
+// first record: the coordinator bumps the id's epoch, which fences every
+// earlier producer of the transactional id, and completes or aborts its
+// open transaction before it answers. INV-10: the checkpoint is read only
+// after this returned.
+func (k *Sink) InitProducer(ctx context.Context) error {
+	if err := k.transactional(); err != nil {
+		return err
+	}
+	_, _, err := k.client.Load().ProducerID(ctx)
+	return txnErr("initialise the transactional producer "+k.cfg.TransactionalID, err)
+}
+
+// BeginTxn begins a Kafka transaction.
+func (k *Sink) BeginTxn() error {
+	if err := k.transactional(); err != nil {
+		return err
+	}
+	return txnErr("begin a kafka transaction", k.client.Load().BeginTransaction())
+}
+
+// CommitTxn ends the open transaction with cp's record in the checkpoint
+// topic: every record produced since BeginTxn must have its outcome (the
+// caller flushed and saw no failure). INV-9: the records and the
+// checkpoint covering them commit together or not at all. An error means
+// the outcome is unknown: call AbortTxn (unless Fenced), then read the
+// checkpoint again with a new producer.
+func (k *Sink) CommitTxn(ctx context.Context, cp Checkpoint) error {
+	if err := k.transactional(); err != nil {
+		return err
+	}
+	if k.cfg.CheckpointTopic == "" {
+		return errors.New("sink: no checkpoint topic (Config.CheckpointTopic)")
+	}
+	value, err := json.Marshal(cp)
+	if err != nil {
+		return fmt.Errorf("encode the checkpoint: %w", err)
+	}
+	cl := k.client.Load()
+	done := make(chan error, 1)
+	cl.Produce(ctx, &kgo.Record{Topic: k.cfg.CheckpointTopic, Key: []byte(TransactionalID(cp.Slot, cp.SystemID)), Value: value}, func(_ *kgo.Record, err error) { done <- err })
+	if err := cl.Flush(ctx); err != nil {
+		return fmt.Errorf("flush the kafka transaction: %w", err)
+	}
+	if err := <-done; err != nil {
+		return txnErr("produce the checkpoint to "+k.cfg.CheckpointTopic, classified(err, k.cfg.CheckpointTopic))
+	}
+	return txnErr("commit the kafka transaction", cl.EndTransaction(ctx, kgo.TryCommit))
+}
+
+// AbortTxn fails the records not yet sent, waits for those in flight and
+// aborts the transaction; after a commit of unknown outcome franz-go does
+// it by initialising the producer ID again, which completes the earlier
+// attempt either way. A Fenced producer must not call it.
+func (k *Sink) AbortTxn(ctx context.Context) error {
+	if err := k.transactional(); err != nil {
+		return err
+	}
+	cl := k.client.Load()
+	if err := cl.AbortBufferedRecords(ctx); err != nil {
+		return txnErr("abort the buffered records", err)
+	}
+	return txnErr("abort the kafka transaction", cl.EndTransaction(ctx, kgo.TryAbort))
+}
+
+// ReadCheckpoint reads the last committed checkpoint of key (the record key
+// CommitTxn writes: TransactionalID of the slot and system identifier, so
+// slots of several clusters may share the topic) from topic (one
+// partition) with read_committed isolation, up to the partition's last
+// stable offset at the first answer: records of aborted or open
+// transactions are never seen, and the end is known, not guessed from a
+// quiet poll. found is false when the topic holds none for key.
+func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, key string) (cp Checkpoint, found bool, err error) {
+	tds, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		return cp, false, fmt.Errorf("list checkpoint topic %q: %w", topic, err)
+	}
+	td, ok := tds[topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		return cp, false, fmt.Errorf("kafka.checkpoint_topic: %w: %q: fix: create it with one partition and cleanup.policy=compact, or set kafka.create_topic_partitions so walpost creates it", ErrTopicMissing, topic)
+	}
+	if td.Err != nil {
+		return cp, false, fmt.Errorf("describe checkpoint topic %q: %w", topic, td.Err)
+	}
+	pd, ok := td.Partitions[0]
+	if !ok || len(td.Partitions) != 1 {
+		return cp, false, fmt.Errorf("kafka.checkpoint_topic %q has %d partitions: it needs exactly one", topic, len(td.Partitions))
+	}
+	offset, end, stuck := int64(0), int64(-1), 0
+	for end < 0 || offset < end {
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 200
+		req.MinBytes = 1
+		req.MaxBytes = 16 << 20
+		req.IsolationLevel = 1 // read_committed
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, td.ID
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = 0, offset, 8<<20
+		rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl.Broker(int(pd.Leader)))
+		if err != nil {
+			return cp, false, fmt.Errorf("fetch checkpoint topic %q: %w", topic, err)
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+			return cp, false, fmt.Errorf("fetch checkpoint topic %q: %w", topic, err)
+		}
+		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+			return cp, false, fmt.Errorf("fetch checkpoint topic %q: unexpected answer", topic)
+		}
+		part := &resp.Topics[0].Partitions[0]
+		if end < 0 {
+			end = part.LastStableOffset
+		}
+		if errors.Is(kerr.ErrorForCode(part.ErrorCode), kerr.OffsetOutOfRange) && offset < part.LogStartOffset {
+			offset = part.LogStartOffset // compacted or deleted below
+			continue
+		}
+		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
+			Offset: offset, IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: 0,
+		}, part, kgo.DefaultDecompressor(), nil)
+		if fp.Err != nil {
+			return cp, false, fmt.Errorf("fetch checkpoint topic %q: %w", topic, fp.Err)
+		}
+		for _, r := range fp.Records {
+			if string(r.Key) != key {
+				continue
+			}
+			var c Checkpoint
+			if err := json.Unmarshal(r.Value, &c); err != nil {
+				return cp, false, fmt.Errorf("checkpoint %q at offset %d of %q: %w", key, r.Offset, topic, err)
+			}
+			cp, found = c, true
+		}
+		if next <= offset {
+			if stuck++; stuck > 50 {
+				return cp, false, fmt.Errorf("fetch checkpoint topic %q: no progress at offset %d (last stable offset %d)", topic, offset, end)
+			}
+			continue
+		}
+		stuck, offset = 0, next
+	}
+	return cp, found, nil
+}
+
+// ErrCheckpointTopic: kafka.checkpoint_topic is missing (and may not be
+// created), or is not a one-partition compacted topic. Fix the topic.
+var ErrCheckpointTopic = errors.New("kafka.checkpoint_topic is not usable")
+
+// EnsureCheckpointTopic checks that topic has one partition and
+// cleanup.policy=compact, creating it so when it is missing and create is
+// set. Anything else is an error naming the fix.
+func EnsureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, create bool) (created bool, err error) {
+	info, err := DescribeTopic(ctx, cl, topic)
+	if errors.Is(err, ErrTopicMissing) && create {
+		compact := "compact"
+		resp, cerr := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, topic)
+		if cerr == nil {
+			cerr = resp.Err
+		}
+		if cerr != nil && !errors.Is(cerr, kerr.TopicAlreadyExists) {
+			return false, fmt.Errorf("create checkpoint topic %q: %w", topic, cerr)
+		}
+		created = true
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			if info, err = DescribeTopic(ctx, cl, topic); !errors.Is(err, ErrTopicMissing) || time.Now().After(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return created, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	if errors.Is(err, ErrTopicMissing) {
+		return created, fmt.Errorf("%w: %q does not exist: fix: create it (kafka-topics.sh --create --topic %s --partitions 1 --config cleanup.policy=compact), or set kafka.create_topic_partitions so walpost creates it: %w", ErrCheckpointTopic, topic, topic, ErrTopicMissing)
+	}
+	if err != nil {
+		return created, err
+	}
+	if info.Partitions != 1 {
+		return created, fmt.Errorf("%w: %q has %d partitions: it needs exactly one (create another topic with --partitions 1 and cleanup.policy=compact)", ErrCheckpointTopic, topic, info.Partitions)
+	}
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return created, fmt.Errorf("describe config of checkpoint topic %q: %w", topic, err)
+	}
+	rc, err := rcs.On(topic, nil)
+	if err == nil {
+		err = rc.Err
+	}
+	if err != nil {
+		return created, fmt.Errorf("describe config of checkpoint topic %q: %w", topic, err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+			return created, nil
+		}
+	}
+	return created, fmt.Errorf("%w: %q is not compacted: fix: kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact", ErrCheckpointTopic, topic, topic)
+}

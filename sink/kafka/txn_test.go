@@ -1,0 +1,318 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
+)
+
+const cpTopic = "walpost_checkpoints"
+
+func newTxnCluster(t *testing.T) *kfake.Cluster {
+	return newCluster(t, kfake.SeedTopics(1, cpTopic))
+}
+
+func newTxnKafka(t *testing.T, c *kfake.Cluster, id string) *kafka.Sink {
+	t.Helper()
+	return newKafka(t, c, kafka.Config{TransactionalID: id, TransactionTimeout: 10 * time.Second, CheckpointTopic: cpTopic})
+}
+
+// produceTxn begins a transaction and produces n events keyed prefix-i,
+// waiting for every ack; it returns the first failure.
+func produceTxn(t *testing.T, k *kafka.Sink, prefix string, n int) error {
+	t.Helper()
+	if err := k.BeginTxn(); err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	var first error
+	for i := range n {
+		ev := &outbox.Event{ID: fmt.Sprintf("%s-%d", prefix, i), IdempotencyKey: fmt.Sprintf("%s-%d", prefix, i),
+			Payload: []byte(`{}`), CreatedAt: "2026-11-29 22:50:51.123456+00", CommitLSN: 0x100, CommitTime: time.Now()}
+		k.Produce(ev, sink.AckFunc(func(_ sink.Result, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+		}))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := k.Flush(ctx); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return first
+}
+
+// committedKeys reads topic with read_committed up to its last stable
+// offset and returns the keys seen.
+func committedKeys(t *testing.T, c *kfake.Cluster, topic string) []string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var keys []string
+	// A marker record ("end") committed last bounds the read.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read_committed consumer did not reach the end marker; saw %v", keys)
+		}
+		done := false
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == "end" {
+				done = true
+				return
+			}
+			keys = append(keys, string(r.Key))
+		})
+		if done {
+			return keys
+		}
+	}
+}
+
+// endMarker commits one record "end" to testTopic in its own transaction
+// of a separate producer, so a read_committed consumer knows where to stop.
+func endMarker(t *testing.T, c *kfake.Cluster) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("marker"), kgo.DefaultProduceTopic(testTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for p := range 3 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("end"), Partition: int32(p)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readCP(t *testing.T, c *kfake.Cluster, slot string, systemID int64) (kafka.Checkpoint, bool) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cp, found, err := kafka.ReadCheckpoint(ctx, cl, cpTopic, kafka.TransactionalID(slot, systemID))
+	if err != nil {
+		t.Fatalf("ReadCheckpoint: %v", err)
+	}
+	return cp, found
+}
+
+func ctx20(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestTxnCommitAndAbort: a committed transaction's records and checkpoint
+// are visible to read_committed readers; an aborted one's are not, and the
+// checkpoint stays the committed one.
+func TestTxnCommitAndAbort(t *testing.T) {
+	c := newTxnCluster(t)
+	k := newTxnKafka(t, c, kafka.TransactionalID("s1", 7))
+	if err := k.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, found := readCP(t, c, "s1", 7365432109876543210); found {
+		t.Fatal("checkpoint found in an empty topic")
+	}
+	if err := produceTxn(t, k, "a", 5); err != nil {
+		t.Fatal(err)
+	}
+	want := kafka.Checkpoint{Slot: "s1", SystemID: 7365432109876543210, Timeline: 2, LSN: 0x16B3748, PartialCommitLSN: 0x16B4000, Ordinal: 3}
+	if err := k.CommitTxn(ctx20(t), want); err != nil {
+		t.Fatalf("CommitTxn: %v", err)
+	}
+	if err := produceTxn(t, k, "b", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.AbortTxn(ctx20(t)); err != nil {
+		t.Fatalf("AbortTxn: %v", err)
+	}
+	endMarker(t, c)
+	got := committedKeys(t, c, testTopic)
+	if len(got) != 5 || strings.Join(got, ",") != strings.Join(sortedKeys("a", 5, got), ",") {
+		t.Fatalf("read_committed saw %v, want exactly a-0..a-4", got)
+	}
+	cp, found := readCP(t, c, "s1", 7365432109876543210)
+	if !found || cp != want {
+		t.Fatalf("checkpoint %+v (found %v), want %+v", cp, found, want)
+	}
+	if _, found := readCP(t, c, "s1", 7); found {
+		t.Fatal("checkpoint of another system identifier found")
+	}
+}
+
+// sortedKeys returns got when it holds exactly prefix-0..prefix-(n-1) in
+// some order, else the wanted list (so the comparison fails).
+func sortedKeys(prefix string, n int, got []string) []string {
+	want := map[string]bool{}
+	for i := range n {
+		want[fmt.Sprintf("%s-%d", prefix, i)] = true
+	}
+	for _, g := range got {
+		if !want[g] {
+			return nil
+		}
+		delete(want, g)
+	}
+	if len(want) != 0 {
+		return nil
+	}
+	return got
+}
+
+// TestTxnFenced: a second producer with the same transactional id fences
+// the first: the first's next commit fails with ErrFenced and a message
+// that says what happened, and nothing it produced after the fence is
+// visible.
+func TestTxnFenced(t *testing.T) {
+	c := newTxnCluster(t)
+	id := kafka.TransactionalID("s1", 7)
+	a := newTxnKafka(t, c, id)
+	if err := a.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := produceTxn(t, a, "a", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100}); err != nil {
+		t.Fatal(err)
+	}
+	b := newTxnKafka(t, c, id)
+	if err := b.InitProducer(ctx20(t)); err != nil {
+		t.Fatalf("second producer: %v", err)
+	}
+	err := produceTxn(t, a, "x", 3)
+	if err == nil {
+		err = a.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
+	} else {
+		err = fmt.Errorf("produce: %w", err)
+		if !kafka.Fenced(err) {
+			t.Fatalf("fenced producer's record failed with %v, want a fencing error", err)
+		}
+		err = a.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
+	}
+	if !errors.Is(err, kafka.ErrFenced) {
+		t.Fatalf("fenced producer's commit: %v, want ErrFenced", err)
+	}
+	if !strings.Contains(err.Error(), "another walpost initialised the same transactional id") {
+		t.Fatalf("message %q does not say what happened", err)
+	}
+	t.Logf("fenced: %v", err)
+	if err := produceTxn(t, b, "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300}); err != nil {
+		t.Fatalf("the new producer's commit: %v", err)
+	}
+	endMarker(t, c)
+	got := committedKeys(t, c, testTopic)
+	for _, k := range got {
+		if strings.HasPrefix(k, "x-") {
+			t.Fatalf("read_committed saw %s, produced by the fenced producer", k)
+		}
+	}
+	if len(got) != 5 {
+		t.Fatalf("read_committed saw %v, want a-0..2 and b-0..1", got)
+	}
+	if cp, _ := readCP(t, c, "s1", 7); cp.LSN != 0x300 {
+		t.Fatalf("checkpoint %+v, want the new producer's 0/300", cp)
+	}
+}
+
+// TestTxnUnknownOutcome: the broker answers the commit with
+// UNKNOWN_SERVER_ERROR (outcome unknown): CommitTxn fails, AbortTxn
+// settles it, the checkpoint read afterwards is the last committed one and
+// a read_committed reader sees none of the transaction; the producer then
+// commits again.
+func TestTxnUnknownOutcome(t *testing.T) {
+	c := newTxnCluster(t)
+	k := newTxnKafka(t, c, kafka.TransactionalID("s1", 7))
+	if err := k.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := produceTxn(t, k, "a", 2); err != nil {
+		t.Fatal(err)
+	}
+	first := kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100}
+	if err := k.CommitTxn(ctx20(t), first); err != nil {
+		t.Fatal(err)
+	}
+	if err := produceTxn(t, k, "u", 3); err != nil {
+		t.Fatal(err)
+	}
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	err := k.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
+	if err == nil {
+		t.Fatal("commit answered UNKNOWN_SERVER_ERROR returned nil")
+	}
+	if kafka.Fenced(err) {
+		t.Fatalf("unknown outcome reported as fenced: %v", err)
+	}
+	t.Logf("commit: %v", err)
+	if err := k.AbortTxn(ctx20(t)); err != nil {
+		t.Fatalf("AbortTxn after the unknown outcome: %v", err)
+	}
+	if cp, _ := readCP(t, c, "s1", 7); cp != first {
+		t.Fatalf("checkpoint %+v after the unknown outcome, want the committed %+v", cp, first)
+	}
+	if err := produceTxn(t, k, "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300}); err != nil {
+		t.Fatalf("commit after the abort: %v", err)
+	}
+	endMarker(t, c)
+	got := committedKeys(t, c, testTopic)
+	for _, key := range got {
+		if strings.HasPrefix(key, "u-") {
+			t.Fatalf("read_committed saw %s of the transaction whose commit was unknown, then aborted", key)
+		}
+	}
+	if len(got) != 4 {
+		t.Fatalf("read_committed saw %v, want a-0..1 and b-0..1", got)
+	}
+	if cp, _ := readCP(t, c, "s1", 7); cp.LSN != 0x300 {
+		t.Fatalf("checkpoint %+v, want 0/300", cp)
+	}
+}
