@@ -138,6 +138,19 @@ func TestExactlyOnceKill9(t *testing.T) {
 	if !rep.OK() || rep.Duplicates() != 0 || rep.Delivered != 50_000 {
 		t.Fatalf("exactly-once after two kill -9: %s", rep)
 	}
+	// A second client: librdkafka, read_committed, reading on past the
+	// expected count so a duplicate would show.
+	rd := verify.Validate(expected, observed(consumeRdkafka(t, f.Topic, "read_committed", len(expected), 5*time.Second, 10*time.Second, 4*time.Minute)))
+	t.Logf("librdkafka read_committed validator: %s", rd)
+	if !rd.OK() || rd.Duplicates() != 0 || rd.Unexpected != 0 || rd.Delivered != 50_000 {
+		t.Errorf("exactly-once through librdkafka after two kill -9: %s", rd)
+	}
+	// read_uncommitted also sees the records of the aborted transactions.
+	ru := verify.Validate(expected, observed(consumeRdkafka(t, f.Topic, "read_uncommitted", len(expected), 5*time.Second, 10*time.Second, 4*time.Minute)))
+	t.Logf("librdkafka read_uncommitted (aborted records visible): %s", ru)
+	if len(ru.Lost) != 0 {
+		t.Errorf("read_uncommitted lost records: %s", ru)
+	}
 }
 
 // endOffsets is the sum of the end offsets of f's topic's partitions.
@@ -165,8 +178,9 @@ func waitForFast(t testing.TB, timeout time.Duration, what string, cond func() b
 	}
 }
 
-// eosVerify reads f's topic with read_committed and fails the test unless
-// every expected event is there exactly once.
+// eosVerify reads f's topic with read_committed, with franz-go and with
+// librdkafka, and fails the test unless every expected event is there
+// exactly once.
 func eosVerify(t testing.TB, f *fixture, expected []verify.Expected, timeout time.Duration) {
 	t.Helper()
 	recs := f.consumeAllWith(t, len(expected), timeout, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
@@ -174,6 +188,12 @@ func eosVerify(t testing.TB, f *fixture, expected []verify.Expected, timeout tim
 	t.Logf("read_committed validator: %s", rep)
 	if !rep.OK() || rep.Duplicates() != 0 || rep.Unexpected != 0 || rep.Delivered != len(expected) {
 		t.Fatalf("exactly-once delivery failed: %s", rep)
+	}
+	// The same through librdkafka, reading on past the expected count.
+	rd := verify.Validate(expected, observed(consumeRdkafka(t, f.Topic, "read_committed", len(expected), 5*time.Second, 10*time.Second, timeout)))
+	t.Logf("librdkafka read_committed validator: %s", rd)
+	if !rd.OK() || rd.Duplicates() != 0 || rd.Unexpected != 0 || rd.Delivered != len(expected) {
+		t.Errorf("exactly-once delivery through librdkafka failed: %s", rd)
 	}
 }
 

@@ -20,11 +20,14 @@ import (
 // confluent-kafka binding, scripts/rdkafka.sh: a client walpost did not
 // write) at the given isolation level until expect records arrived, or
 // no record came for idle after the last one, or timeout passed.
-func consumeRdkafka(t testing.TB, topic, isolation string, expect int, idle, timeout time.Duration) []record {
+// With linger it reads on after expect records until none came for
+// linger, so records beyond those expected (duplicates) are seen too.
+func consumeRdkafka(t testing.TB, topic, isolation string, expect int, linger, idle, timeout time.Duration) []record {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(repoRoot, "scripts", "rdkafka.sh"), "consume",
 		"--brokers", strings.Join(brokers, ","), "--topic", topic, "--isolation", isolation,
-		"--expect", fmt.Sprint(expect), "--idle", fmt.Sprint(idle.Seconds()), "--timeout", fmt.Sprint(timeout.Seconds()))
+		"--expect", fmt.Sprint(expect), "--linger", fmt.Sprint(linger.Seconds()),
+		"--idle", fmt.Sprint(idle.Seconds()), "--timeout", fmt.Sprint(timeout.Seconds()))
 	cmd.Dir = repoRoot
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -88,7 +91,7 @@ func TestLibrdkafkaConsumer(t *testing.T) {
 		}
 		expected = append(expected, exp...)
 	}
-	recs := consumeRdkafka(t, f.Topic, "read_committed", len(expected), 5*time.Second, 3*time.Minute)
+	recs := consumeRdkafka(t, f.Topic, "read_committed", len(expected), 3*time.Second, 5*time.Second, 3*time.Minute)
 	rep := verify.Validate(expected, observed(recs))
 	t.Logf("validator: %s", rep)
 	if !rep.OK() || rep.Unexpected != 0 || rep.Duplicates() != 0 {

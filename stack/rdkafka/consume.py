@@ -5,11 +5,13 @@ per record on stdout ({"topic", "partition", "offset", "key", "headers",
 "value"}; key, header values and value as UTF-8 with invalid bytes
 replaced, null when absent), then a summary line on stderr. It reads from
 the beginning of every partition until --expect records arrived or no
-record came for --idle seconds after the last one (or --timeout in all),
-and exits 0 when --expect records were read (or --expect is 0), else 1.
+record came for --idle seconds after the last one (or --timeout in all);
+with --linger S it goes on after --expect records until none came for S
+seconds (to see records beyond those expected: duplicates). It exits 0
+when --expect records were read (or --expect is 0), else 1.
 
 Usage: consume.py --brokers HOST:PORT --topic T [--isolation read_committed]
-                  [--expect N] [--idle S] [--timeout S]
+                  [--expect N] [--linger S] [--idle S] [--timeout S]
 """
 
 import argparse
@@ -32,6 +34,7 @@ def main():
     ap.add_argument("--isolation", default="read_committed",
                     choices=["read_committed", "read_uncommitted"])
     ap.add_argument("--expect", type=int, default=0)
+    ap.add_argument("--linger", type=float, default=0.0)
     ap.add_argument("--idle", type=float, default=10.0)
     ap.add_argument("--timeout", type=float, default=300.0)
     a = ap.parse_args()
@@ -50,7 +53,7 @@ def main():
     try:
         while True:
             now = time.monotonic()
-            if a.expect and n >= a.expect:
+            if a.expect and n >= a.expect and now - last >= a.linger:
                 break
             if now - start > a.timeout or (n > 0 and now - last > a.idle):
                 break
