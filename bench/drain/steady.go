@@ -3,12 +3,16 @@ package main
 // The steady workload: walpost runs live on a fresh slot while paced
 // writers insert at a fixed rate; a consumer then reads the topic (created
 // with message.timestamp.type=LogAppendTime, so every record carries the
-// broker's append time) and computes commit→append latency per event.
+// broker's append time) and computes commit→append latency per event. A
+// read_committed consumer reads the topic live meanwhile: commit→visible is
+// when it first received each event (in exactly-once mode records become
+// visible only when their Kafka transaction commits, after their append).
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +37,7 @@ type steadyResult struct {
 	maxLate    time.Duration // worst delay of a transaction's start behind its schedule
 	tail       time.Duration // last commit → slot confirmed everything
 	lat        latency
+	vis        latency // commit → first received by a live read_committed consumer
 	cpuSecs    float64 // walpost CPU from the first write until everything was confirmed
 	walsndSecs float64 // its walsender's CPU meanwhile (-1: unknown)
 	kafkaSecs  float64 // broker CPU meanwhile (-1: unknown)
@@ -84,8 +89,8 @@ func (e *env) runSteadyCase(ctx context.Context, payloadSize int) (*caseResult, 
 		if err != nil {
 			return nil, fmt.Errorf("%d events/s: %w", rate, err)
 		}
-		logf("steady %d B, %d events/s: achieved %.0f events/s, latency p50 %s p99 %s max %s, walpost %.2f CPU s / 1M, peak RSS %.1f MiB",
-			payloadSize, rate, r.achieved, fmtMs(r.lat.p50), fmtMs(r.lat.p99), fmtMs(r.lat.max), r.cpuSecs/float64(r.events)*1e6, float64(r.hwmKiB)/1024)
+		logf("steady %d B, %d events/s: achieved %.0f events/s, latency p50 %s p99 %s max %s, commit→visible (read_committed) p50 %s p99 %s, walpost %.2f CPU s / 1M, peak RSS %.1f MiB",
+			payloadSize, rate, r.achieved, fmtMs(r.lat.p50), fmtMs(r.lat.p99), fmtMs(r.lat.max), fmtMs(r.vis.p50), fmtMs(r.vis.p99), r.cpuSecs/float64(r.events)*1e6, float64(r.hwmKiB)/1024)
 		c.steady = append(c.steady, r)
 		if !o.keep {
 			f.drop(so, to)
@@ -133,6 +138,11 @@ func (e *env) runSteadyRate(ctx context.Context, table, pub, slot, topic, insert
 	busy0, kafka0 := machineBusy(), f.kafkaCPU()
 
 	prefix := fmt.Sprintf("%s-%d-%d", f.id, payloadSize, rate)
+	live, err := f.watchVisible(ctx, topic, prefix, res.events)
+	if err != nil {
+		return res, p.fail(err)
+	}
+	defer live.stop()
 	commitAt, ws, err := e.paceWriters(ctx, insert, prefix, res.events, rate, payloadSize)
 	if err != nil {
 		return res, p.fail(fmt.Errorf("writers: %w", err))
@@ -167,15 +177,107 @@ func (e *env) runSteadyRate(ctx context.Context, table, pub, slot, topic, insert
 	if _, err := p.stop(); err != nil {
 		return res, err
 	}
-	n, err := f.endOffsetSum(ctx, topic)
-	if err != nil {
-		return res, fmt.Errorf("list end offsets: %w", err)
+	if !exactlyOnce() {
+		// End offsets count transaction markers in exactly-once mode;
+		// there the live consumer's count below is the check.
+		n, err := f.endOffsetSum(ctx, topic)
+		if err != nil {
+			return res, fmt.Errorf("list end offsets: %w", err)
+		}
+		if n != int64(res.events) {
+			return res, fmt.Errorf("topic %s holds %d records, want %d", topic, n, res.events)
+		}
 	}
-	if n != int64(res.events) {
-		return res, fmt.Errorf("topic %s holds %d records, want %d", topic, n, res.events)
+	if res.vis, err = live.latencies(commitAt, 2*time.Minute); err != nil {
+		return res, err
 	}
 	res.lat, err = f.consumeLatencies(ctx, topic, prefix, commitAt)
 	return res, err
+}
+
+// exactlyOnce reports whether walpost runs with delivery.mode exactly-once.
+func exactlyOnce() bool { return os.Getenv("WALPOST_DELIVERY_MODE") == "exactly-once" }
+
+// visibleWatch is a live read_committed consumer of a steady rate's topic:
+// seenAt[i] is the wall clock in µs when event i first arrived.
+type visibleWatch struct {
+	seenAt []int64
+	dups   int
+	err    error
+	done   chan struct{} // closed when the consumer returned
+	cancel context.CancelFunc
+}
+
+// watchVisible starts reading topic (from its start, read_committed) for
+// the events keyed prefix-0 … prefix-(events-1).
+func (f *fixture) watchVisible(ctx context.Context, topic, prefix string, events int) (*visibleWatch, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(20*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	w := &visibleWatch{seenAt: make([]int64, events), done: make(chan struct{}), cancel: cancel}
+	keyPrefix := prefix + "-"
+	go func() {
+		defer close(w.done)
+		defer cl.Close()
+		for seen := 0; seen < events; {
+			fs := cl.PollFetches(cctx)
+			if cctx.Err() != nil {
+				return
+			}
+			now := time.Now().UnixMicro()
+			fs.EachError(func(_ string, _ int32, err error) { w.err = errors.Join(w.err, err) })
+			fs.EachRecord(func(r *kgo.Record) {
+				rest, ok := strings.CutPrefix(string(r.Key), keyPrefix)
+				i, err := strconv.Atoi(rest)
+				if !ok || err != nil || i < 0 || i >= events {
+					w.err = errors.Join(w.err, fmt.Errorf("topic %s: unexpected key %q", topic, r.Key))
+					return
+				}
+				if w.seenAt[i] != 0 {
+					w.dups++
+					return
+				}
+				w.seenAt[i] = now
+				seen++
+			})
+			if w.err != nil {
+				return
+			}
+		}
+	}()
+	return w, nil
+}
+
+func (w *visibleWatch) stop() { w.cancel(); <-w.done }
+
+// latencies waits up to timeout for every event, then returns commit →
+// visible per event; a duplicate fails in exactly-once mode.
+func (w *visibleWatch) latencies(commitAt []int64, timeout time.Duration) (latency, error) {
+	select {
+	case <-w.done:
+	case <-time.After(timeout):
+		w.stop()
+	}
+	var lat latency
+	if w.err != nil {
+		return lat, w.err
+	}
+	us := make([]int64, 0, len(commitAt))
+	for i, at := range w.seenAt {
+		if at == 0 {
+			return lat, fmt.Errorf("the read_committed consumer did not receive event %d of %d within %s", i, len(commitAt), timeout)
+		}
+		us = append(us, at-commitAt[i])
+	}
+	lat.dups = w.dups
+	if exactlyOnce() && w.dups > 0 {
+		return lat, fmt.Errorf("%d duplicate records read with read_committed in exactly-once mode", w.dups)
+	}
+	return summarize(us, lat), nil
 }
 
 type writeStats struct {
@@ -278,8 +380,13 @@ func (e *env) paceWriters(ctx context.Context, insert, prefix string, events, ra
 // of broker append time − commit time over its records.
 func (f *fixture) consumeLatencies(ctx context.Context, topic, prefix string, commitAt []int64) (latency, error) {
 	var lat latency
-	cl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	opts := []kgo.Opt{kgo.SeedBrokers(f.brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200 * time.Millisecond)}
+	if exactlyOnce() {
+		// Aborted transactions' records would count as duplicates.
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return lat, err
 	}
@@ -328,8 +435,13 @@ func (f *fixture) consumeLatencies(ctx context.Context, topic, prefix string, co
 			return lat, fmt.Errorf("topic %s: %d duplicate records", topic, lat.dups)
 		}
 	}
+	return summarize(us, lat), nil
+}
+
+// summarize sets lat's count and percentiles (nearest rank) from us, in µs.
+func summarize(us []int64, lat latency) latency {
 	slices.Sort(us)
-	pct := func(p float64) time.Duration { // nearest rank
+	pct := func(p float64) time.Duration {
 		i := int(p*float64(len(us))+0.999999) - 1
 		return time.Duration(us[max(0, min(i, len(us)-1))]) * time.Microsecond
 	}
@@ -337,7 +449,7 @@ func (f *fixture) consumeLatencies(ctx context.Context, topic, prefix string, co
 	if lat.n > 0 {
 		lat.p50, lat.p99, lat.min, lat.max = pct(0.50), pct(0.99), time.Duration(us[0])*time.Microsecond, time.Duration(us[len(us)-1])*time.Microsecond
 	}
-	return lat, nil
+	return lat
 }
 
 func fmtMs(d time.Duration) string {
