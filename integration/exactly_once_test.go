@@ -198,22 +198,25 @@ func eosVerify(t testing.TB, f *fixture, expected []verify.Expected, timeout tim
 }
 
 // TestExactlyOnceKafkaRestart: Kafka is stopped for 10 s and started
-// again while writers run; with kafka.flush_timeout 3s the open
+// again while 8 writers run (30,000 events in all) and a 20,000-row
+// transaction commits during the outage; with kafka.flush_timeout 3s the open
 // transaction's flush and commit fail (their outcome unknown), it is
 // aborted, the session restarts, walpost resumes from the checkpoint, and
 // read_committed sees each event once.
 func TestExactlyOnceKafkaRestart(t *testing.T) {
 	f := faultFixture(t, 3)
-	p := f.start(f.eosEnv("WALPOST_KAFKA_FLUSH_TIMEOUT=3s")...)
+	p := f.start(f.eosEnv("WALPOST_KAFKA_FLUSH_TIMEOUT=3s", "WALPOST_DELIVERY_TRANSACTION_RECORDS=2000")...)
 	faultStreaming(t, p)
-	l := newFaultLoad(f, 4, 20, 5*time.Millisecond).start()
+	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
 	faultStack(t, "kafka-stop")
+	big := eosBigTxn(t, f, "big-kafka")
 	faultSleep(t, p, 10*time.Second, "while Kafka was down")
 	faultStack(t, "kafka-start")
 	t.Log("Kafka started again")
-	l.waitWritten(t, 3000, 2*time.Minute)
-	expected := l.finish(t)
+	eosWaitTotal(t, l, 30_000)
+	expected := append(l.finish(t), big...)
+	t.Logf("%d events from 8 writers and a transaction of %d rows committed during the outage", len(expected)-len(big), len(big))
 	eosVerify(t, f, expected, 4*time.Minute)
 	faultAlive(t, p, "after the Kafka restart")
 	n := faultCount(p, "session failed")
@@ -223,23 +226,54 @@ func TestExactlyOnceKafkaRestart(t *testing.T) {
 	}
 }
 
+// eosBigTxn commits one transaction of eosBigRows rows keyed name-i.
+func eosBigTxn(t testing.TB, f *fixture, name string) []verify.Expected {
+	t.Helper()
+	keys := make([]string, eosBigRows)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%d", name, i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	exp, err := f.writeTxn(ctx, name, keys, `{"data": "big"}`)
+	if err != nil {
+		t.Fatalf("the %d-row transaction: %v", eosBigRows, err)
+	}
+	return exp
+}
+
+// eosBigRows is the size of the large transaction of the fault tests.
+const eosBigRows = 20_000
+
+// eosWaitTotal waits until the load committed total events in all.
+func eosWaitTotal(t testing.TB, l *faultLoad, total int64) {
+	t.Helper()
+	if n := total - l.written.Load(); n > 0 {
+		l.waitWritten(t, n, 3*time.Minute)
+	}
+}
+
 // TestExactlyOncePostgresCrash: PostgreSQL is stopped with immediate
-// (a crash) and started again while writers run: the slot may go back
+// (a crash) right after a 20,000-row transaction committed, and started
+// again while 8 writers run (30,000 events in all): the slot may go back
 // (PostgreSQL 15 keeps a moved confirmed_flush in memory only), the
 // checkpoint does not, and read_committed sees each event once.
 func TestExactlyOncePostgresCrash(t *testing.T) {
 	f := faultFixture(t, 3)
-	p := f.start(f.eosEnv()...)
+	p := f.start(f.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=2000")...)
 	faultStreaming(t, p)
-	l := newFaultLoad(f, 4, 20, 5*time.Millisecond).start()
+	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
 	l.waitWritten(t, 4000, time.Minute)
+	// The crash comes while walpost reads or sends the large transaction.
+	big := eosBigTxn(t, f, "big-pg")
 	faultStack(t, "pg-stop", "immediate")
-	t.Log("PostgreSQL stopped (immediate)")
+	t.Log("PostgreSQL stopped (immediate) right after the large transaction committed")
 	faultSleep(t, p, 3*time.Second, "while PostgreSQL was down")
 	faultStack(t, "pg-start")
 	faultWaitStreamingAgain(t, p, 1, 2*time.Minute)
-	l.waitWritten(t, 3000, time.Minute)
-	expected := l.finish(t)
+	eosWaitTotal(t, l, 30_000)
+	expected := append(l.finish(t), big...)
+	t.Logf("%d events from 8 writers and a transaction of %d rows", len(expected)-len(big), len(big))
 	eosVerify(t, f, expected, 4*time.Minute)
 	faultAlive(t, p, "after the PostgreSQL crash")
 	if b, _ := os.ReadFile(p.log); checkpointReadRE.Match(b) {
@@ -252,7 +286,8 @@ func TestExactlyOncePostgresCrash(t *testing.T) {
 var fencedRE = regexp.MustCompile(`kafka fenced this producer: another walpost initialised the same transactional id`)
 
 // TestExactlyOnceTwoWalposts: walpost A streams, B stands by on the same
-// slot. A is frozen (SIGSTOP) and its walsender terminated, so B takes the
+// slot, 8 writers run (30,000 events in all). A is frozen (SIGSTOP), a
+// 20,000-row transaction commits, and A's walsender is terminated, so B takes the
 // slot, fences A's producer and resumes from the checkpoint; when A runs
 // again its producer is fenced and it exits 1 with a clear message,
 // without committing anything. read_committed sees each event once.
@@ -265,11 +300,13 @@ func TestExactlyOnceTwoWalposts(t *testing.T) {
 	if !b.waitLog("slot is held by another process", time.Minute) {
 		t.Fatal("the second walpost did not stand by")
 	}
-	l := newFaultLoad(f, 4, 20, 5*time.Millisecond).start()
+	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	// The large transaction is B's to send, from A's checkpoint.
+	big := eosBigTxn(t, f, "big-takeover")
 	pid := faultSlotPID(f)
 	mustExec(t, f.Pool, `SELECT pg_terminate_backend($1)`, pid)
 	if !b.waitLog("msg=streaming", 2*time.Minute) {
@@ -289,7 +326,9 @@ func TestExactlyOnceTwoWalposts(t *testing.T) {
 		t.Fatalf("the fenced walpost exited %v; want exit 1 with %q:\n%s", a.err, fencedRE, tail(a.log, 30))
 	}
 	t.Logf("fenced walpost: %s", regexp.MustCompile(`.*kafka fenced this producer.*`).Find(log))
-	expected := l.finish(t)
+	eosWaitTotal(t, l, 30_000)
+	expected := append(l.finish(t), big...)
+	t.Logf("%d events from 8 writers and a transaction of %d rows", len(expected)-len(big), len(big))
 	eosVerify(t, f, expected, 4*time.Minute)
 	faultAlive(t, b, "after taking over")
 }
