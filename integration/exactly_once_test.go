@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -401,4 +402,58 @@ func TestExactlyOnceCheckpointTopicMissing(t *testing.T) {
 	if exitCode(p.err) != 1 || !strings.Contains(string(log), want) {
 		t.Fatalf("exit %v, want 1 and %q in the log:\n%s", p.err, want, tail(p.log, 20))
 	}
+}
+
+// TestExactlyOncePoisonInLargeTransaction: the refused record is row
+// 10,000 of a 20,000-row transaction, while 8 writers run (30,000 events
+// in all) and the large transaction spans several Kafka transactions:
+// each refusal aborts the open one and the session resumes inside the
+// PostgreSQL transaction from the checkpoint's ordinal; after
+// poison.max_attempts the row is quarantined and every other event
+// arrives once.
+func TestExactlyOncePoisonInLargeTransaction(t *testing.T) {
+	maxBytes := "20000"
+	f := newFixture(t, fixtureOpts{partitions: 3, topicConfig: map[string]*string{"max.message.bytes": &maxBytes}})
+	p := f.start(f.eosEnv("WALPOST_POISON_MAX_ATTEMPTS=2", "WALPOST_DELIVERY_TRANSACTION_RECORDS=2000")...)
+	faultStreaming(t, p)
+	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
+	l.waitWritten(t, 3000, time.Minute)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tx, err := f.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	rows := make([][]any, eosBigRows)
+	var big []verify.Expected
+	for i := range rows {
+		key, payload := fmt.Sprintf("bigp-%d", i), `{"data": "big"}`
+		if i == eosBigRows/2 {
+			key, payload = "poison-big", `{"big": "`+strings.Repeat("z", 40_000)+`"}`
+		} else {
+			big = append(big, verify.Expected{Key: key, Txn: "bigp", Index: len(big)})
+		}
+		rows[i] = []any{key, payload}
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{f.Table}, []string{"idempotency_key", "payload"}, pgx.CopyFromRows(rows)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Minute, "the poison row", func() bool {
+		var n int
+		_ = f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE idempotency_key = 'poison-big'`, f.PoisonTable)).Scan(&n)
+		return n == 1
+	})
+	eosWaitTotal(t, l, 30_000)
+	expected := append(l.finish(t), big...)
+	t.Logf("%d events from 8 writers and %d of the large transaction (its poison row quarantined)", len(expected)-len(big), len(big))
+	eosVerify(t, f, expected, 4*time.Minute)
+	if n := faultCount(p, "kafka refused a record inside a transaction"); n != 2 {
+		t.Errorf("%d refusals logged, want poison.max_attempts = 2", n)
+	}
+	faultAlive(t, p, "after the quarantine")
 }
