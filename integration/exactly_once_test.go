@@ -198,8 +198,8 @@ func eosVerify(t testing.TB, f *fixture, expected []verify.Expected, timeout tim
 	}
 }
 
-// TestExactlyOnceKafkaRestart: Kafka is stopped for 10 s and started
-// again while 8 writers run (30,000 events in all) and a 20,000-row
+// TestExactlyOnceKafkaRestart: Kafka is killed (SIGKILL) and started
+// again 10 s later while 8 writers run (30,000 events in all) and a 20,000-row
 // transaction commits during the outage; with kafka.flush_timeout 3s the open
 // transaction's flush and commit fail (their outcome unknown), it is
 // aborted, the session restarts, walpost resumes from the checkpoint, and
@@ -210,7 +210,7 @@ func TestExactlyOnceKafkaRestart(t *testing.T) {
 	faultStreaming(t, p)
 	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
-	faultStack(t, "kafka-stop")
+	faultStack(t, "kafka-stop", "kill")
 	big := eosBigTxn(t, f, "big-kafka")
 	faultSleep(t, p, 10*time.Second, "while Kafka was down")
 	faultStack(t, "kafka-start")

@@ -8,7 +8,8 @@
 #   down                   stop everything this script started (idempotent), keep data
 #   clean                  down, then remove .stack/
 #   status                 print whether each server is up (exit 1 if one is down)
-#   kafka-start|kafka-stop start/stop Kafka alone (reuses formatted storage)
+#   kafka-start|kafka-stop [kill] start/stop Kafka alone (reuses formatted storage);
+#                          kill: SIGKILL at once (a crash), not SIGTERM
 #   pg-start|pg-restart    start/restart the main PostgreSQL alone
 #   pg-stop [MODE]         stop the main PostgreSQL (MODE: fast (default), immediate, smart)
 #   pg-failover            kill the primary (SIGKILL) and promote the standby
@@ -682,8 +683,13 @@ kafka_stop() {
 		fi
 		return 0
 	fi
-	log "stopping $K_NAME (pid $pid)"
-	kill -TERM "$pid" 2>/dev/null || true
+	if [[ ${1:-} == kill ]]; then
+		log "killing $K_NAME (pid $pid, SIGKILL)"
+		kill -KILL "$pid" 2>/dev/null || true
+	else
+		log "stopping $K_NAME (pid $pid)"
+		kill -TERM "$pid" 2>/dev/null || true
+	fi
 	deadline=$(deadline_in 30)
 	# kafka_pid fails once the process is gone (or only a zombie is left).
 	while kafka_pid >/dev/null; do
@@ -1078,7 +1084,10 @@ main() {
 		;;
 	kafka-stop)
 		lock
-		kafka_stop
+		case ${1:-} in
+		'' | kill) kafka_stop "${1:-}" ;;
+		*) die "kafka-stop takes no argument or kill, not '$1'" ;;
+		esac
 		;;
 	pg-start)
 		lock
