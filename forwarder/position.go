@@ -42,7 +42,7 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 			if ctx.Err() != nil {
 				return row, found, position.Plan{}, ctx.Err()
 			}
-			f.log.Warn("cannot write walpost's position; forwarding goes on, and a PostgreSQL crash may re-send more events until it is written",
+			f.log.Warn(msgPositionUnwritten,
 				"slot", name, "lsn", row.LSN.String(), "err", err.Error())
 		}
 	}
@@ -76,6 +76,9 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 	}
 	return row, found, plan, nil
 }
+
+// msgPositionUnwritten is the warning of a failed position write.
+const msgPositionUnwritten = "cannot write walpost's position; forwarding goes on, and a PostgreSQL crash may re-send more events until it is written"
 
 // raiseToKnown returns the stored row raised to known, the position this
 // process confirmed in an earlier session, when known is ahead of it on
@@ -171,7 +174,7 @@ func (w *positionWriter) write(ctx context.Context, final bool) {
 		w.m.positionWrites.WithLabelValues("error").Inc()
 		if !w.failing {
 			w.failing = true
-			w.log.Warn("cannot write walpost's position; forwarding goes on, and a PostgreSQL crash may re-send more events until it is written",
+			w.log.Warn(msgPositionUnwritten,
 				"slot", r.Slot, "lsn", r.LSN.String(), "err", err.Error())
 		}
 		return

@@ -49,22 +49,7 @@ func TestDebeziumCutover(t *testing.T) {
 	defer cancel()
 	libs := debeziumLibs(t)
 
-	suffix := strings.TrimPrefix(f.Topic, "topic_")
-	types := []string{"Order_" + suffix, "Customer_" + suffix}
-	var topics []string
-	for _, ty := range types {
-		topics = append(topics, "outbox.event."+ty)
-	}
-	resp, err := f.Admin.CreateTopics(ctx, 3, 1, nil, topics...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range resp {
-		if r.Err != nil {
-			t.Fatalf("create topic %s: %v", r.Topic, r.Err)
-		}
-	}
-	t.Cleanup(func() { _, _ = f.Admin.DeleteTopics(context.Background(), topics...) })
+	types, topics := debeziumTopics(ctx, t, f)
 
 	// Everything on the topics, read from the start all along.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),

@@ -10,6 +10,28 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// debeziumTopics creates the outbox.event.<type> topics (3 partitions)
+// of two aggregate types unique to f, dropped at cleanup.
+func debeziumTopics(ctx context.Context, t testing.TB, f *fixture) (types, topics []string) {
+	t.Helper()
+	suffix := strings.TrimPrefix(f.Topic, "topic_")
+	types = []string{"Order_" + suffix, "Customer_" + suffix}
+	for _, ty := range types {
+		topics = append(topics, "outbox.event."+ty)
+	}
+	resp, err := f.Admin.CreateTopics(ctx, 3, 1, nil, topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp {
+		if r.Err != nil {
+			t.Fatalf("create topic %s: %v", r.Topic, r.Err)
+		}
+	}
+	t.Cleanup(func() { _, _ = f.Admin.DeleteTopics(context.Background(), topics...) })
+	return types, topics
+}
+
 // debeziumTable replaces the fixture's outbox with Debezium's outbox
 // table (its documentation's layout) under the same name and publication.
 func debeziumTable(t *testing.T, f *fixture) {
@@ -36,22 +58,7 @@ func TestDebeziumProfile(t *testing.T) {
 	debeziumTable(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	suffix := strings.TrimPrefix(f.Topic, "topic_")
-	types := []string{"Order_" + suffix, "Customer_" + suffix}
-	var topics []string
-	for _, ty := range types {
-		topics = append(topics, "outbox.event."+ty)
-	}
-	resp, err := f.Admin.CreateTopics(ctx, 3, 1, nil, topics...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range resp {
-		if r.Err != nil {
-			t.Fatalf("create topic %s: %v", r.Topic, r.Err)
-		}
-	}
-	t.Cleanup(func() { _, _ = f.Admin.DeleteTopics(context.Background(), topics...) })
+	types, topics := debeziumTopics(ctx, t, f)
 
 	env := f.env("WALPOST_MAPPING_PROFILE=debezium")
 	out, err := walpostOutput(t, env, "check")

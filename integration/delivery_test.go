@@ -120,23 +120,7 @@ func TestBigTransaction(t *testing.T) {
 	if !p.waitLog("msg=streaming", 30*time.Second) {
 		t.Fatal("walpost did not start streaming")
 	}
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			if kb := int64(rssKB(p.cmd.Process.Pid)); kb > peak.Load() {
-				peak.Store(kb)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
+	peak, stopSampling := watchRSS(t, p)
 	const n = 100_000
 	keys := make([]string, n)
 	for i := range keys {
@@ -149,15 +133,14 @@ func TestBigTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := f.consumeAll(t, n, 3*time.Minute)
-	close(stop)
-	wg.Wait()
+	stopSampling()
 	rep := verify.Validate(expected, observed(recs))
-	t.Logf("validator: %s; peak RSS %d KiB", rep, peak.Load())
+	t.Logf("validator: %s; peak RSS %d KiB", rep, peak())
 	if !rep.OK() || rep.Delivered != n {
 		t.Fatalf("big transaction: %s", rep)
 	}
-	if peak.Load() == 0 || peak.Load() > 150*1024 {
-		t.Fatalf("peak RSS %d KiB, want > 0 and ≤ 150 MiB", peak.Load())
+	if peak() == 0 || peak() > 150*1024 {
+		t.Fatalf("peak RSS %d KiB, want > 0 and ≤ 150 MiB", peak())
 	}
 }
 

@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,26 +58,7 @@ func TestEmptyTransactionsDuringKafkaOutage(t *testing.T) {
 	time.Sleep(2 * time.Second) // let startup and the first produce attempts settle
 	base := rssKB(p.cmd.Process.Pid)
 
-	var peak atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			if kb := int64(rssKB(p.cmd.Process.Pid)); kb > peak.Load() {
-				peak.Store(kb)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	var once sync.Once
-	stopSampling := func() { once.Do(func() { close(stop); wg.Wait() }) }
-	defer stopSampling()
+	peak, stopSampling := watchRSS(t, p)
 
 	// One connection, so the SET applies to the DO; each COMMIT in the loop
 	// ends one transaction (outside a transaction block, DO may commit).
@@ -128,8 +107,8 @@ func TestEmptyTransactionsDuringKafkaOutage(t *testing.T) {
 	faultAlive(t, p, "at the end of the outage")
 	stopSampling()
 	outage := time.Since(outageStart)
-	growth := peak.Load() - int64(base)
-	t.Logf("walpost RSS: %d KiB before the flood, peak %d KiB during the %s outage (growth %d KiB, bound %d KiB)", base, peak.Load(), outage.Round(time.Second), growth, emptyTxnGrowthKiB)
+	growth := peak() - int64(base)
+	t.Logf("walpost RSS: %d KiB before the flood, peak %d KiB during the %s outage (growth %d KiB, bound %d KiB)", base, peak(), outage.Round(time.Second), growth, emptyTxnGrowthKiB)
 	if base == 0 || growth > emptyTxnGrowthKiB {
 		t.Errorf("walpost RSS grew by %d KiB reading %d empty transactions behind an unacknowledged event during a %s Kafka outage, want ≤ %d KiB", growth, emptyTxnFlood, outage.Round(time.Second), emptyTxnGrowthKiB)
 	}

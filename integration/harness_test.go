@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -480,6 +481,33 @@ func (f *fixture) currentWAL() pglogrepl.LSN {
 	}
 	l, _ := pglogrepl.ParseLSN(s)
 	return l
+}
+
+// watchRSS samples the process's RSS every 50 ms until the returned stop
+// is called (at most once matters; later calls are no-ops, and the test's
+// cleanup calls it too); peak is the largest sample, 0 before the first.
+func watchRSS(t testing.TB, p *proc) (peak func() int64, stop func()) {
+	var top atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if kb := int64(rssKB(p.cmd.Process.Pid)); kb > top.Load() {
+				top.Store(kb)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(stop)
+	return top.Load, stop
 }
 
 // rssKB returns the resident set size of pid in KiB.
