@@ -42,32 +42,76 @@ func TransactionalID(slot string, systemID int64) string {
 // transactions ending at or before LSN, and the first Ordinal events of
 // the transaction whose commit LSN is PartialCommitLSN (0: none), are in
 // committed Kafka transactions (or the poison table).
+//
+// The anchor ties the checkpoint to the WAL it was read from: the last
+// PostgreSQL transaction with events at or before LSN has the commit LSN
+// AnchorCommitLSN (0: none since the position the session started from)
+// and the commit time AnchorCommitTime, and the partial transaction the
+// commit time PartialCommitTime. A server restored to an earlier point of
+// the same timeline writes other transactions at those LSNs: the anchor
+// tells them apart (DESIGN.md, INV-11). Anchored is false for a
+// checkpoint written without an anchor (before walpost wrote them).
 type Checkpoint struct {
-	Slot             string
-	SystemID         int64
-	Timeline         int32
-	LSN              pglogrepl.LSN
-	PartialCommitLSN pglogrepl.LSN
-	Ordinal          int
+	Slot              string
+	SystemID          int64
+	Timeline          int32
+	LSN               pglogrepl.LSN
+	PartialCommitLSN  pglogrepl.LSN
+	PartialCommitTime time.Time
+	Ordinal           int
+	Anchored          bool
+	AnchorCommitLSN   pglogrepl.LSN
+	AnchorCommitTime  time.Time
 }
 
 type checkpointJSON struct {
-	Slot             string `json:"slot"`
-	SystemID         string `json:"system_identifier"`
-	Timeline         int32  `json:"timeline"`
-	LSN              string `json:"lsn"`
-	PartialCommitLSN string `json:"partial_commit_lsn,omitempty"`
-	Ordinal          int    `json:"ordinal,omitempty"`
+	Slot              string  `json:"slot"`
+	SystemID          string  `json:"system_identifier"`
+	Timeline          int32   `json:"timeline"`
+	LSN               string  `json:"lsn"`
+	PartialCommitLSN  string  `json:"partial_commit_lsn,omitempty"`
+	PartialCommitTime string  `json:"partial_commit_time,omitempty"`
+	Ordinal           int     `json:"ordinal,omitempty"`
+	AnchorCommitLSN   *string `json:"anchor_commit_lsn,omitempty"`
+	AnchorCommitTime  string  `json:"anchor_commit_time,omitempty"`
 }
 
-// MarshalJSON writes LSNs as PostgreSQL writes them (0/16B3748) and the
-// system identifier as a string (it exceeds 2^53).
+// MarshalJSON writes LSNs as PostgreSQL writes them (0/16B3748), the
+// system identifier as a string (it exceeds 2^53) and commit times in
+// RFC 3339 with microseconds, UTC. Every checkpoint written carries
+// anchor_commit_lsn (0/0: no transaction with events).
 func (c Checkpoint) MarshalJSON() ([]byte, error) {
-	j := checkpointJSON{Slot: c.Slot, SystemID: strconv.FormatInt(c.SystemID, 10), Timeline: c.Timeline, LSN: c.LSN.String(), Ordinal: c.Ordinal}
+	anchor := c.AnchorCommitLSN.String()
+	j := checkpointJSON{Slot: c.Slot, SystemID: strconv.FormatInt(c.SystemID, 10), Timeline: c.Timeline, LSN: c.LSN.String(), Ordinal: c.Ordinal,
+		AnchorCommitLSN: &anchor}
 	if c.PartialCommitLSN != 0 {
 		j.PartialCommitLSN = c.PartialCommitLSN.String()
+		j.PartialCommitTime = commitTime(c.PartialCommitTime)
+	}
+	if c.AnchorCommitLSN != 0 {
+		j.AnchorCommitTime = commitTime(c.AnchorCommitTime)
 	}
 	return json.Marshal(j)
+}
+
+// commitTime writes a commit time as the checkpoint stores it ("" for
+// none): PostgreSQL's commit timestamps have microseconds.
+func commitTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+}
+
+func parseCommitTime(field, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return t, fmt.Errorf("%s %q: %w", field, s, err)
+	}
+	return t, nil
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote.
@@ -90,7 +134,20 @@ func (c *Checkpoint) UnmarshalJSON(b []byte) error {
 			return fmt.Errorf("partial_commit_lsn %q: %w", j.PartialCommitLSN, err)
 		}
 	}
-	*c = Checkpoint{Slot: j.Slot, SystemID: id, Timeline: j.Timeline, LSN: lsn, PartialCommitLSN: partial, Ordinal: j.Ordinal}
+	ptime, err := parseCommitTime("partial_commit_time", j.PartialCommitTime)
+	if err != nil {
+		return err
+	}
+	*c = Checkpoint{Slot: j.Slot, SystemID: id, Timeline: j.Timeline, LSN: lsn, PartialCommitLSN: partial, PartialCommitTime: ptime, Ordinal: j.Ordinal}
+	if j.AnchorCommitLSN != nil {
+		c.Anchored = true
+		if c.AnchorCommitLSN, err = pglogrepl.ParseLSN(*j.AnchorCommitLSN); err != nil {
+			return fmt.Errorf("anchor_commit_lsn %q: %w", *j.AnchorCommitLSN, err)
+		}
+		if c.AnchorCommitTime, err = parseCommitTime("anchor_commit_time", j.AnchorCommitTime); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

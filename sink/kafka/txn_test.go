@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -154,7 +155,9 @@ func TestTxnCommitAndAbort(t *testing.T) {
 	if err := produceTxn(t, k, "a", 5); err != nil {
 		t.Fatal(err)
 	}
-	want := kafka.Checkpoint{Slot: "s1", SystemID: 7365432109876543210, Timeline: 2, LSN: 0x16B3748, PartialCommitLSN: 0x16B4000, Ordinal: 3}
+	want := kafka.Checkpoint{Slot: "s1", SystemID: 7365432109876543210, Timeline: 2, LSN: 0x16B3748, PartialCommitLSN: 0x16B4000, Ordinal: 3,
+		PartialCommitTime: time.Date(2026, 12, 1, 10, 0, 0, 123456000, time.UTC), Anchored: true,
+		AnchorCommitLSN: 0x16B3700, AnchorCommitTime: time.Date(2026, 12, 1, 9, 59, 59, 999999000, time.UTC)}
 	if err := k.CommitTxn(ctx20(t), want); err != nil {
 		t.Fatalf("CommitTxn: %v", err)
 	}
@@ -170,7 +173,7 @@ func TestTxnCommitAndAbort(t *testing.T) {
 		t.Fatalf("read_committed saw %v, want exactly a-0..a-4", got)
 	}
 	cp, found := readCP(t, c, "s1", 7365432109876543210)
-	if !found || cp != want {
+	if !found || !sameCheckpoint(cp, want) {
 		t.Fatalf("checkpoint %+v (found %v), want %+v", cp, found, want)
 	}
 	if _, found := readCP(t, c, "s1", 7); found {
@@ -270,7 +273,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 	if err := produceTxn(t, k, "a", 2); err != nil {
 		t.Fatal(err)
 	}
-	first := kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100}
+	first := kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100, Anchored: true}
 	if err := k.CommitTxn(ctx20(t), first); err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +296,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 	if err := k.AbortTxn(ctx20(t)); err != nil {
 		t.Fatalf("AbortTxn after the unknown outcome: %v", err)
 	}
-	if cp, _ := readCP(t, c, "s1", 7); cp != first {
+	if cp, _ := readCP(t, c, "s1", 7); !sameCheckpoint(cp, first) {
 		t.Fatalf("checkpoint %+v after the unknown outcome, want the committed %+v", cp, first)
 	}
 	if err := produceTxn(t, k, "b", 2); err != nil {
@@ -314,5 +317,36 @@ func TestTxnUnknownOutcome(t *testing.T) {
 	}
 	if cp, _ := readCP(t, c, "s1", 7); cp.LSN != 0x300 {
 		t.Fatalf("checkpoint %+v, want 0/300", cp)
+	}
+}
+
+// sameCheckpoint compares checkpoints field by field (times by Equal).
+func sameCheckpoint(a, b kafka.Checkpoint) bool {
+	return a.Slot == b.Slot && a.SystemID == b.SystemID && a.Timeline == b.Timeline && a.LSN == b.LSN &&
+		a.PartialCommitLSN == b.PartialCommitLSN && a.PartialCommitTime.Equal(b.PartialCommitTime) && a.Ordinal == b.Ordinal &&
+		a.Anchored == b.Anchored && a.AnchorCommitLSN == b.AnchorCommitLSN && a.AnchorCommitTime.Equal(b.AnchorCommitTime)
+}
+
+// TestCheckpointJSONAnchor: every checkpoint written carries its anchor
+// (0/0 when it names no transaction), and one written without the field
+// reads as not anchored.
+func TestCheckpointJSONAnchor(t *testing.T) {
+	b, err := json.Marshal(kafka.Checkpoint{Slot: "s", SystemID: 1, Timeline: 1, LSN: 0x100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"anchor_commit_lsn":"0/0"`) {
+		t.Errorf("%s: want anchor_commit_lsn 0/0", b)
+	}
+	var cp kafka.Checkpoint
+	if err := json.Unmarshal(b, &cp); err != nil || !cp.Anchored || cp.AnchorCommitLSN != 0 {
+		t.Errorf("read back %+v, %v: want anchored at 0/0", cp, err)
+	}
+	var legacy kafka.Checkpoint
+	if err := json.Unmarshal([]byte(`{"slot":"s","system_identifier":"1","timeline":1,"lsn":"0/100"}`), &legacy); err != nil || legacy.Anchored {
+		t.Errorf("legacy checkpoint %+v, %v: want not anchored", legacy, err)
+	}
+	if err := json.Unmarshal([]byte(`{"slot":"s","system_identifier":"1","timeline":1,"lsn":"0/100","anchor_commit_lsn":"0/50","anchor_commit_time":"yesterday"}`), &legacy); err == nil {
+		t.Error("a bad anchor_commit_time was accepted")
 	}
 }
