@@ -111,7 +111,16 @@ type transactor struct {
 	lsn   pglogrepl.LSN // end of the last PostgreSQL transaction seen whole
 	cur   pglogrepl.LSN // commit LSN of the transaction being emitted (0 between)
 	ord   int           // its events handled so far, counting earlier sessions'
-	err   error         // the failure that ends the session (sticky)
+	// The checkpoint's anchor (kafka.Checkpoint): the commit LSN and time
+	// of the transaction being emitted, of the last one with events seen
+	// (emitted or skipped) since the last Commit, and of the last whole
+	// one with events.
+	curTime    time.Time
+	seen       pglogrepl.LSN
+	seenTime   time.Time
+	anchor     pglogrepl.LSN
+	anchorTime time.Time
+	err        error // the failure that ends the session (sticky)
 
 	amu    sync.Mutex
 	acked  []txnAck
@@ -128,7 +137,7 @@ func newTransactor(cfg transactorConfig, s TxnSink, tracker Tracker, refused *re
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &transactor{cfg: cfg, sink: s, tracker: tracker, refused: refused, iso: iso, ctx: context.Background(),
-		lsn: cfg.Resume.LSN, fail: make(chan struct{}, 1)}
+		lsn: cfg.Resume.LSN, anchor: cfg.Resume.AnchorCommitLSN, anchorTime: cfg.Resume.AnchorCommitTime, fail: make(chan struct{}, 1)}
 }
 
 // txnAck is one produced event's outcome receiver.
@@ -165,8 +174,9 @@ func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 	if t.err != nil {
 		return // the session ends; the event is not confirmed, the next session reads it again
 	}
+	t.seen, t.seenTime = ev.CommitLSN, ev.CommitTime
 	if ev.CommitLSN != t.cur {
-		t.cur, t.ord = ev.CommitLSN, 0
+		t.cur, t.ord, t.curTime = ev.CommitLSN, 0, ev.CommitTime
 		if ev.CommitLSN == t.cfg.Resume.PartialCommitLSN {
 			t.ord = t.cfg.Resume.Ordinal
 		}
@@ -207,12 +217,31 @@ func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 	}
 }
 
+// skipped notes an event the skipper did not hand on: its transaction is
+// the checkpoint's anchor once it ended.
+func (t *transactor) skipped(ev *outbox.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seen, t.seenTime = ev.CommitLSN, ev.CommitTime
+}
+
+// stop ends the session with err (the skipper found the checkpoint does
+// not match the server's WAL).
+func (t *transactor) stop(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failLocked(err)
+}
+
 // Commit notes the end of a PostgreSQL transaction: its events are all
 // emitted, so a checkpoint may name its end.
 func (t *transactor) Commit(end pglogrepl.LSN) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.lsn, t.cur, t.ord = end, 0, 0
+	if t.seen != 0 {
+		t.anchor, t.anchorTime, t.seen = t.seen, t.seenTime, 0
+	}
 	if t.err == nil && t.open && time.Since(t.began) >= t.cfg.Interval {
 		t.commitLocked()
 	}
@@ -278,9 +307,10 @@ func (t *transactor) commitLocked() {
 		return
 	}
 	// INV-9: the checkpoint names what this transaction's records reach.
-	cp := kafka.Checkpoint{Slot: t.cfg.Slot, SystemID: t.cfg.Identity.SystemID, Timeline: t.cfg.Identity.Timeline, LSN: t.lsn}
+	cp := kafka.Checkpoint{Slot: t.cfg.Slot, SystemID: t.cfg.Identity.SystemID, Timeline: t.cfg.Identity.Timeline, LSN: t.lsn,
+		Anchored: true, AnchorCommitLSN: t.anchor, AnchorCommitTime: t.anchorTime}
 	if t.cur != 0 && t.ord > 0 {
-		cp.PartialCommitLSN, cp.Ordinal = t.cur, t.ord
+		cp.PartialCommitLSN, cp.PartialCommitTime, cp.Ordinal = t.cur, t.curTime, t.ord
 	}
 	if err := t.sink.CommitTxn(ctx, cp); err != nil {
 		t.failLocked(fmt.Errorf("%w (the outcome may be unknown: the transaction is aborted, and the next session reads the checkpoint again and resumes from what committed)", err))

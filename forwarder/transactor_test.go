@@ -114,7 +114,7 @@ func TestTransactorConfirmsOnlyAfterCommit(t *testing.T) {
 	if tr.n() != 3 || len(s.commits) != 1 {
 		t.Fatalf("after 3 records: %d tickets done, %d commits; want 3 and 1", tr.n(), len(s.commits))
 	}
-	want := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x280, PartialCommitLSN: 0x300, Ordinal: 1}
+	want := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x280, PartialCommitLSN: 0x300, Ordinal: 1, Anchored: true, AnchorCommitLSN: 0x200}
 	if s.commits[0] != want {
 		t.Fatalf("checkpoint %+v, want %+v", s.commits[0], want)
 	}
@@ -177,5 +177,51 @@ func TestTransactorRefusedRecordAborts(t *testing.T) {
 		if err != nil || len(q.Entries()) != 1 || q.Entries()[0].Event.IdempotencyKey != "bad" || len(s.commits) != 1 || tr.n() != 2 {
 			t.Fatalf("attempt 3: err %v, quarantined %d, commits %d, done %d; want the bad record quarantined, the rest committed", err, len(q.Entries()), len(s.commits), tr.n())
 		}
+	}
+}
+
+// TestTransactorCheckpointAnchor: each checkpoint names the commit LSN and
+// time of the last whole transaction with events it covers (also one the
+// skipper did not hand on) and the commit time of its partial transaction.
+func TestTransactorCheckpointAnchor(t *testing.T) {
+	s := &fakeTxnSink{}
+	tr := &countTracker{}
+	t1 := time.Date(2026, 12, 1, 10, 0, 0, 1000, time.UTC)
+	t2, t3 := t1.Add(time.Second), t1.Add(2*time.Second)
+	x := newTestTransactor(s, tr, 3, kafka.Checkpoint{LSN: 0x100, Anchored: true, AnchorCommitLSN: 0xd0, AnchorCommitTime: t1.Add(-time.Hour)})
+	at := func(key string, commit pglogrepl.LSN, ct time.Time) *outbox.Event {
+		e := ev(key, commit)
+		e.CommitTime = ct
+		return e
+	}
+	x.skipped(at("a1", 0x1d0, t1))
+	x.Commit(0x200)
+	x.Emit(at("b1", 0x2d0, t2), checkpoint.Ticket{})
+	x.Emit(at("b2", 0x2d0, t2), checkpoint.Ticket{})
+	x.Commit(0x300)
+	x.Emit(at("c1", 0x3d0, t3), checkpoint.Ticket{}) // the third record commits
+	if len(s.commits) != 1 {
+		t.Fatalf("commits %+v, want one", s.commits)
+	}
+	cp := s.commits[0]
+	if !cp.Anchored || cp.LSN != 0x300 || cp.AnchorCommitLSN != 0x2d0 || !cp.AnchorCommitTime.Equal(t2) ||
+		cp.PartialCommitLSN != 0x3d0 || !cp.PartialCommitTime.Equal(t3) || cp.Ordinal != 1 {
+		t.Errorf("checkpoint %+v: want 0/300 anchored at 0/2D0 (%v), partial 0/3D0 (%v) ordinal 1", cp, t2, t3)
+	}
+	x.Commit(0x400)
+	for _, k := range []string{"d1", "d2", "d3"} {
+		x.Emit(at(k, 0x4d0, t3.Add(time.Second)), checkpoint.Ticket{})
+	}
+	if cp := s.commits[len(s.commits)-1]; cp.LSN != 0x400 || cp.AnchorCommitLSN != 0x3d0 || !cp.AnchorCommitTime.Equal(t3) || cp.PartialCommitLSN != 0x4d0 || cp.Ordinal != 3 {
+		t.Errorf("checkpoint %+v: want 0/400 anchored at 0/3D0, partial 0/4D0 ordinal 3", cp)
+	}
+	// A session that skipped a whole transaction and committed nothing
+	// else names the skipped one.
+	y := newTestTransactor(s, tr, 1, kafka.Checkpoint{LSN: 0x100})
+	y.skipped(at("a1", 0x1d0, t1))
+	y.Commit(0x200)
+	y.Emit(at("b1", 0x2d0, t2), checkpoint.Ticket{})
+	if cp := s.commits[len(s.commits)-1]; cp.LSN != 0x200 || cp.AnchorCommitLSN != 0x1d0 || !cp.AnchorCommitTime.Equal(t1) {
+		t.Errorf("checkpoint %+v: want 0/200 anchored at the skipped 0/1D0", cp)
 	}
 }
