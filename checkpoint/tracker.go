@@ -53,8 +53,14 @@ type Tracker struct {
 	bytes     int64
 	limits    Limits
 	paused    bool
-	freed     chan struct{} // signalled (non-blocking) when Done frees space
-	pool      []*Txn
+	// Hold: while held, the watermark reported (Confirmed, Position)
+	// stays at or below hold, whatever was handled.
+	held       bool
+	hold       pglogrepl.LSN
+	holdCommit time.Time
+	holdTxns   uint64
+	freed      chan struct{} // signalled (non-blocking) when Done frees space
+	pool       []*Txn
 }
 
 // New returns a tracker whose watermark starts at start, the slot's
@@ -166,7 +172,33 @@ func (t *Tracker) Confirmed() pglogrepl.LSN {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance()
+	if t.held && t.confirmed > t.hold {
+		return t.hold
+	}
 	return t.confirmed
+}
+
+// Hold caps the watermark Confirmed and Position report at at (or the
+// watermark, when it is higher) until Release: events are handled and the
+// FIFO advances as usual, only nothing past at is reported to be
+// confirmed. A handler that skips events on a claim it has not verified
+// yet holds the tracker where its own knowledge ends (INV-1, INV-11).
+func (t *Tracker) Hold(at pglogrepl.LSN) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance()
+	// INV-4: never below what was reported already. Past the hold,
+	// Position reports the commit time and count of the hold's start:
+	// older, so a recover reading it re-sends more, never less.
+	t.held, t.hold = true, max(at, t.confirmed)
+	t.holdCommit, t.holdTxns = t.commit, t.txns
+}
+
+// Release ends a Hold: the watermark reported moves to what was handled.
+func (t *Tracker) Release() {
+	t.mu.Lock()
+	t.held = false
+	t.mu.Unlock()
 }
 
 func (t *Tracker) advance() {
@@ -208,6 +240,9 @@ func (t *Tracker) Position() Position {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance()
+	if t.held && t.confirmed > t.hold {
+		return Position{LSN: t.hold, Commit: t.holdCommit, Txns: t.holdTxns}
+	}
 	return Position{LSN: t.confirmed, Commit: t.commit, Txns: t.txns}
 }
 

@@ -613,3 +613,36 @@ func TestTrackerPosition(t *testing.T) {
 		t.Fatalf("after Idle: Position = %+v, want LSN 0/400, still 2 txns and commit %s", got, t2)
 	}
 }
+
+// TestHoldCapsTheWatermark: while held, handled transactions past the
+// hold are not reported confirmed (Confirmed, Position, Idle's
+// keepalives); Release reports them.
+func TestHoldCapsTheWatermark(t *testing.T) {
+	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	tr.Hold(0x200)
+	for _, end := range []pglogrepl.LSN{0x180, 0x300} {
+		x, err := tr.Open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := tr.Add(x, 1)
+		if err := tr.Seal(x, end); err != nil {
+			t.Fatal(err)
+		}
+		tr.Done(k)
+	}
+	if got := tr.Confirmed(); got != 0x200 {
+		t.Errorf("held at 0/200: Confirmed %s", got)
+	}
+	tr.Idle(0x400)
+	if p := tr.Position(); p.LSN != 0x200 || p.Txns != 0 {
+		t.Errorf("held at 0/200: Position %+v, want 0/200 and the count at the hold", p)
+	}
+	tr.Release()
+	if got := tr.Confirmed(); got != 0x400 {
+		t.Errorf("released: Confirmed %s, want 0/400", got)
+	}
+	if p := tr.Position(); p.LSN != 0x400 || p.Txns != 2 {
+		t.Errorf("released: Position %+v", p)
+	}
+}

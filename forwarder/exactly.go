@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
@@ -79,15 +80,33 @@ func (f *Forwarder) openTxn(ctx context.Context, id position.Identity) (*kafka.S
 
 // exactlyOnce returns the stream's handler in exactly-once mode: the
 // transactor, behind a skipper of what the checkpoint (or
-// walpost_position) says committed (INV-11).
-func (f *Forwarder) exactlyOnce(plan position.Plan, id position.Identity, slot replication.SlotInfo, iso *Isolator, tracker *checkpoint.Tracker,
+// walpost_position) says committed (INV-11). wal is the server's WAL
+// position at the session's start (IDENTIFY_SYSTEM): a checkpoint is used
+// only when it is consistent with the stored position and the server, and
+// what it claims past walpost_position is verified against the WAL before
+// it is confirmed (anchorCheck).
+func (f *Forwarder) exactlyOnce(plan position.Plan, id position.Identity, wal pglogrepl.LSN, slot replication.SlotInfo, iso *Isolator, tracker *checkpoint.Tracker,
 	txs TxnSink, cp kafka.Checkpoint, found bool) (replication.Handler, *skipper, *transactor) {
 	cfg := f.cfg
 	name := cfg.Postgres.Slot
+	if plan.TimelineChanged {
+		f.timelineChanged(plan, id, slot)
+	}
 	use := found && cp.SystemID == id.SystemID && cp.Timeline == id.Timeline
 	if found && !use {
 		f.log.Warn("the checkpoint was written on another timeline; it is not used, and events after walpost_position's plan may be sent again",
 			"slot", name, "checkpoint_timeline", cp.Timeline, "timeline", id.Timeline, "checkpoint_lsn", cp.LSN.String())
+	}
+	hold := max(plan.SkipTo, slot.ConfirmedFlush) // what PostgreSQL itself recorded
+	if use {
+		reason, why := f.checkpointRefusal(cp, wal)
+		if reason != "" {
+			use = false
+			f.m.cpRefused.WithLabelValues(reason).Inc()
+			f.log.Warn("exactly-once: the checkpoint is not used: "+why+"; only walpost_position is skipped up to, and the events after it are sent again",
+				"slot", name, "checkpoint_lsn", cp.LSN.String(), "partial_commit_lsn", cp.PartialCommitLSN.String(), "ordinal", cp.Ordinal,
+				"position_lsn", hold.String(), "server_wal_lsn", wal.String(), "reason", reason)
+		}
 	}
 	var resume kafka.Checkpoint
 	if use {
@@ -111,6 +130,49 @@ func (f *Forwarder) exactlyOnce(plan position.Plan, id position.Identity, slot r
 		"slot", name, "slot_lsn", slot.ConfirmedFlush.String(), "skip_to", upTo.String(),
 		"partial_commit_lsn", resume.PartialCommitLSN.String(), "ordinal", resume.Ordinal)
 	s := &skipper{next: tx, tracker: tracker, upTo: upTo, skipped: f.m.skipped.WithLabelValues("checkpoint"),
-		log: f.log, slot: name, from: slot.ConfirmedFlush, partial: resume.PartialCommitLSN, ordinal: resume.Ordinal}
+		log: f.log, slot: name, from: slot.ConfirmedFlush, partial: resume.PartialCommitLSN, ordinal: resume.Ordinal, onSkip: tx.skipped}
+	if use && cp.Anchored && (cp.LSN > hold || cp.PartialCommitLSN != 0) {
+		if cp.LSN > hold {
+			// INV-1: nothing past what PostgreSQL recorded is confirmed
+			// before the WAL showed the checkpoint's anchor.
+			tracker.Hold(hold)
+		}
+		refuted := cp
+		s.verify = &anchorCheck{cp: cp, hold: hold, from: slot.ConfirmedFlush, tracker: tracker, log: f.log, slot: name,
+			verified: cp.LSN <= hold,
+			refute: func(reason string, err error) {
+				f.m.cpRefused.WithLabelValues(reason).Inc()
+				f.refuted = &refuted
+				tx.stop(err)
+			}}
+	}
 	return s, s, tx
+}
+
+// checkpointRefusal says why cp cannot be used on this server (reason ""
+// when it can): walpost_position went back below what this process wrote
+// (the database was restored), the checkpoint is past the server's WAL,
+// or a session found it does not match the WAL.
+func (f *Forwarder) checkpointRefusal(cp kafka.Checkpoint, wal pglogrepl.LSN) (reason, why string) {
+	switch {
+	case f.wentBack:
+		return refusedWentBack, "walpost_position went back below what this walpost wrote (the database was restored to an earlier point)"
+	case cp.LSN > wal || cp.PartialCommitLSN > wal:
+		return refusedAhead, "it is past the server's WAL (the server was restored to an earlier point, or walpost recover reset the position)"
+	case f.refuted != nil && sameCheckpoint(*f.refuted, cp):
+		return refusedNotInWAL, "an earlier session found that the server's WAL does not hold the transactions it names"
+	}
+	// A checkpoint written before checkpoints carried an anchor cannot be
+	// verified against the WAL: bounded by the server's WAL above, it is
+	// used as before.
+	return "", ""
+}
+
+// timelineChanged counts and logs a session on another timeline than the
+// stored position.
+func (f *Forwarder) timelineChanged(plan position.Plan, id position.Identity, slot replication.SlotInfo) {
+	f.m.timelineChanged.Inc()
+	f.log.Warn("the timeline changed since walpost recorded its position; only transactions ending at or before the switch point are skipped: those after it and after the slot's position are sent again (LSNs past the switch point belong to the new timeline)",
+		"slot", f.cfg.Postgres.Slot, "slot_lsn", slot.ConfirmedFlush.String(),
+		"timeline", id.Timeline, "switch_point", plan.SwitchPoint.String(), "skip_to", plan.SkipTo.String())
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // Deps are what a Forwarder is given rather than builds; every field may be
@@ -79,7 +80,13 @@ type Forwarder struct {
 	// row (DESIGN.md, INV-13).
 	known position.Row
 	saved position.Row // the last row this process wrote
-	pw    *positionWriter
+	// wentBack: the last checkPosition found walpost_position behind what
+	// this process wrote (raiseToKnown); refuted: the last checkpoint a
+	// session found not to match the server's WAL (anchorCheck), never
+	// used again.
+	wentBack bool
+	refuted  *kafka.Checkpoint
+	pw       *positionWriter
 }
 
 // New prepares a Forwarder for cfg, which must be valid (config.Load or

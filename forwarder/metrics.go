@@ -53,6 +53,7 @@ type metrics struct {
 	pruned          prometheus.Counter
 	pruneErrors     prometheus.Counter
 	transactions    *prometheus.CounterVec
+	cpRefused       *prometheus.CounterVec
 
 	mu        sync.Mutex
 	cur       string
@@ -98,6 +99,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pruned:          prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_outbox_pruned_rows_total", Help: "Outbox rows deleted by the prune passes of outbox.retention."}),
 		pruneErrors:     prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_outbox_prune_errors_total", Help: "Prune passes of outbox.retention that failed (logged with the error; forwarding goes on)."}),
 		transactions:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_kafka_transactions_total", Help: "Kafka transactions ended in exactly-once mode, by outcome (committed, aborted)."}, []string{"outcome"}),
+		cpRefused:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_checkpoint_refused_total", Help: "Exactly-once checkpoints not used because they do not match the server, by reason (went_back: walpost_position went back; ahead_of_server: past the server's WAL; not_in_wal: the WAL below it holds other transactions). Events after walpost_position are sent again."}, []string{"reason"}),
 	}
 	inflightEvents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_events", Help: "Events read and not yet acked or quarantined."}, func() float64 {
 		if t := m.tracker.Load(); t != nil {
@@ -123,8 +125,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest,
-		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions} {
+		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions, m.cpRefused} {
 		f(c)
+	}
+	for _, r := range []string{refusedWentBack, refusedAhead, refusedNotInWAL} {
+		m.cpRefused.WithLabelValues(r) // exported at 0, so increase() sees the first one
 	}
 	m.movedAt.Store(time.Now().UnixNano())
 	m.lagB.Store(-1)

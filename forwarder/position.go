@@ -28,6 +28,7 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 		return row, false, position.Plan{}, err
 	}
 	raised, ok, wentBack := raiseToKnown(row, found, f.known, f.saved)
+	f.wentBack = wentBack
 	if wentBack {
 		f.log.Warn("walpost_position is behind what this walpost wrote to it: the database lost a synchronous commit (restored from a snapshot or a backup?), so only the stored position is skipped up to and the events after it are sent again",
 			"slot", name, "stored_lsn", row.LSN.String(), "written_lsn", f.saved.LSN.String(), "known_lsn", f.known.LSN.String())
@@ -212,6 +213,11 @@ type skipper struct {
 	partial pglogrepl.LSN
 	ordinal int
 	pseen   int
+	// Exactly-once: the checkpoint's claims checked against the WAL
+	// (nil: nothing to check), and each skipped event told to the
+	// transactor (the next checkpoint's anchor).
+	verify *anchorCheck
+	onSkip func(*outbox.Event)
 
 	n           int
 	first, last pglogrepl.LSN // commit LSNs of the first and last skipped events
@@ -225,6 +231,9 @@ type skipper struct {
 // every transaction it confirms, never inside a commit record, so
 // C < upTo ⇔ E ≤ upTo (DESIGN.md, "Position").
 func (s *skipper) Emit(ev *outbox.Event, t checkpoint.Ticket) {
+	if s.verify != nil && !s.verify.event(ev, s.pseen) {
+		return // refuted: the session ends, the event is read again
+	}
 	// INV-11: the events of a PostgreSQL transaction are decoded in the
 	// same order every time, so the first ordinal are those committed.
 	skipPartial := s.partial != 0 && ev.CommitLSN == s.partial && s.pseen < s.ordinal
@@ -238,6 +247,9 @@ func (s *skipper) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 		s.n++
 		s.last = ev.CommitLSN
 		s.skipped.Inc()
+		if s.onSkip != nil {
+			s.onSkip(ev)
+		}
 		s.tracker.Done(t)
 		return
 	}
@@ -247,6 +259,9 @@ func (s *skipper) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 // Commit passes the transaction end on and ends skipping at the first
 // transaction past upTo.
 func (s *skipper) Commit(end pglogrepl.LSN) {
+	if s.verify != nil {
+		s.verify.commit(end)
+	}
 	if !s.over && end > s.upTo {
 		s.over = true
 		s.report()

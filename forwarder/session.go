@@ -67,7 +67,7 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	defer conn.Close(context.Background())
 	// INV-7: walpost's position is checked before Prepare may create a
 	// slot; a recorded position never gets a new slot over its gap.
-	id, err := position.Identify(ctx, conn)
+	id, wal, err := position.IdentifyAt(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	var skip *skipper
 	var tx *transactor
 	if txs != nil {
-		h, skip, tx = f.exactlyOnce(plan, id, slot, iso, tracker, txs, cp, cpFound)
+		h, skip, tx = f.exactlyOnce(plan, id, wal, slot, iso, tracker, txs, cp, cpFound)
 	} else {
 		h, skip = f.handlerFor(plan, id, row, slot, iso, tracker)
 	}

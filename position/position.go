@@ -50,15 +50,23 @@ func (id Identity) String() string {
 // Identify reads the server's identity with IDENTIFY_SYSTEM on a
 // replication connection (before START_REPLICATION).
 func Identify(ctx context.Context, conn *pgconn.PgConn) (Identity, error) {
+	id, _, err := IdentifyAt(ctx, conn)
+	return id, err
+}
+
+// IdentifyAt is Identify with the server's current WAL flush position
+// (IDENTIFY_SYSTEM's xlogpos): no position written on this server's WAL
+// can be past it.
+func IdentifyAt(ctx context.Context, conn *pgconn.PgConn) (Identity, pglogrepl.LSN, error) {
 	r, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
-		return Identity{}, fmt.Errorf("identify system: %w", err)
+		return Identity{}, 0, fmt.Errorf("identify system: %w", err)
 	}
 	sys, err := strconv.ParseInt(r.SystemID, 10, 64)
 	if err != nil {
-		return Identity{}, fmt.Errorf("identify system: system identifier %q: %w", r.SystemID, err)
+		return Identity{}, 0, fmt.Errorf("identify system: system identifier %q: %w", r.SystemID, err)
 	}
-	return Identity{SystemID: sys, Timeline: r.Timeline}, nil
+	return Identity{SystemID: sys, Timeline: r.Timeline}, r.XLogPos, nil
 }
 
 // Row is one slot's position.
