@@ -266,8 +266,9 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 			}
 		}
 		// Their acknowledgements moved the failed session's tracker: its
-		// position is what the next session skips up to (INV-13).
-		if f.pw != nil {
+		// position is what the next session skips up to (INV-13); never
+		// after a data loss, whose transactions are produced again.
+		if f.pw != nil && cause != "kafka_data_loss" {
 			f.pw.remember()
 		}
 		if !sleep(ctx, wait) {

@@ -69,8 +69,15 @@ var ErrDataLoss = errors.New("kafka reported data loss")
 // onDataLoss is the Kafka sink's OnDataLoss (on a client goroutine): the
 // loss is counted and logged, and the running session ends with
 // ErrDataLoss. Between sessions there is nothing to end: the next session
-// starts from the slot anyway.
+// starts from the slot anyway. The session's tracker is held where it
+// stands (INV-1): acks that arrive after the report confirm nothing more,
+// so neither the slot nor walpost's remembered position (INV-13) moves
+// past a transaction whose records Kafka lost, and the next session
+// produces it again.
 func (f *Forwarder) onDataLoss(topic string, partition int32) {
+	if t := f.m.tracker.Load(); t != nil {
+		t.Hold(t.Confirmed())
+	}
 	f.m.dataLoss.WithLabelValues(topic, strconv.Itoa(int(partition))).Inc()
 	f.log.Error("kafka reported data loss on a partition; the session restarts and every event after the slot's confirmed position is produced again (events confirmed before cannot be: check the topic with walpost verify)",
 		"topic", topic, "partition", partition)

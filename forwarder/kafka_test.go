@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/position"
 )
 
 // Data loss reported by Kafka is counted per topic and partition and ends
@@ -65,5 +68,39 @@ func TestDataLossEndsSession(t *testing.T) {
 	_ = wait(ended) // drains what the session did not read
 	if f.lost.Load() != nil {
 		t.Error("the session's data-loss signal is still registered after stop")
+	}
+}
+
+// TestDataLossStopsConfirming: once Kafka reported data loss, acks that
+// arrive afterwards do not move the watermark (nor walpost's remembered
+// position) past what was confirmed at the report: the transactions
+// holding the lost records are produced again by the next session. Before
+// the fix the failed session's late acks confirmed them, and the position
+// the next session skipped up to included them.
+func TestDataLossStopsConfirming(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := &Forwarder{log: slog.New(slog.DiscardHandler), m: newMetrics(reg)}
+	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	f.m.tracker.Store(tr)
+	x, err := tr.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := tr.Add(x, 1)
+	if err := tr.Seal(x, 0x200); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := f.watchDataLoss()
+	defer stop()
+	f.onDataLoss("orders", 1)
+	tr.Done(k) // the ack of a record in flight when the loss was reported
+	if got := tr.Confirmed(); got != 0x100 {
+		t.Errorf("confirmed %s after the data loss, want 0/100", got)
+	}
+	known := position.Row{}
+	w := &positionWriter{row: position.Row{Slot: "s"}, tracker: tr, known: &known}
+	w.remember()
+	if known.LSN > 0x100 {
+		t.Errorf("remembered %s after the data loss, want at most 0/100", known.LSN)
 	}
 }
