@@ -17,7 +17,8 @@
 //     connection stays open and idle: any command on it would destroy the
 //     snapshot), the outbox rows committed after the recorded position,
 //     chosen by commit timestamp when track_commit_timestamp is on, else by
-//     created_at minus recover.margin;
+//     created_at minus recover.margin; every row of the table when the
+//     recorded position confirmed no transaction yet;
 //  4. produces them in that order through the sink (walpost's idempotent
 //     Kafka producer), each record marked walpost_recovered, and waits for
 //     every acknowledgement;

@@ -56,6 +56,7 @@ const (
 	ByCommitTimestamp By = "commit timestamp"    // pg_xact_commit_timestamp(xmin)
 	ByCreatedAt       By = "created_at"          // track_commit_timestamp off
 	BySince           By = "commit time --since" // the flag, no margin
+	ByAll             By = "the whole table"     // no transaction was ever confirmed
 )
 
 // Report is what recover did (or, with DryRun, would do).
@@ -73,7 +74,8 @@ type Report struct {
 	SlotState string
 	// By and the bounds: rows with a commit timestamp at or after
 	// CommitFrom, and rows without one (track_commit_timestamp off, or
-	// committed before it was turned on) created at or after CreatedFrom.
+	// committed before it was turned on) created at or after CreatedFrom;
+	// no bound (both zero) with ByAll.
 	By          By
 	CommitFrom  time.Time
 	CreatedFrom time.Time
@@ -188,19 +190,7 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, fmt.Errorf("read track_commit_timestamp: %w", err)
 	}
 	last := row.LastCommit
-	if last.IsZero() {
-		// Nothing confirmed yet: the row was recorded when the slot was
-		// created, and no outbox event was confirmed since.
-		last = row.UpdatedAt
-	}
-	switch {
-	case !opts.Since.IsZero():
-		rep.By, rep.CommitFrom, rep.CreatedFrom = BySince, opts.Since, opts.Since
-	case commitTS:
-		rep.By, rep.CommitFrom, rep.CreatedFrom = ByCommitTimestamp, last.Add(-CommitSlack), last.Add(-cfg.Recover.Margin)
-	default:
-		rep.By, rep.CreatedFrom = ByCreatedAt, last.Add(-cfg.Recover.Margin)
-	}
+	rep.By, rep.CommitFrom, rep.CreatedFrom = window(row, opts.Since, commitTS, cfg.Recover.Margin)
 	if drop && opts.DryRun {
 		rep.SlotState += ": would be dropped and created again"
 	} else if drop {
@@ -210,10 +200,10 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return rep, fmt.Errorf("read columns of %s: %w", table, err)
 	}
-	q := selection(table, cols, commitTS, rep)
+	q, args := selection(table, cols, commitTS, rep)
 
 	if opts.DryRun {
-		if err := scan(ctx, side, q, rep, last, 0, nil); err != nil {
+		if err := scan(ctx, side, q, args, rep, last, 0, nil); err != nil {
 			return rep, err
 		}
 		return rep, nil
@@ -273,7 +263,7 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		p.max = cfg.Pipeline.MaxInFlightEvents
 	}
 	p.init()
-	if err := scan(ctx, tx, q, rep, last, cp, p.produce); err != nil {
+	if err := scan(ctx, tx, q, args, rep, last, cp, p.produce); err != nil {
 		return rep, err
 	}
 	if err := p.wait(ctx); err != nil {
@@ -293,9 +283,32 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// selection is the query of the gap's rows, in commit order (or created_at
-// order without commit timestamps; within a transaction in insert order).
-func selection(t replication.TableName, cols []string, commitTS bool, rep *Report) string {
+// window chooses how the gap's rows are selected after row (the recorded
+// position): By and the lower bounds of their commit timestamp and of
+// their created_at (both zero with ByAll: no bound).
+func window(row position.Row, since time.Time, commitTS bool, margin time.Duration) (by By, commitFrom, createdFrom time.Time) {
+	last := row.LastCommit
+	switch {
+	case !since.IsZero():
+		return BySince, since, since
+	case last.IsZero():
+		// No transaction was ever confirmed, so every row may be in the
+		// gap. The row's updated_at bounds nothing: every forward write of
+		// the row refreshes it, a keepalive-only one too, after outbox
+		// transactions it never confirmed.
+		return ByAll, time.Time{}, time.Time{}
+	case commitTS:
+		return ByCommitTimestamp, last.Add(-CommitSlack), last.Add(-margin)
+	default:
+		return ByCreatedAt, time.Time{}, last.Add(-margin)
+	}
+}
+
+// selection is the query of the gap's rows and its arguments, in commit
+// order (or created_at order without commit timestamps; within a
+// transaction in insert order): every row of the table with ByAll, else
+// the rows at or after rep's bounds.
+func selection(t replication.TableName, cols []string, commitTS bool, rep *Report) (string, []any) {
 	opt := func(c, cast string) string {
 		if slices.Contains(cols, c) {
 			return pgx.Identifier{c}.Sanitize() + cast
@@ -303,12 +316,20 @@ func selection(t replication.TableName, cols []string, commitTS bool, rep *Repor
 		return "NULL::text"
 	}
 	ts := "NULL::timestamptz"
-	// $1 (the commit bound) is unused without commit timestamps; it is
-	// named so that PostgreSQL knows its type.
-	where := `created_at >= $2 AND $1::timestamptz IS NOT NULL`
 	if commitTS {
 		ts = "pg_xact_commit_timestamp(xmin)"
+	}
+	args := []any{rep.CommitFrom, rep.CreatedFrom}
+	var where string
+	switch {
+	case rep.By == ByAll:
+		where, args = `true`, nil
+	case commitTS:
 		where = `(` + ts + ` >= $1 OR (` + ts + ` IS NULL AND created_at >= $2))`
+	default:
+		// $1 (the commit bound) is unused without commit timestamps; it
+		// is named so that PostgreSQL knows its type.
+		where = `created_at >= $2 AND $1::timestamptz IS NOT NULL`
 	}
 	at := "COALESCE(" + ts + ", created_at)"
 	return `SELECT id::text, idempotency_key, payload::text, created_at::text,
@@ -318,7 +339,7 @@ func selection(t replication.TableName, cols []string, commitTS bool, rep *Repor
        CASE WHEN isfinite(` + at + `) THEN ` + at + ` END
 FROM ` + t.String() + `
 WHERE ` + where + `
-ORDER BY ` + at + `, xmin::text::bigint, cmin::text::bigint, ctid`
+ORDER BY ` + at + `, xmin::text::bigint, cmin::text::bigint, ctid`, args
 }
 
 type querier interface {
@@ -334,7 +355,7 @@ type querier interface {
 // it, every streamed transaction commits after it), so a consumer that
 // orders or deduplicates by the commit_lsn header never sees a recovered
 // record go back behind one streamed before or after it.
-func scan(ctx context.Context, q querier, sql string, rep *Report, last time.Time, cp pglogrepl.LSN, emit func(*outbox.Event) error) error {
+func scan(ctx context.Context, q querier, sql string, args []any, rep *Report, last time.Time, cp pglogrepl.LSN, emit func(*outbox.Event) error) error {
 	var oldest *time.Time
 	if err := q.QueryRow(ctx, `SELECT min(created_at) FROM `+rep.Table).Scan(&oldest); err != nil {
 		return fmt.Errorf("read the oldest row of %s: %w", rep.Table, err)
@@ -342,7 +363,7 @@ func scan(ctx context.Context, q querier, sql string, rep *Report, last time.Tim
 	if oldest != nil {
 		rep.Oldest = *oldest
 	}
-	rows, err := q.Query(ctx, sql, rep.CommitFrom, rep.CreatedFrom)
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("read the gap's rows from %s: %w", rep.Table, err)
 	}

@@ -33,6 +33,8 @@ func (r *Report) Write(w io.Writer) error {
 		pr("rows chosen by:    commit timestamp (track_commit_timestamp = on) at or after %s (the last confirmed commit minus %s); rows without one by created_at at or after %s (recover.margin)", ts(r.CommitFrom), CommitSlack, ts(r.CreatedFrom))
 	case ByCreatedAt:
 		pr("rows chosen by:    created_at at or after %s: the last confirmed commit minus recover.margin (track_commit_timestamp = off: order by created_at, the transactions' start, which concurrent transactions may commit in another order)", ts(r.CreatedFrom))
+	case ByAll:
+		pr("rows chosen by:    every row of the table: the recorded position confirmed no transaction yet, so every row may be in the gap")
 	case BySince:
 		pr("rows chosen by:    --since: committed (created_at without commit timestamps) at or after %s", ts(r.CommitFrom))
 	}
