@@ -244,84 +244,171 @@ func (k *Sink) AbortTxn(ctx context.Context) error {
 // ReadCheckpoint reads the last committed checkpoint of key (the record key
 // CommitTxn writes: TransactionalID of the slot and system identifier, so
 // slots of several clusters may share the topic) from topic (one
-// partition) with read_committed isolation, up to the partition's last
-// stable offset at the first answer: records of aborted or open
-// transactions are never seen, and the end is known, not guessed from a
-// quiet poll. found is false when the topic holds none for key.
+// partition). found is false when the topic holds none for key.
+//
+// It reads read_uncommitted, control records included, up to the high
+// watermark of its first answer, and replays the records of key: a
+// non-transactional one is the checkpoint at once; a transactional one
+// becomes it only when a COMMIT marker of the same producer ID follows,
+// and an ABORT marker discards it. A transactional record with no marker
+// before the end is not committed and is ignored: the caller ran
+// InitProducer first (INV-10), which completed this transactional id's
+// own earlier transaction, so only other producers' transactions can
+// still be open. read_committed would stop at the last stable offset,
+// which an open transaction of any producer pins: on the shared topic
+// another walpost's (slow, stopped or dead) transaction would hide this
+// slot's newer checkpoints for up to its transaction timeout, and the
+// session would resume from an older one and send committed events again.
 func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, key string) (cp Checkpoint, found bool, err error) {
-	tds, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	leader, topicID, err := checkpointPartition(ctx, cl, topic)
 	if err != nil {
-		return cp, false, fmt.Errorf("list checkpoint topic %q: %w", topic, err)
+		return cp, false, err
 	}
-	td, ok := tds[topic]
-	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
-		return cp, false, fmt.Errorf("kafka.checkpoint_topic: %w: %q: fix: create it with one partition and cleanup.policy=compact, or set kafka.create_topic_partitions so walpost creates it", ErrTopicMissing, topic)
-	}
-	if td.Err != nil {
-		return cp, false, fmt.Errorf("describe checkpoint topic %q: %w", topic, td.Err)
-	}
-	pd, ok := td.Partitions[0]
-	if !ok || len(td.Partitions) != 1 {
-		return cp, false, fmt.Errorf("kafka.checkpoint_topic %q has %d partitions: it needs exactly one", topic, len(td.Partitions))
-	}
+	replay := checkpointReplay{key: key, pending: map[int64]*kgo.Record{}}
 	offset, end, stuck := int64(0), int64(-1), 0
 	for end < 0 || offset < end {
-		req := kmsg.NewPtrFetchRequest()
-		req.ReplicaID = -1
-		req.MaxWaitMillis = 200
-		req.MinBytes = 1
-		req.MaxBytes = 16 << 20
-		req.IsolationLevel = 1 // read_committed
-		rt := kmsg.NewFetchRequestTopic()
-		rt.Topic, rt.TopicID = topic, td.ID
-		rp := kmsg.NewFetchRequestTopicPartition()
-		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = 0, offset, 8<<20
-		rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl.Broker(int(pd.Leader)))
+		part, err := fetchCheckpoints(ctx, cl.Broker(int(leader)), topic, topicID, offset)
 		if err != nil {
-			return cp, false, fmt.Errorf("fetch checkpoint topic %q: %w", topic, err)
+			return cp, false, err
 		}
-		if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
-			return cp, false, fmt.Errorf("fetch checkpoint topic %q: %w", topic, err)
-		}
-		if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-			return cp, false, fmt.Errorf("fetch checkpoint topic %q: unexpected answer", topic)
-		}
-		part := &resp.Topics[0].Partitions[0]
-		if end < 0 {
-			end = part.LastStableOffset
-		}
-		if errors.Is(kerr.ErrorForCode(part.ErrorCode), kerr.OffsetOutOfRange) && offset < part.LogStartOffset {
-			offset = part.LogStartOffset // compacted or deleted below
+		if errors.Is(kerr.ErrorForCode(part.ErrorCode), kerr.OffsetOutOfRange) {
+			// Deleted below (DeleteRecords): go on from the log start
+			// offset. Kafka does not say it in this answer.
+			start, err := kadm.NewClient(cl).ListStartOffsets(ctx, topic)
+			if err != nil {
+				return cp, false, fmt.Errorf("list the start offset of checkpoint topic %q: %w", topic, err)
+			}
+			lo, ok := start.Lookup(topic, 0)
+			if !ok || lo.Err != nil || lo.Offset <= offset {
+				return cp, false, fmt.Errorf("fetch checkpoint topic %q at offset %d: %w (log start offset %d, %v)", topic, offset, kerr.OffsetOutOfRange, lo.Offset, lo.Err)
+			}
+			offset = lo.Offset
 			continue
 		}
+		if end < 0 {
+			end = part.HighWatermark
+		}
 		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
-			Offset: offset, IsolationLevel: kgo.ReadCommitted(), Topic: topic, Partition: 0,
+			KeepControlRecords: true, Offset: offset, IsolationLevel: kgo.ReadUncommitted(), Topic: topic, Partition: 0,
 		}, part, kgo.DefaultDecompressor(), nil)
 		if fp.Err != nil {
 			return cp, false, fmt.Errorf("fetch checkpoint topic %q: %w", topic, fp.Err)
 		}
 		for _, r := range fp.Records {
-			if string(r.Key) != key {
-				continue
+			if r.Offset >= end {
+				break // after the end: the read is of one moment
 			}
-			var c Checkpoint
-			if err := json.Unmarshal(r.Value, &c); err != nil {
-				return cp, false, fmt.Errorf("checkpoint %q at offset %d of %q: %w", key, r.Offset, topic, err)
+			if err := replay.apply(r); err != nil {
+				return cp, false, fmt.Errorf("checkpoint topic %q: %w", topic, err)
 			}
-			cp, found = c, true
 		}
 		if next <= offset {
 			if stuck++; stuck > 50 {
-				return cp, false, fmt.Errorf("fetch checkpoint topic %q: no progress at offset %d (last stable offset %d)", topic, offset, end)
+				return cp, false, fmt.Errorf("fetch checkpoint topic %q: no progress at offset %d (high watermark %d)", topic, offset, end)
 			}
 			continue
 		}
 		stuck, offset = 0, next
 	}
-	return cp, found, nil
+	return replay.cp, replay.found, nil
+}
+
+// checkpointPartition returns the leader of topic's only partition and
+// the topic's ID.
+func checkpointPartition(ctx context.Context, cl *kgo.Client, topic string) (leader int32, id [16]byte, err error) {
+	tds, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		return 0, id, fmt.Errorf("list checkpoint topic %q: %w", topic, err)
+	}
+	td, ok := tds[topic]
+	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+		return 0, id, fmt.Errorf("kafka.checkpoint_topic: %w: %q: fix: create it with one partition and cleanup.policy=compact, or set kafka.create_topic_partitions so walpost creates it", ErrTopicMissing, topic)
+	}
+	if td.Err != nil {
+		return 0, id, fmt.Errorf("describe checkpoint topic %q: %w", topic, td.Err)
+	}
+	pd, ok := td.Partitions[0]
+	if !ok || len(td.Partitions) != 1 {
+		return 0, id, fmt.Errorf("kafka.checkpoint_topic %q has %d partitions: it needs exactly one", topic, len(td.Partitions))
+	}
+	return pd.Leader, td.ID, nil
+}
+
+// fetchCheckpoints fetches the checkpoint partition from offset,
+// read_uncommitted, from its leader br.
+func fetchCheckpoints(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, offset int64) (*kmsg.FetchResponseTopicPartition, error) {
+	req := kmsg.NewPtrFetchRequest()
+	req.ReplicaID = -1
+	req.MaxWaitMillis = 200
+	req.MinBytes = 1
+	req.MaxBytes = 16 << 20
+	req.IsolationLevel = 0 // read_uncommitted: ReadCheckpoint applies the markers itself
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic, rt.TopicID = topic, topicID
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = 0, offset, 8<<20
+	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, br)
+	if err != nil {
+		return nil, fmt.Errorf("fetch checkpoint topic %q: %w", topic, err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, fmt.Errorf("fetch checkpoint topic %q: %w", topic, err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return nil, fmt.Errorf("fetch checkpoint topic %q: unexpected answer", topic)
+	}
+	return &resp.Topics[0].Partitions[0], nil
+}
+
+// checkpointReplay applies the records of a checkpoint partition, in
+// offset order, to the checkpoint of key (see ReadCheckpoint).
+type checkpointReplay struct {
+	key     string
+	pending map[int64]*kgo.Record // by producer ID: its open transaction's last record of key
+	cp      Checkpoint
+	found   bool
+}
+
+func (p *checkpointReplay) apply(r *kgo.Record) error {
+	if r.Attrs.IsControl() {
+		rec, ok := p.pending[r.ProducerID]
+		if !ok {
+			return nil
+		}
+		var marker kmsg.ControlRecordKey
+		if err := marker.ReadFrom(r.Key); err != nil {
+			return fmt.Errorf("transaction marker at offset %d: %w", r.Offset, err)
+		}
+		switch marker.Type {
+		case kmsg.ControlRecordKeyTypeCommit:
+			delete(p.pending, r.ProducerID)
+			return p.set(rec)
+		case kmsg.ControlRecordKeyTypeAbort:
+			delete(p.pending, r.ProducerID)
+		}
+		return nil
+	}
+	if string(r.Key) != p.key {
+		return nil
+	}
+	if r.Attrs.IsTransactional() {
+		p.pending[r.ProducerID] = r
+		return nil
+	}
+	return p.set(r)
+}
+
+// set makes r's value the checkpoint.
+func (p *checkpointReplay) set(r *kgo.Record) error {
+	var c Checkpoint
+	if err := json.Unmarshal(r.Value, &c); err != nil {
+		return fmt.Errorf("checkpoint %q at offset %d: %w", p.key, r.Offset, err)
+	}
+	p.cp, p.found = c, true
+	return nil
 }
 
 // ErrCheckpointTopic: kafka.checkpoint_topic is missing (and may not be

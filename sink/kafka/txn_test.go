@@ -200,6 +200,169 @@ func sortedKeys(prefix string, n int, got []string) []string {
 	return got
 }
 
+// commitCP commits a Kafka transaction of k that holds only the
+// checkpoint cp.
+func commitCP(t *testing.T, k *kafka.Sink, cp kafka.Checkpoint) {
+	t.Helper()
+	if err := produceTxn(t, k, "none", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.CommitTxn(ctx20(t), cp); err != nil {
+		t.Fatalf("CommitTxn(%s): %v", cp.LSN, err)
+	}
+}
+
+// txnClient is a bare transactional client of the transactional id id
+// (another walpost, or an earlier instance of this one).
+func txnClient(t *testing.T, c *kfake.Cluster, id string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID(id), kgo.TransactionTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// beginCP begins a transaction of cl and produces cp's record to the
+// checkpoint topic, keyed as CommitTxn keys it; the transaction stays open.
+func beginCP(t *testing.T, cl *kgo.Client, cp kafka.Checkpoint) {
+	t.Helper()
+	value, err := cp.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	r := &kgo.Record{Topic: cpTopic, Key: []byte(kafka.TransactionalID(cp.Slot, cp.SystemID)), Value: value}
+	if err := cl.ProduceSync(ctx20(t), r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantCP fails unless the checkpoint read for slot s1 of system 7 has the
+// LSN, PartialCommitLSN and Ordinal of want.
+func wantCP(t *testing.T, c *kfake.Cluster, want kafka.Checkpoint) {
+	t.Helper()
+	cp, found := readCP(t, c, "s1", 7)
+	if !found || cp.LSN != want.LSN || cp.PartialCommitLSN != want.PartialCommitLSN || cp.Ordinal != want.Ordinal {
+		t.Fatalf("checkpoint %+v (found %v), want lsn %s, partial_commit_lsn %s, ordinal %d", cp, found, want.LSN, want.PartialCommitLSN, want.Ordinal)
+	}
+}
+
+// createTopic creates topic with one partition and cleanup.policy policy.
+func createTopic(t *testing.T, c *kfake.Cluster, topic, policy string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, 1
+	rc := kmsg.NewCreateTopicsRequestTopicConfig()
+	rc.Name, rc.Value = "cleanup.policy", &policy
+	rt.Configs = append(rt.Configs, rc)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 10000
+	resp, err := req.RequestWith(ctx20(t), cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("create topic %q: %v", topic, err)
+	}
+}
+
+// TestReadCheckpointPastOpenTransaction: another walpost's transaction left
+// open on the shared checkpoint topic (its checkpoint produced, not yet
+// committed) pins the partition's last stable offset; the checkpoint this
+// slot committed after it is still the one read, and the open one is not.
+func TestReadCheckpointPastOpenTransaction(t *testing.T) {
+	c := newTxnCluster(t)
+	s1 := newTxnKafka(t, c, kafka.TransactionalID("s1", 7))
+	if err := s1.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
+	beginCP(t, txnClient(t, c, kafka.TransactionalID("s2", 9)), kafka.Checkpoint{Slot: "s2", SystemID: 9, Timeline: 1, LSN: 0x5000})
+	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200, PartialCommitLSN: 0x250, Ordinal: 7})
+	wantCP(t, c, kafka.Checkpoint{LSN: 0x200, PartialCommitLSN: 0x250, Ordinal: 7})
+	if cp, found := readCP(t, c, "s2", 9); found {
+		t.Fatalf("read %+v of a transaction still open", cp)
+	}
+}
+
+// TestReadCheckpointAbortedOrOpen: a checkpoint of the slot's own key in an
+// aborted transaction, or in one still open (an earlier producer of the
+// transactional id, before InitProducer completes it), is never read.
+func TestReadCheckpointAbortedOrOpen(t *testing.T) {
+	c := newTxnCluster(t)
+	id := kafka.TransactionalID("s1", 7)
+	s1 := newTxnKafka(t, c, id)
+	if err := s1.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
+	earlier := txnClient(t, c, id)
+	beginCP(t, earlier, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x800, PartialCommitLSN: 0x850, Ordinal: 3})
+	if err := earlier.EndTransaction(ctx20(t), kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	wantCP(t, c, kafka.Checkpoint{LSN: 0x100})
+	beginCP(t, earlier, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x900})
+	wantCP(t, c, kafka.Checkpoint{LSN: 0x100})
+	next := newTxnKafka(t, c, id)
+	if err := next.InitProducer(ctx20(t)); err != nil { // aborts the open one
+		t.Fatal(err)
+	}
+	wantCP(t, c, kafka.Checkpoint{LSN: 0x100})
+	commitCP(t, next, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300})
+	wantCP(t, c, kafka.Checkpoint{LSN: 0x300})
+}
+
+// TestReadCheckpointCompacted: on a compacted checkpoint topic (superseded
+// checkpoints and the markers of transactions without records left
+// removed) whose log start offset moved past its first records, with
+// another walpost's transaction open, the slot's last committed checkpoint
+// is read.
+func TestReadCheckpointCompacted(t *testing.T) {
+	c := newCluster(t)
+	createTopic(t, c, cpTopic, "compact")
+	s1 := newTxnKafka(t, c, kafka.TransactionalID("s1", 7))
+	if err := s1.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newTxnKafka(t, c, kafka.TransactionalID("s2", 9))
+	if err := s2.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})  // offsets 0, 1 (marker)
+	commitCP(t, s2, kafka.Checkpoint{Slot: "s2", SystemID: 9, Timeline: 1, LSN: 0x1000}) // 2, 3
+	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})  // 4, 5
+	beginCP(t, txnClient(t, c, kafka.TransactionalID("s3", 11)), kafka.Checkpoint{Slot: "s3", SystemID: 11, Timeline: 1, LSN: 0x7000})
+	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300, PartialCommitLSN: 0x350, Ordinal: 2})
+	c.Compact()
+	del := kmsg.NewPtrDeleteRecordsRequest()
+	dt := kmsg.NewDeleteRecordsRequestTopic()
+	dt.Topic = cpTopic
+	dp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	dp.Partition, dp.Offset = 0, 3
+	dt.Partitions = append(dt.Partitions, dp)
+	del.Topics = append(del.Topics, dt)
+	del.TimeoutMillis = 10000
+	resp, err := del.RequestWith(ctx20(t), s1.Client())
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("delete records below offset 3: %v", err)
+	}
+	wantCP(t, c, kafka.Checkpoint{LSN: 0x300, PartialCommitLSN: 0x350, Ordinal: 2})
+}
+
 // TestTxnFenced: a second producer with the same transactional id fences
 // the first: the first's next commit fails with ErrFenced and a message
 // that says what happened, and nothing it produced after the fence is
