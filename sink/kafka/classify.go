@@ -47,6 +47,12 @@ func Classify(err error) (sink.Kind, string) {
 			kerr.UnknownTopicID, kerr.TransactionalIDAuthorizationFailed, kerr.SaslAuthenticationFailed,
 			kerr.InvalidTopicException:
 			return sink.Destination, ke.Message
+		case kerr.InvalidProducerEpoch:
+			// A transaction the broker aborted (timeout) or a producer
+			// fenced: the session ends and the next one's producer
+			// resumes from the checkpoint, unless the abort says
+			// PRODUCER_FENCED (see Fenced).
+			return sink.Transient, ke.Message
 		}
 		if ke.Retriable {
 			return sink.Transient, ke.Message

@@ -63,6 +63,9 @@ func TestClassify(t *testing.T) {
 		{kgo.ErrRecordRetries, sink.Transient, "CLIENT"},
 		{context.Canceled, sink.Transient, "CLIENT"},
 		{context.DeadlineExceeded, sink.Transient, "CLIENT"},
+		// The transaction was aborted by the broker (timeout) or the
+		// producer fenced: the next session's producer decides.
+		{kerr.InvalidProducerEpoch, sink.Transient, "INVALID_PRODUCER_EPOCH"},
 
 		// Unknown: treated like a destination failure.
 		{kerr.OutOfOrderSequenceNumber, sink.Unknown, "OUT_OF_ORDER_SEQUENCE_NUMBER"},
@@ -93,7 +96,7 @@ func TestClassifyRequestLevelIsNeverRecord(t *testing.T) {
 		kerr.InvalidRequiredAcks,      // the producer's acks setting
 		kerr.OutOfOrderSequenceNumber, // data-loss signal
 		kerr.UnknownProducerID,        // data-loss signal
-		kerr.InvalidProducerEpoch,     // fenced producer
+		kerr.InvalidProducerEpoch,     // aborted transaction or fenced producer
 		kerr.UnsupportedForMessageFormat,
 	} {
 		if kind, class := kafka.Classify(err); kind == sink.Record {

@@ -163,10 +163,17 @@ func txnErr(what string, err error) error {
 }
 
 // Fenced says whether err means another producer took this one's
-// transactional id (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH: the
-// broker saw a newer epoch of the id).
+// transactional id: PRODUCER_FENCED, which the coordinator answers
+// (InitProducerID, AddPartitionsToTxn, EndTxn). INVALID_PRODUCER_EPOCH is
+// not fencing: a broker answers it to a produce of an older epoch, also
+// after the coordinator aborted a transaction open past its timeout and
+// bumped the epoch. It is transient (Classify): the abort that follows
+// says PRODUCER_FENCED when another producer did take the id (franz-go
+// re-initialises the producer ID, or sends EndTxn, with the old epoch),
+// otherwise the next session resumes from the checkpoint with a new
+// producer.
 func Fenced(err error) bool {
-	return errors.Is(err, ErrFenced) || errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+	return errors.Is(err, ErrFenced) || errors.Is(err, kerr.ProducerFenced)
 }
 
 func (k *Sink) transactional() error {
@@ -229,7 +236,10 @@ func (k *Sink) CommitTxn(ctx context.Context, cp Checkpoint) error {
 // AbortTxn fails the records not yet sent, waits for those in flight and
 // aborts the transaction; after a commit of unknown outcome franz-go does
 // it by initialising the producer ID again, which completes the earlier
-// attempt either way. A Fenced producer must not call it.
+// attempt either way. A Fenced producer must not call it. After a failure
+// that is not Fenced (INVALID_PRODUCER_EPOCH on a produce) its error is
+// Fenced when another producer took the transactional id: the caller then
+// stops as on any fencing, and otherwise resumes with a new producer.
 func (k *Sink) AbortTxn(ctx context.Context) error {
 	if err := k.transactional(); err != nil {
 		return err

@@ -363,10 +363,88 @@ func TestReadCheckpointCompacted(t *testing.T) {
 	wantCP(t, c, kafka.Checkpoint{LSN: 0x300, PartialCommitLSN: 0x350, Ordinal: 2})
 }
 
+// TestFenced: only PRODUCER_FENCED (or ErrFenced) says another producer
+// took the transactional id. INVALID_PRODUCER_EPOCH answers a produce
+// also after the broker aborted a transaction open past its timeout.
+func TestFenced(t *testing.T) {
+	for _, tt := range []struct {
+		err    error
+		fenced bool
+	}{
+		{kafka.ErrFenced, true},
+		{kerr.ProducerFenced, true},
+		{fmt.Errorf("commit the kafka transaction: %w", kerr.ProducerFenced), true},
+		{kerr.InvalidProducerEpoch, false},
+		{fmt.Errorf("produce: %w", kerr.InvalidProducerEpoch), false},
+		{kerr.UnknownServerError, false},
+		{nil, false},
+	} {
+		if got := kafka.Fenced(tt.err); got != tt.fenced {
+			t.Errorf("Fenced(%v) = %v, want %v", tt.err, got, tt.fenced)
+		}
+	}
+}
+
+// answerProduce makes the cluster answer the next produce request with
+// code on every partition.
+func answerProduce(c *kfake.Cluster, code int16) {
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		preq := req.(*kmsg.ProduceRequest)
+		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range preq.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+// TestTxnInvalidProducerEpoch: a produce answered INVALID_PRODUCER_EPOCH,
+// as after the broker aborted a transaction open past its timeout, fails
+// as transient (class INVALID_PRODUCER_EPOCH), not fenced, and neither does
+// the abort after it say fenced; the next session's producer resumes from
+// the checkpoint and commits.
+func TestTxnInvalidProducerEpoch(t *testing.T) {
+	c := newTxnCluster(t)
+	id := kafka.TransactionalID("s1", 7)
+	k := newTxnKafka(t, c, id)
+	if err := k.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	commitCP(t, k, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
+	answerProduce(c, kerr.InvalidProducerEpoch.Code)
+	err := produceTxn(t, k, "t", 1)
+	if err == nil {
+		t.Fatal("a produce answered INVALID_PRODUCER_EPOCH succeeded")
+	}
+	if kafka.Fenced(err) || errors.Is(err, kafka.ErrFenced) {
+		t.Fatalf("INVALID_PRODUCER_EPOCH on a produce reported as fenced: %v", err)
+	}
+	if kind, class := sink.KindOf(err); kind != sink.Transient || class != "INVALID_PRODUCER_EPOCH" {
+		t.Fatalf("KindOf(%v) = %s, %q; want transient, INVALID_PRODUCER_EPOCH", err, kind, class)
+	}
+	if err := k.AbortTxn(ctx20(t)); kafka.Fenced(err) {
+		t.Fatalf("abort after INVALID_PRODUCER_EPOCH reported as fenced: %v", err)
+	}
+	next := newTxnKafka(t, c, id)
+	if err := next.InitProducer(ctx20(t)); err != nil {
+		t.Fatalf("the next session's producer: %v", err)
+	}
+	wantCP(t, c, kafka.Checkpoint{LSN: 0x100})
+	commitCP(t, next, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
+	wantCP(t, c, kafka.Checkpoint{LSN: 0x200})
+}
+
 // TestTxnFenced: a second producer with the same transactional id fences
-// the first: the first's next commit fails with ErrFenced and a message
-// that says what happened, and nothing it produced after the fence is
-// visible.
+// the first: the first's next commit, or the abort after its refused
+// produce, fails with ErrFenced and a message that says what happened,
+// and nothing it produced after the fence is visible.
 func TestTxnFenced(t *testing.T) {
 	c := newTxnCluster(t)
 	id := kafka.TransactionalID("s1", 7)
@@ -384,18 +462,21 @@ func TestTxnFenced(t *testing.T) {
 	if err := b.InitProducer(ctx20(t)); err != nil {
 		t.Fatalf("second producer: %v", err)
 	}
+	// A produce of the old epoch is refused with INVALID_PRODUCER_EPOCH,
+	// which is not fencing by itself (a transaction the broker timed out
+	// gets it too); the abort after it, or the commit, says PRODUCER_FENCED.
 	err := produceTxn(t, a, "x", 3)
 	if err == nil {
 		err = a.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
-	} else {
-		err = fmt.Errorf("produce: %w", err)
-		if !kafka.Fenced(err) {
-			t.Fatalf("fenced producer's record failed with %v, want a fencing error", err)
-		}
-		err = a.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
+	} else if cerr := a.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200}); cerr == nil {
+		t.Fatalf("the fenced producer committed after its produce failed with %v", err)
 	}
 	if !errors.Is(err, kafka.ErrFenced) {
-		t.Fatalf("fenced producer's commit: %v, want ErrFenced", err)
+		t.Logf("before the abort: %v", err)
+		err = a.AbortTxn(ctx20(t))
+	}
+	if !errors.Is(err, kafka.ErrFenced) {
+		t.Fatalf("fenced producer's commit or abort: %v, want ErrFenced", err)
 	}
 	if !strings.Contains(err.Error(), "another walpost initialised the same transactional id") {
 		t.Fatalf("message %q does not say what happened", err)
