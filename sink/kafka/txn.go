@@ -14,6 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walpost/walpost/sink"
 )
 
 // Transactions of the exactly-once mode (DESIGN.md, "Exactly-once
@@ -162,6 +164,40 @@ func txnErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// aclFix names the ACL that fixes err when it is an authorization the
+// exactly-once mode needs, refused: on the checkpoint topic topic (read:
+// READ and DESCRIBE, else WRITE and DESCRIBE), on the transactional id
+// txnID, or on the cluster; "" when err is none of these.
+func aclFix(err error, topic string, read bool, txnID string) string {
+	const acls = "kafka-acls.sh --add --allow-principal User:<principal>"
+	txnACL := fmt.Sprintf("WRITE and DESCRIBE on TransactionalId %s (%s --operation Write --operation Describe --transactional-id %s)", txnID, acls, txnID)
+	var ke *kerr.Error
+	if !errors.As(err, &ke) {
+		return ""
+	}
+	switch ke {
+	case kerr.TopicAuthorizationFailed:
+		verb, op, flag := "write", "WRITE", "--operation Write"
+		if read {
+			verb, op, flag = "read", "READ", "--operation Read"
+		}
+		return fmt.Sprintf("walpost's principal may not %s the checkpoint topic %q (kafka.checkpoint_topic): grant it %s and DESCRIBE on topic %s (%s %s --operation Describe --topic %s)",
+			verb, topic, op, topic, acls, flag, topic)
+	case kerr.TransactionalIDAuthorizationFailed:
+		return fmt.Sprintf("walpost's principal may not use the transactional id %q: grant it %s", txnID, txnACL)
+	case kerr.ClusterAuthorizationFailed:
+		return fmt.Sprintf("walpost's principal may not initialise a transactional producer: grant it %s and, before Kafka 3.0, IDEMPOTENT_WRITE on the cluster (%s --operation IdempotentWrite --cluster)", txnACL, acls)
+	}
+	return ""
+}
+
+// refused makes err a destination failure (sink.Destination: walpost waits
+// until it is fixed and never skips past it) whose message ends with fix.
+func refused(err error, fix string) error {
+	_, class := Classify(err)
+	return &sink.Error{Kind: sink.Destination, Class: class, Err: fmt.Errorf("%w: fix: %s", err, fix)}
+}
+
 // Fenced says whether err means another producer took this one's
 // transactional id: PRODUCER_FENCED, which the coordinator answers
 // (InitProducerID, AddPartitionsToTxn, EndTxn). INVALID_PRODUCER_EPOCH is
@@ -193,6 +229,9 @@ func (k *Sink) InitProducer(ctx context.Context) error {
 		return err
 	}
 	_, _, err := k.client.Load().ProducerID(ctx)
+	if fix := aclFix(err, k.cfg.CheckpointTopic, false, k.cfg.TransactionalID); fix != "" {
+		err = refused(err, fix)
+	}
 	return txnErr("initialise the transactional producer "+k.cfg.TransactionalID, err)
 }
 
@@ -228,9 +267,16 @@ func (k *Sink) CommitTxn(ctx context.Context, cp Checkpoint) error {
 		return fmt.Errorf("flush the kafka transaction: %w", err)
 	}
 	if err := <-done; err != nil {
+		if fix := aclFix(err, k.cfg.CheckpointTopic, false, k.cfg.TransactionalID); fix != "" {
+			return txnErr("produce the checkpoint to "+k.cfg.CheckpointTopic, refused(err, fix))
+		}
 		return txnErr("produce the checkpoint to "+k.cfg.CheckpointTopic, classified(err, k.cfg.CheckpointTopic))
 	}
-	return txnErr("commit the kafka transaction", cl.EndTransaction(ctx, kgo.TryCommit))
+	err = cl.EndTransaction(ctx, kgo.TryCommit)
+	if fix := aclFix(err, k.cfg.CheckpointTopic, false, k.cfg.TransactionalID); fix != "" {
+		err = refused(err, fix)
+	}
+	return txnErr("commit the kafka transaction", err)
 }
 
 // AbortTxn fails the records not yet sent, waits for those in flight and
@@ -269,7 +315,15 @@ func (k *Sink) AbortTxn(ctx context.Context) error {
 // another walpost's (slow, stopped or dead) transaction would hide this
 // slot's newer checkpoints for up to its transaction timeout, and the
 // session would resume from an older one and send committed events again.
+//
+// A refused READ or DESCRIBE on topic is a destination failure
+// (sink.Destination) naming the ACL to add.
 func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, key string) (cp Checkpoint, found bool, err error) {
+	defer func() {
+		if fix := aclFix(err, topic, true, ""); fix != "" {
+			err = refused(err, fix)
+		}
+	}()
 	leader, topicID, err := checkpointPartition(ctx, cl, topic)
 	if err != nil {
 		return cp, false, err

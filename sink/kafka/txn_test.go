@@ -385,23 +385,60 @@ func TestFenced(t *testing.T) {
 	}
 }
 
-// answerProduce makes the cluster answer the next produce request with
-// code on every partition.
-func answerProduce(c *kfake.Cluster, code int16) {
-	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		preq := req.(*kmsg.ProduceRequest)
-		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range preq.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, code
-				st.Partitions = append(st.Partitions, sp)
+// answerError makes the cluster answer the next request of key with code:
+// on every partition of a produce or a fetch, on the topic of a metadata
+// request naming the checkpoint topic (others pass), on the whole request
+// for InitProducerID and EndTxn.
+func answerError(c *kfake.Cluster, key kmsg.Key, code int16) {
+	c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		switch req := req.(type) {
+		case *kmsg.InitProducerIDRequest:
+			resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+			resp.ErrorCode = code
+			return resp, nil, true
+		case *kmsg.EndTxnRequest:
+			resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+			resp.ErrorCode = code
+			return resp, nil, true
+		case *kmsg.ProduceRequest:
+			resp := req.ResponseKind().(*kmsg.ProduceResponse)
+			for _, rt := range req.Topics {
+				st := kmsg.NewProduceResponseTopic()
+				st.Topic, st.TopicID = rt.Topic, rt.TopicID
+				for _, rp := range rt.Partitions {
+					sp := kmsg.NewProduceResponseTopicPartition()
+					sp.Partition, sp.ErrorCode = rp.Partition, code
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
 			}
-			resp.Topics = append(resp.Topics, st)
+			return resp, nil, true
+		case *kmsg.FetchRequest:
+			resp := req.ResponseKind().(*kmsg.FetchResponse)
+			for _, rt := range req.Topics {
+				st := kmsg.NewFetchResponseTopic()
+				st.Topic, st.TopicID = rt.Topic, rt.TopicID
+				for _, rp := range rt.Partitions {
+					sp := kmsg.NewFetchResponseTopicPartition()
+					sp.Partition, sp.ErrorCode = rp.Partition, code
+					sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
+			}
+			return resp, nil, true
+		case *kmsg.MetadataRequest:
+			for _, rt := range req.Topics {
+				if rt.Topic != nil && *rt.Topic == cpTopic {
+					resp := req.ResponseKind().(*kmsg.MetadataResponse)
+					st := kmsg.NewMetadataResponseTopic()
+					st.Topic, st.ErrorCode = kmsg.StringPtr(cpTopic), code
+					resp.Topics = append(resp.Topics, st)
+					return resp, nil, true
+				}
+			}
 		}
-		return resp, nil, true
+		return nil, nil, false
 	})
 }
 
@@ -418,7 +455,7 @@ func TestTxnInvalidProducerEpoch(t *testing.T) {
 		t.Fatal(err)
 	}
 	commitCP(t, k, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
-	answerProduce(c, kerr.InvalidProducerEpoch.Code)
+	answerError(c, kmsg.Produce, kerr.InvalidProducerEpoch.Code)
 	err := produceTxn(t, k, "t", 1)
 	if err == nil {
 		t.Fatal("a produce answered INVALID_PRODUCER_EPOCH succeeded")
@@ -439,6 +476,78 @@ func TestTxnInvalidProducerEpoch(t *testing.T) {
 	wantCP(t, c, kafka.Checkpoint{LSN: 0x100})
 	commitCP(t, next, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
 	wantCP(t, c, kafka.Checkpoint{LSN: 0x200})
+}
+
+// TestTxnACLRefused: each authorization the exactly-once mode needs,
+// refused, is a destination failure (walpost waits until it is fixed,
+// never skips past it, never stops as fenced) whose message names the ACL
+// to add.
+func TestTxnACLRefused(t *testing.T) {
+	id := kafka.TransactionalID("s1", 7)
+	cp := kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100}
+	initProducer := func(t *testing.T, c *kfake.Cluster, key kmsg.Key, code int16) error {
+		k := newTxnKafka(t, c, id)
+		answerError(c, key, code)
+		return k.InitProducer(ctx20(t))
+	}
+	commit := func(t *testing.T, c *kfake.Cluster, key kmsg.Key, code int16) error {
+		k := newTxnKafka(t, c, id)
+		if err := k.InitProducer(ctx20(t)); err != nil {
+			t.Fatal(err)
+		}
+		if err := produceTxn(t, k, "a", 1); err != nil {
+			t.Fatal(err)
+		}
+		answerError(c, key, code)
+		return k.CommitTxn(ctx20(t), cp)
+	}
+	read := func(t *testing.T, c *kfake.Cluster, key kmsg.Key, code int16) error {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		answerError(c, key, code)
+		_, _, err = kafka.ReadCheckpoint(ctx20(t), cl, cpTopic, id)
+		return err
+	}
+	readACL := []string{"READ and DESCRIBE on topic walpost_checkpoints", "--operation Read --operation Describe --topic walpost_checkpoints", "kafka.checkpoint_topic"}
+	txnACL := []string{"WRITE and DESCRIBE on TransactionalId walpost-s1-7", "--operation Write --operation Describe --transactional-id walpost-s1-7"}
+	for _, tt := range []struct {
+		name string
+		run  func(*testing.T, *kfake.Cluster, kmsg.Key, int16) error
+		key  kmsg.Key
+		err  *kerr.Error
+		want []string
+	}{
+		{"InitProducer: transactional id", initProducer, kmsg.InitProducerID, kerr.TransactionalIDAuthorizationFailed, txnACL},
+		{"InitProducer: cluster", initProducer, kmsg.InitProducerID, kerr.ClusterAuthorizationFailed,
+			[]string{"IDEMPOTENT_WRITE on the cluster", "--operation IdempotentWrite --cluster", "TransactionalId walpost-s1-7"}},
+		{"CommitTxn: checkpoint produce", commit, kmsg.Produce, kerr.TopicAuthorizationFailed,
+			[]string{"WRITE and DESCRIBE on topic walpost_checkpoints", "--operation Write --operation Describe --topic walpost_checkpoints", "kafka.checkpoint_topic"}},
+		{"CommitTxn: checkpoint produce, transactional id", commit, kmsg.Produce, kerr.TransactionalIDAuthorizationFailed, txnACL},
+		{"CommitTxn: EndTxn", commit, kmsg.EndTxn, kerr.TransactionalIDAuthorizationFailed, txnACL},
+		{"ReadCheckpoint: fetch", read, kmsg.Fetch, kerr.TopicAuthorizationFailed, readACL},
+		{"ReadCheckpoint: metadata", read, kmsg.Metadata, kerr.TopicAuthorizationFailed, readACL},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.run(t, newTxnCluster(t), tt.key, tt.err.Code)
+			if !errors.Is(err, tt.err) {
+				t.Fatalf("error %v, want %s", err, tt.err.Message)
+			}
+			if kind, class := sink.KindOf(err); kind != sink.Destination || class != tt.err.Message {
+				t.Errorf("KindOf(%v) = %s, %q; want destination, %q", err, kind, class, tt.err.Message)
+			}
+			if kafka.Fenced(err) {
+				t.Errorf("%v reported as fenced", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message %q does not name %q", err, w)
+				}
+			}
+		})
+	}
 }
 
 // TestTxnFenced: a second producer with the same transactional id fences
