@@ -79,6 +79,8 @@ func Classify(ctx context.Context, err error) (a Action, cause string) {
 		return StandBy, "slot_active"
 	case errors.Is(err, ErrDataLoss):
 		return Retry, "kafka_data_loss"
+	case errors.Is(err, ErrFencedHoldingSlot):
+		return Retry, "kafka_fenced_holding_slot"
 	}
 	return Retry, retryCause(err)
 }

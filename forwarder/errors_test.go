@@ -15,6 +15,7 @@ import (
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // TestClassify: one table from the error a session ended with to what the
@@ -54,6 +55,10 @@ func TestClassify(t *testing.T) {
 		{"network", live, &net.OpError{Op: "read", Err: errors.New("connection reset")}, Retry, "network"},
 		{"eof", live, fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), Retry, "network"},
 		{"transient kafka failure", live, transientSink, Retry, "kafka"},
+		{"fenced by another walpost: terminal", live, fmt.Errorf("event %q: %w", "k", kafka.ErrFenced), Fail, ""},
+		{"fenced while holding the slot: the loser of a race stands by, this one goes on", live,
+			fmt.Errorf("%w: %s", ErrFencedHoldingSlot, fmt.Errorf("event %q: %w", "k", kafka.ErrFenced).Error()), Retry, "kafka_fenced_holding_slot"},
+		{"exactly-once checkpoint does not match the WAL", live, fmt.Errorf("%w: checkpoint 0/900", ErrCheckpointMismatch), Retry, "other"},
 		{"anything else", live, errors.New("boom"), Retry, "other"},
 	}
 	for _, tt := range tests {

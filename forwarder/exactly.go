@@ -2,10 +2,12 @@ package forwarder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
@@ -15,6 +17,24 @@ import (
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
 )
+
+// ErrFencedHoldingSlot: another walpost initialised this slot's
+// transactional id while this one held the slot (it lost the race for a
+// free slot after its InitProducerID and stands by). Retried: the next
+// session initialises the producer again and resumes from the checkpoint.
+var ErrFencedHoldingSlot = errors.New("kafka fenced this producer while this walpost held the slot (another walpost lost the race for it and stands by); the producer is initialised again")
+
+// holdsSlot says whether the slot is still active on this session's
+// replication connection (its walsender's pid).
+func (f *Forwarder) holdsSlot(conn *pgconn.PgConn) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var pid *int64
+	err := f.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, f.cfg.Postgres.Slot).Scan(&pid)
+	held := err == nil && pid != nil && *pid == int64(conn.PID())
+	f.log.Debug("fenced: does this session hold the slot", "slot", f.cfg.Postgres.Slot, "held", held, "walsender_pid", conn.PID())
+	return held
+}
 
 // eos says whether delivery.mode is exactly-once (DESIGN.md,
 // "Exactly-once delivery").

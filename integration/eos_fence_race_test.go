@@ -1,0 +1,57 @@
+package integration
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestExactlyOnceFencedWhileHoldingSlot: two walposts race for a free
+// slot; the loser has already run InitProducerID (fencing the winner's
+// producer) when START_REPLICATION tells it the slot is taken, and stands
+// by. Here the loser's InitProducerID is made by a client of the test
+// with the slot's transactional id while walpost streams under 8 writers.
+// The walpost that holds the slot must not exit: it initialises its
+// producer again, resumes from the checkpoint, and read_committed sees
+// each event once. Before the fix it exited 1 (kafka.ErrFenced is
+// terminal).
+func TestExactlyOnceFencedWhileHoldingSlot(t *testing.T) {
+	f := newFixture(t, fixtureOpts{partitions: 3})
+	p := f.start(f.eosEnv()...)
+	faultStreaming(t, p)
+	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
+	l.waitWritten(t, 2000, time.Minute)
+
+	var sysid int64
+	if err := f.Pool.QueryRow(context.Background(), `SELECT system_identifier FROM pg_control_system()`).Scan(&sysid); err != nil {
+		t.Fatal(err)
+	}
+	txid := "walpost-" + f.Slot + "-" + strconv.FormatInt(sysid, 10)
+	loser, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(txid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	if _, _, err := loser.ProducerID(ctx); err != nil {
+		t.Fatalf("InitProducerID as %s: %v", txid, err)
+	}
+	cancel()
+	loser.Close()
+	t.Logf("fenced %s while walpost held the slot", txid)
+
+	// The fence ends the session (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH
+	// on brokers that bump the epoch per transaction): a new one starts.
+	waitFor(t, time.Minute, "walpost to start a new session after the fence", func() bool {
+		return faultCount(p, "msg=streaming") > 1 || p.exited()
+	})
+	faultAlive(t, p, "after another producer initialised its transactional id")
+	t.Logf("sessions ended by the fence: %d (fenced while holding the slot), %d (reconnecting)",
+		faultCount(p, "kafka fenced this producer while this walpost held the slot"), faultCount(p, "session failed; reconnecting"))
+	eosWaitTotal(t, l, 6000)
+	expected := l.finish(t)
+	eosVerify(t, f, expected, 2*time.Minute)
+	faultAlive(t, p, "at the end")
+}
