@@ -480,8 +480,9 @@ func (p *checkpointReplay) set(r *kgo.Record) error {
 var ErrCheckpointTopic = errors.New("kafka.checkpoint_topic is not usable")
 
 // EnsureCheckpointTopic checks that topic has one partition and
-// cleanup.policy=compact, creating it so when it is missing and create is
-// set. Anything else is an error naming the fix.
+// cleanup.policy=compact (exactly: not compact,delete), creating it so
+// when it is missing and create is set. Anything else is an error naming
+// the fix.
 func EnsureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, create bool) (created bool, err error) {
 	info, err := DescribeTopic(ctx, cl, topic)
 	if errors.Is(err, ErrTopicMissing) && create {
@@ -525,10 +526,36 @@ func EnsureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, cr
 	if err != nil {
 		return created, fmt.Errorf("describe config of checkpoint topic %q: %w", topic, err)
 	}
+	policy := ""
 	for _, c := range rc.Configs {
-		if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
-			return created, nil
+		if c.Key == "cleanup.policy" && c.Value != nil {
+			policy = *c.Value
 		}
 	}
-	return created, fmt.Errorf("%w: %q is not compacted: fix: kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact", ErrCheckpointTopic, topic, topic)
+	return created, checkCleanupPolicy(topic, policy)
+}
+
+// checkCleanupPolicy says what is wrong with the checkpoint topic's
+// cleanup.policy policy (a comma-separated list): anything but exactly
+// compact. With delete beside it, retention removes an idle slot's only
+// checkpoint: the session then resumes from walpost_position alone and
+// sends the committed part of a partial PostgreSQL transaction again.
+func checkCleanupPolicy(topic, policy string) error {
+	compact, other := false, false
+	for p := range strings.SplitSeq(policy, ",") {
+		switch strings.TrimSpace(p) {
+		case "compact":
+			compact = true
+		default:
+			other = true
+		}
+	}
+	fix := fmt.Sprintf("fix: kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config cleanup.policy=compact", topic)
+	switch {
+	case compact && !other:
+		return nil
+	case compact:
+		return fmt.Errorf("%w: %q has cleanup.policy=%s: it must be exactly compact (retention would delete an idle slot's only checkpoint): %s", ErrCheckpointTopic, topic, policy, fix)
+	}
+	return fmt.Errorf("%w: %q is not compacted (cleanup.policy=%s): %s", ErrCheckpointTopic, topic, policy, fix)
 }

@@ -550,6 +550,50 @@ func TestTxnACLRefused(t *testing.T) {
 	}
 }
 
+// TestEnsureCheckpointTopicPolicy: the checkpoint topic's cleanup.policy
+// must be exactly compact. With delete beside it, retention can remove an
+// idle slot's only checkpoint; the error names the kafka-configs.sh fix.
+func TestEnsureCheckpointTopicPolicy(t *testing.T) {
+	c := newCluster(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i, tt := range []struct {
+		policy string
+		want   []string // substrings of the error; nil: accepted
+	}{
+		{"compact", nil},
+		{"compact,delete", []string{"cleanup.policy=compact,delete", "exactly compact"}},
+		{"delete,compact", []string{"cleanup.policy=delete,compact", "exactly compact"}},
+		{"delete", []string{"is not compacted", "cleanup.policy=delete"}},
+	} {
+		topic := fmt.Sprintf("checkpoints_%d", i)
+		createTopic(t, c, topic, tt.policy)
+		created, err := kafka.EnsureCheckpointTopic(ctx20(t), cl, topic, true)
+		if created {
+			t.Errorf("cleanup.policy=%s: created an existing topic", tt.policy)
+		}
+		if tt.want == nil {
+			if err != nil {
+				t.Errorf("cleanup.policy=%s refused: %v", tt.policy, err)
+			}
+			continue
+		}
+		if !errors.Is(err, kafka.ErrCheckpointTopic) {
+			t.Errorf("cleanup.policy=%s: %v, want ErrCheckpointTopic", tt.policy, err)
+			continue
+		}
+		fix := "fix: kafka-configs.sh --alter --entity-type topics --entity-name " + topic + " --add-config cleanup.policy=compact"
+		for _, w := range append(tt.want, fix) {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("cleanup.policy=%s: message %q does not say %q", tt.policy, err, w)
+			}
+		}
+	}
+}
+
 // TestTxnFenced: a second producer with the same transactional id fences
 // the first: the first's next commit, or the abort after its refused
 // produce, fails with ErrFenced and a message that says what happened,
