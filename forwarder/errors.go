@@ -73,7 +73,7 @@ func Classify(ctx context.Context, err error) (a Action, cause string) {
 		// Invariant INV-1: a regression means the watermark arithmetic is
 		// broken; reconnecting could confirm past an unacknowledged event.
 		return Fail, ""
-	case errors.As(err, new(*DestinationError)):
+	case errors.As(err, new(*DestinationError)), destination(err):
 		return WaitForDestination, "kafka_destination"
 	case errors.Is(err, replication.ErrSlotActive):
 		return StandBy, "slot_active"
@@ -83,6 +83,14 @@ func Classify(ctx context.Context, err error) (a Action, cause string) {
 		return Retry, "kafka_fenced_holding_slot"
 	}
 	return Retry, retryCause(err)
+}
+
+// destination says whether err is a sink failure that only fixing the
+// destination ends (an ACL refused on the checkpoint topic or the
+// transactional id in exactly-once mode: sink/kafka names the grant).
+func destination(err error) bool {
+	var se *sink.Error
+	return errors.As(err, &se) && se.Kind == sink.Destination
 }
 
 // retryCause labels a retried failure by where it came from.

@@ -59,6 +59,7 @@ func TestClassify(t *testing.T) {
 		{"fenced while holding the slot: the loser of a race stands by, this one goes on", live,
 			fmt.Errorf("%w: %s", ErrFencedHoldingSlot, fmt.Errorf("event %q: %w", "k", kafka.ErrFenced).Error()), Retry, "kafka_fenced_holding_slot"},
 		{"exactly-once checkpoint does not match the WAL", live, fmt.Errorf("%w: checkpoint 0/900", ErrCheckpointMismatch), Retry, "other"},
+		{"exactly-once ACL refused (InitProducerID)", live, fmt.Errorf("session: %w", &sink.Error{Kind: sink.Destination, Class: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", Err: errors.New("grant WRITE on TransactionalId walpost-s-1")}), WaitForDestination, "kafka_destination"},
 		{"anything else", live, errors.New("boom"), Retry, "other"},
 	}
 	for _, tt := range tests {
