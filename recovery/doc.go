@@ -21,7 +21,14 @@
 //     recorded position confirmed no transaction yet;
 //  4. produces them in that order through the sink (walpost's idempotent
 //     Kafka producer), each record marked walpost_recovered, and waits for
-//     every acknowledgement;
+//     every acknowledgement; in exactly-once mode (only with
+//     Options.AllowDuplicates: read_committed consumers see the re-sent
+//     rows twice) through the slot's transactional producer, in Kafka
+//     transactions of at most delivery.transaction_records records, the
+//     last of which commits the slot's checkpoint at the new slot's
+//     consistent point, so that the checkpoint topic no longer names a
+//     position ahead of the row reset in step 5 (a restored server's),
+//     which walpost run would skip up to;
 //  5. replaces the row with the new slot's consistent point
 //     (position.Store.Reset), which clears the mark.
 //

@@ -19,6 +19,7 @@ import (
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // CommitSlack is how far before the last confirmed commit time the rows
@@ -47,6 +48,13 @@ type Options struct {
 	// AllowOtherSystem lets recover replace a position recorded on another
 	// system identifier (the database was restored or upgraded here).
 	AllowOtherSystem bool
+	// AllowDuplicates lets recover run in exactly-once mode
+	// (delivery.mode = exactly-once), where the rows it re-sends may
+	// already be in committed Kafka transactions and read_committed
+	// consumers then see them twice; without it Run refuses (ErrRefused)
+	// before it connects to anything. Unused in at-least-once mode and
+	// with DryRun.
+	AllowDuplicates bool
 }
 
 // By names how the gap's rows are chosen.
@@ -95,13 +103,22 @@ type Report struct {
 	New position.Row
 	// Snapshot is the exported snapshot's name.
 	Snapshot string
+	// ExactlyOnce: delivery.mode is exactly-once. The gap was produced in
+	// Txns Kafka transactions, the last of which committed Checkpoint (the
+	// slot's record in CheckpointTopic at New's LSN).
+	ExactlyOnce     bool
+	Txns            int
+	Checkpoint      kafka.Checkpoint
+	CheckpointTopic string
 }
 
 // Recoverer runs walpost recover.
 type Recoverer struct {
 	Config *config.Config
 	// Sink receives the gap's events: walpost's idempotent Kafka producer
-	// (kafka.New of kafka.ConfigFrom). Unused with DryRun.
+	// (kafka.New of kafka.ConfigFrom). Unused with DryRun and in
+	// exactly-once mode, where Run opens the slot's transactional
+	// producer itself once it knows the server's system identifier.
 	Sink   sink.Sink
 	Logger *slog.Logger
 	// MaxInFlight bounds records produced and not yet acknowledged;
@@ -120,7 +137,11 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	name := cfg.Postgres.Slot
-	rep := &Report{DryRun: opts.DryRun, Slot: name}
+	eos := cfg.Delivery.Mode == config.ExactlyOnce
+	rep := &Report{DryRun: opts.DryRun, Slot: name, ExactlyOnce: eos}
+	if eos && !opts.DryRun && !opts.AllowDuplicates {
+		return rep, errNeedsAllowDuplicates
+	}
 
 	side, err := pgx.Connect(ctx, cfg.Postgres.URL)
 	if err != nil {
@@ -209,6 +230,16 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, nil
 	}
 
+	var txs *kafka.Sink
+	if eos {
+		// Before anything is changed: Kafka or the checkpoint topic being
+		// unusable fails the run here.
+		if txs, err = openTxn(ctx, cfg, id, log); err != nil {
+			return rep, fmt.Errorf("exactly-once: %w; nothing was changed", err)
+		}
+		defer txs.Close()
+		rep.CheckpointTopic = cfg.Kafka.CheckpointTopic
+	}
 	if !found {
 		// A row to mark: without one, a recovery that stopped after
 		// creating the slot would look like a first install to walpost run.
@@ -263,10 +294,25 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		p.max = cfg.Pipeline.MaxInFlightEvents
 	}
 	p.init()
-	if err := scan(ctx, tx, q, args, rep, last, cp, p.produce); err != nil {
+	emit, finish := p.produce, p.wait
+	if eos {
+		// The last transaction commits the checkpoint at the new
+		// position, before the row is reset to it.
+		p.sink = txs
+		ts := newTxnSender(p, txs, cfg.Delivery.TransactionRecords, name, id)
+		defer ts.abort(ctx, cfg.Kafka.FlushTimeout, log)
+		rep.Checkpoint = checkpointAt(name, id, cp)
+		emit = ts.produce
+		finish = func(ctx context.Context) error {
+			err := ts.finish(ctx, rep.Checkpoint)
+			rep.Txns = ts.txns
+			return err
+		}
+	}
+	if err := scan(ctx, tx, q, args, rep, last, cp, emit); err != nil {
 		return rep, err
 	}
-	if err := p.wait(ctx); err != nil {
+	if err := finish(ctx); err != nil {
 		return rep, fmt.Errorf("%w; nothing is recorded: slot %q stays marked in %s and walpost run refuses it; fix the cause and run walpost recover again", err, name, position.Table)
 	}
 	rep.Produced = p.acked
@@ -279,7 +325,7 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := store.Reset(ctx, rep.New); err != nil {
 		return rep, fmt.Errorf("%w; the gap's rows are in Kafka, run walpost recover again to record the position (it sends them once more)", err)
 	}
-	log.Info("recovered the gap", "slot", name, "lsn", cp.String(), "found", rep.Found, "produced", rep.Produced, "resent", rep.Resent)
+	log.Info("recovered the gap", "slot", name, "lsn", cp.String(), "found", rep.Found, "produced", rep.Produced, "resent", rep.Resent, "kafka_transactions", rep.Txns)
 	return rep, nil
 }
 
@@ -355,7 +401,7 @@ type querier interface {
 // it, every streamed transaction commits after it), so a consumer that
 // orders or deduplicates by the commit_lsn header never sees a recovered
 // record go back behind one streamed before or after it.
-func scan(ctx context.Context, q querier, sql string, args []any, rep *Report, last time.Time, cp pglogrepl.LSN, emit func(*outbox.Event) error) error {
+func scan(ctx context.Context, q querier, sql string, args []any, rep *Report, last time.Time, cp pglogrepl.LSN, emit func(context.Context, *outbox.Event) error) error {
 	var oldest *time.Time
 	if err := q.QueryRow(ctx, `SELECT min(created_at) FROM `+rep.Table).Scan(&oldest); err != nil {
 		return fmt.Errorf("read the oldest row of %s: %w", rep.Table, err)
@@ -425,7 +471,7 @@ func scan(ctx context.Context, q querier, sql string, args []any, rep *Report, l
 		ev.Seq = seq
 		seq++
 		ev.Recovered = true
-		if err := emit(&ev); err != nil {
+		if err := emit(ctx, &ev); err != nil {
 			return err
 		}
 	}
@@ -449,11 +495,15 @@ type producer struct {
 
 func (p *producer) init() { p.slots = make(chan struct{}, p.max) }
 
-func (p *producer) produce(ev *outbox.Event) error {
+func (p *producer) produce(ctx context.Context, ev *outbox.Event) error {
 	if err := p.err(); err != nil {
 		return err
 	}
-	p.slots <- struct{}{}
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	key := ev.IdempotencyKey
 	p.sink.Produce(ev, sink.AckFunc(func(_ sink.Result, err error) {
 		p.mu.Lock()

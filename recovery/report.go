@@ -48,6 +48,12 @@ func (r *Report) Write(w io.Writer) error {
 	if !r.DryRun {
 		pr("new position:      LSN %s (the new slot's consistent point), %s; walpost run streams from here", r.New.LSN, r.New.Identity)
 	}
+	switch {
+	case r.ExactlyOnce && r.DryRun:
+		pr("exactly-once:      recover runs only with --allow-duplicates (read_committed consumers see the re-sent rows twice); it then produces the gap inside Kafka transactions and resets the slot's checkpoint to the new slot's position")
+	case r.ExactlyOnce && r.Txns > 0:
+		pr("exactly-once:      produced in %d Kafka transaction(s); the last committed the checkpoint at LSN %s to %s (the new position: walpost run skips nothing past it); read_committed consumers see the re-sent rows twice", r.Txns, r.Checkpoint.LSN, r.CheckpointTopic)
+	}
 	oldest := "the table is empty"
 	if !r.Oldest.IsZero() {
 		oldest = "the oldest row in the table was created at " + ts(r.Oldest)

@@ -14,7 +14,7 @@ import (
 
 func newRecoverCommand() *cobra.Command {
 	var since string
-	var dryRun, otherSystem bool
+	var dryRun, otherSystem, duplicates bool
 	cmd := &cobra.Command{
 		Use:   "recover",
 		Short: "Re-create a lost slot and produce the outbox rows committed in its gap",
@@ -23,7 +23,11 @@ func newRecoverCommand() *cobra.Command {
 			"after walpost's recorded position (by commit timestamp when track_commit_timestamp is on, else by\n" +
 			"created_at minus recover.margin), produces them in that order through the idempotent producer\n" +
 			"with the header walpost_recovered: true, records the new slot's position and prints a report.\n" +
-			"Then walpost run streams from the new slot. Rows deleted before the snapshot cannot be recovered.",
+			"Then walpost run streams from the new slot. Rows deleted before the snapshot cannot be recovered.\n\n" +
+			"In delivery.mode exactly-once it runs only with --allow-duplicates: the rows it re-sends may already be in\n" +
+			"committed Kafka transactions, so read_committed consumers may see them twice (each carries its\n" +
+			"idempotency_key). It then produces the gap inside Kafka transactions of the slot's transactional id and\n" +
+			"commits with the last one the slot's checkpoint at the new slot's position.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var opts recovery.Options
@@ -34,14 +38,16 @@ func newRecoverCommand() *cobra.Command {
 				}
 				opts.Since = t
 			}
-			opts.DryRun, opts.AllowOtherSystem = dryRun, otherSystem
+			opts.DryRun, opts.AllowOtherSystem, opts.AllowDuplicates = dryRun, otherSystem, duplicates
 			cfg, err := loadConfigFor(cmd, config.NeedAll)
 			if err != nil {
 				return err
 			}
 			logger := newLogger(cmd.ErrOrStderr(), cfg.Log)
 			r := &recovery.Recoverer{Config: cfg, Logger: logger}
-			if !dryRun {
+			// In exactly-once mode recover opens the slot's transactional
+			// producer itself.
+			if !dryRun && cfg.Delivery.Mode != config.ExactlyOnce {
 				kcfg, err := kafka.ConfigFrom(cfg)
 				if err != nil {
 					return err
@@ -64,6 +70,7 @@ func newRecoverCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&since, "since", "", "re-send rows committed at or after this time instead of the recorded position's (RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration such as 2h for that long ago); no margin is applied")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan and the rows it would produce now; create and produce nothing")
+	cmd.Flags().BoolVar(&duplicates, "allow-duplicates", false, "delivery.mode exactly-once: run anyway, although read_committed consumers may see the re-sent rows twice (every record carries its idempotency_key); the gap is produced inside Kafka transactions and the slot's checkpoint is reset to the new position")
 	cmd.Flags().BoolVar(&otherSystem, "allow-other-system", false, "replace a position recorded on another PostgreSQL system identifier (the database was restored or upgraded here)")
 	return cmd
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +32,33 @@ func TestParseSince(t *testing.T) {
 		}
 		if err != nil || !got.Equal(tt.want) {
 			t.Errorf("parseSince(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+// TestRecoverExactlyOnceNeedsAllowDuplicates: in delivery.mode
+// exactly-once, walpost recover exits 1 naming --allow-duplicates and why;
+// with the flag it goes on (here to a PostgreSQL that is not there).
+func TestRecoverExactlyOnceNeedsAllowDuplicates(t *testing.T) {
+	clearWalpostEnv(t)
+	t.Setenv("WALPOST_DELIVERY_MODE", "exactly-once")
+	t.Setenv("WALPOST_POSTGRES_URL", "postgres://walpost@127.0.0.1:1/walpost?connect_timeout=2")
+	t.Setenv("WALPOST_KAFKA_BROKERS", "127.0.0.1:1")
+	for _, tt := range []struct {
+		args    []string
+		refused bool
+	}{
+		{[]string{"recover"}, true},
+		{[]string{"recover", "--since", "2h"}, true},
+		{[]string{"recover", "--allow-duplicates"}, false},
+	} {
+		var stderr strings.Builder
+		root := newRootCommand()
+		root.SetOut(io.Discard)
+		code := execute(context.Background(), root, tt.args, &stderr)
+		refused := strings.Contains(stderr.String(), "--allow-duplicates") && strings.Contains(stderr.String(), "read_committed")
+		if code != 1 || refused != tt.refused {
+			t.Errorf("walpost %s: exit %d, refused %v; want exit 1, refused %v\n%s", strings.Join(tt.args, " "), code, refused, tt.refused, stderr.String())
 		}
 	}
 }
