@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/replication"
+	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
 )
 
@@ -24,21 +23,24 @@ func Columns(m config.Mapping) replication.Columns {
 	return c
 }
 
-// setColumnTypes gives the Kafka sink the key and payload column types
-// its json formats write (mapping.key_format, mapping.value_format), read
-// from the table at each session start; a type they cannot write stops
+// setColumnTypes gives s the key and payload column types its json
+// formats write (mapping.key_format, mapping.value_format), read from the
+// table at each session start; s is the sink the session produces
+// through: f.sink in at-least-once mode, the session's transactional sink
+// in exactly-once mode (f.sink is nil there). A sink that is not
+// sink.ColumnTyped needs none. A type the formats cannot write stops
 // walpost (replication.ErrConfig).
-func (f *Forwarder) setColumnTypes(ctx context.Context, conn *pgx.Conn, table replication.TableName) error {
-	ks, ok := f.sink.(*kafka.Sink)
+func (f *Forwarder) setColumnTypes(ctx context.Context, q replication.Querier, table replication.TableName, s sink.Sink) error {
+	ct, ok := s.(sink.ColumnTyped)
 	m := f.cfg.Mapping
 	if !ok || m.Profile != config.ProfileDebezium || (m.KeyFormat == config.FormatString && m.ValueFormat == config.FormatString) {
 		return nil
 	}
-	kt, vt, err := TableTypes(ctx, conn, table, m)
+	kt, vt, err := TableTypes(ctx, q, table, m)
 	if err != nil {
 		return err
 	}
-	ks.SetColumnTypes(kt, vt)
+	ct.SetColumnTypes(kt, vt)
 	return nil
 }
 

@@ -79,8 +79,12 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	if err != nil {
 		return err
 	}
-	if err := f.setColumnTypes(ctx, side, table); err != nil {
-		return err
+	// The json formats' column types, for the sink this session produces
+	// through: f.sink here, the transactional sink once openTxn built it.
+	if !f.eos() {
+		if err := f.setColumnTypes(ctx, side, table, f.sink); err != nil {
+			return err
+		}
 	}
 	if slot.Active {
 		return fmt.Errorf("%w: slot %q is streaming to PostgreSQL backend pid %d", replication.ErrSlotActive, cfg.Postgres.Slot, slot.ActivePID)
@@ -100,6 +104,9 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 			return err
 		}
 		defer txs.Close()
+		if err := f.setColumnTypes(ctx, side, table, txs); err != nil {
+			return err
+		}
 	}
 	// The poison table must be able to take an event before one is read:
 	// a schema it refuses would otherwise be found only at the first

@@ -18,6 +18,27 @@ type Sink interface {
 	Close()
 }
 
+// ColumnTyped is the optional capability of a Sink whose record formats
+// depend on the types of the outbox's key and payload columns (the Kafka
+// sink's json formats of the Debezium profile). At each session start the
+// pipeline gives the types read from the table to the sink it produces
+// through, before its first event; a sink without the capability needs
+// none.
+type ColumnTyped interface {
+	// SetColumnTypes sets the key and payload columns' types; the
+	// Produce calls that follow use them.
+	SetColumnTypes(key, value ColumnType)
+}
+
+// ColumnType is what a sink's JSON formats need of a column: its schema
+// as JSON (for Kafka, the Connect schema Debezium's PostgreSQL connector
+// derives, kafka.ConnectType) and whether its values are JSON numbers.
+// The zero value is a text column that may be NULL.
+type ColumnType struct {
+	Schema string
+	Number bool
+}
+
 // Result is where the destination put an acknowledged event. Partition is
 // -1 when the event never reached a partition (it could not be built, or
 // it was refused before a partition was chosen).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/sink"
 )
 
 // The Debezium layout (config mapping.profile = debezium; README,
@@ -143,13 +144,11 @@ func (l *Layout) topic(ev *outbox.Event, defaultTopic string) string {
 	return l.topics.of(ev.Topic)
 }
 
-// ColumnType is what the json formats need of a column: its Kafka
-// Connect schema as Debezium's PostgreSQL connector derives it, as JSON,
-// and whether its values are JSON numbers.
-type ColumnType struct {
-	Schema string
-	Number bool
-}
+// ColumnType is what the json formats need of a column
+// (sink.ColumnType): its Kafka Connect schema as Debezium's PostgreSQL
+// connector derives it (ConnectType), as JSON, and whether its values are
+// JSON numbers.
+type ColumnType = sink.ColumnType
 
 // ConnectType is the Connect schema Debezium's PostgreSQL connector gives
 // a column of PostgreSQL type pgType (pg_type.typname) with its
@@ -185,7 +184,8 @@ func ConnectType(pgType string, notNull bool) (ColumnType, error) {
 // defaultColumnType is a nullable text column's.
 var defaultColumnType = ColumnType{Schema: `{"type":"string","optional":true}`}
 
-func (c ColumnType) orDefault() ColumnType {
+// orDefault is c, or defaultColumnType for the zero value.
+func orDefault(c ColumnType) ColumnType {
 	if c.Schema == "" {
 		return defaultColumnType
 	}
@@ -196,9 +196,9 @@ func (c ColumnType) orDefault() ColumnType {
 func encode(format string, c ColumnType, text []byte) []byte {
 	switch format {
 	case config.FormatJSON:
-		return appendJSON(nil, c.orDefault(), text)
+		return appendJSON(nil, orDefault(c), text)
 	case config.FormatJSONSchema:
-		c = c.orDefault()
+		c = orDefault(c)
 		b := make([]byte, 0, len(text)+len(c.Schema)+32)
 		b = append(b, `{"schema":`...)
 		b = append(b, c.Schema...)
@@ -293,7 +293,7 @@ func encodeNull(format string, c ColumnType) []byte {
 	case config.FormatJSON:
 		return []byte("null")
 	case config.FormatJSONSchema:
-		return []byte(`{"schema":` + c.orDefault().Schema + `,"payload":null}`)
+		return []byte(`{"schema":` + orDefault(c).Schema + `,"payload":null}`)
 	}
 	return nil
 }

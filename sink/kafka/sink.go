@@ -427,6 +427,9 @@ func (k *Sink) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event) err
 	return k.lay.build(r, hs, ev, k.cfg.DefaultTopic, k.types.Load())
 }
 
+// The Kafka sink is sink.ColumnTyped.
+var _ sink.ColumnTyped = (*Sink)(nil)
+
 // SetColumnTypes sets the key and payload columns' types the json formats
 // write (ConnectType of the table's columns); Produce calls that follow
 // use them. Without a Debezium layout it does nothing.
