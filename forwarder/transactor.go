@@ -32,21 +32,33 @@ type eventKey struct {
 	lsn pglogrepl.LSN
 }
 
-// refusals counts, per event, the record-level failures Kafka gave it in
-// exactly-once mode, across the sessions of one process: each aborts the
-// Kafka transaction and ends the session, so the isolator's in-session
-// retry cannot run (DESIGN.md, "Exactly-once delivery", Poison).
+// refusals remembers, per event, the record-level failures Kafka gave it
+// in exactly-once mode, across the sessions of one process: each aborts
+// the Kafka transaction and ends the session, so the isolator's
+// in-session retry cannot run (DESIGN.md, "Exactly-once delivery",
+// Poison). The broker refuses a whole batch, and franz-go then fails
+// every buffered record of the partition with its error
+// (recBuf.failAllRecords): only a failure that is the record's own counts
+// an attempt (add); the records that failed together are suspects
+// (suspect), produced alone by the next sessions until the one Kafka
+// refuses alone is found, as the isolator re-sends them one at a time.
 type refusals struct {
 	mu sync.Mutex
 	m  map[eventKey]refusal
 }
 
 type refusal struct {
-	n     int
-	err   error
+	n     int   // failures that were the record's own (poison.max_attempts counts these)
+	err   error // the last failure
 	class string
+	// alone: the record failed inside a transaction (with others or
+	// alone), so it is produced in a batch of its own until Kafka takes
+	// it or it is quarantined.
+	alone bool
 }
 
+// add counts a failure that is the record's own: the sink reported it on
+// the record itself, or the record failed alone in its partition.
 func (r *refusals) add(k eventKey, err error, class string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -55,9 +67,22 @@ func (r *refusals) add(k eventKey, err error, class string) int {
 	}
 	x := r.m[k]
 	x.n++
-	x.err, x.class = err, class
+	x.err, x.class, x.alone = err, class, true
 	r.m[k] = x
 	return x.n
+}
+
+// suspect notes a record that failed together with others of its
+// partition: no attempt is counted, and it is produced alone next time.
+func (r *refusals) suspect(k eventKey, err error, class string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[eventKey]refusal{}
+	}
+	x := r.m[k]
+	x.err, x.class, x.alone = err, class, true
+	r.m[k] = x
 }
 
 func (r *refusals) get(k eventKey) refusal {
@@ -93,8 +118,9 @@ type transactorConfig struct {
 // transactor is the stream's handler in exactly-once mode: it puts events
 // into Kafka transactions and commits each with the checkpoint record of
 // the position it reaches; tickets are Done only after that commit
-// (INV-8). Emit, Commit and the ticker's commits hold mu; acks take only
-// amu.
+// (INV-8). Emit, Commit and the ticker's commits hold mu (Emit releases
+// it while a poison row is written, with no transaction open:
+// quarantineLocked); acks take only amu.
 type transactor struct {
 	cfg     transactorConfig
 	sink    TxnSink
@@ -122,10 +148,15 @@ type transactor struct {
 	anchorTime time.Time
 	err        error // the failure that ends the session (sticky)
 
+	// quarantined are the events quarantined since the last commit: they
+	// are forgotten by refused once a checkpoint past them committed (a
+	// session that ends before reads them again and quarantines them
+	// again; the poison row's identity makes that a no-op).
+	quarantined []eventKey
+
 	amu    sync.Mutex
 	acked  []txnAck
-	ackErr error
-	ackEv  *outbox.Event
+	failed []txnFailure // in the order of the acks
 
 	fail chan struct{}
 }
@@ -148,14 +179,23 @@ type txnAck struct {
 	start  time.Time
 }
 
+// txnFailure is a produced event's failed outcome, and where it failed
+// (partition -1: the sink refused the record itself before it reached a
+// partition).
+type txnFailure struct {
+	ev  *outbox.Event
+	tp  topicPartition
+	err error
+}
+
 // Acked records the outcome; the ticket is Done at the commit.
-func (a txnAck) Acked(_ sink.Result, err error) {
+func (a txnAck) Acked(r sink.Result, err error) {
 	t := a.t
 	t.amu.Lock()
 	if err == nil {
 		t.acked = append(t.acked, a)
-	} else if t.ackErr == nil {
-		t.ackErr, t.ackEv = err, a.ev
+	} else {
+		t.failed = append(t.failed, txnFailure{ev: a.ev, tp: topicPartition{r.Topic, r.Partition}, err: err})
 	}
 	t.amu.Unlock()
 	if err != nil {
@@ -166,8 +206,9 @@ func (a txnAck) Acked(_ sink.Result, err error) {
 	}
 }
 
-// Emit puts ev into the open Kafka transaction (beginning one), or
-// quarantines it first when Kafka refused it poison.max_attempts times.
+// Emit puts ev into the open Kafka transaction (beginning one), in a
+// batch of its own when it failed inside an earlier transaction, or
+// quarantines it when Kafka refused it alone poison.max_attempts times.
 func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -182,19 +223,9 @@ func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 		}
 	}
 	key := eventKey{ev.ID, ev.CommitLSN}
-	if r := t.refused.get(key); r.n >= t.cfg.MaxAttempts {
-		// INV-12: the poison row is committed before any checkpoint past
-		// the event can be.
-		topic := ev.Topic
-		if topic == "" {
-			topic = t.cfg.DefaultTopic
-		}
-		if err := t.iso.quarantine(t.ctx, item{ev: ev, ticket: tk}, topic, r.n, r.err, r.class); err != nil {
-			t.failLocked(err)
-			return
-		}
-		t.refused.forget(key)
-		t.ord++
+	r := t.refused.get(key)
+	if r.n >= t.cfg.MaxAttempts {
+		t.quarantineLocked(ev, tk, key, r)
 		return
 	}
 	if !t.open {
@@ -204,6 +235,18 @@ func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 		}
 		t.open, t.began = true, time.Now()
 	}
+	if r.alone {
+		t.produceAloneLocked(ev, tk, key)
+	} else {
+		t.produceLocked(ev, tk)
+	}
+	if t.n >= t.cfg.Records || (t.cfg.Bytes > 0 && t.bytes >= t.cfg.Bytes) {
+		t.commitLocked()
+	}
+}
+
+// produceLocked hands ev to the open transaction.
+func (t *transactor) produceLocked(ev *outbox.Event, tk checkpoint.Ticket) {
 	start := ev.ReceivedAt
 	if start.IsZero() {
 		start = time.Now()
@@ -212,9 +255,59 @@ func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 	t.ord++
 	t.n++
 	t.bytes += int64(len(ev.Payload))
-	if t.n >= t.cfg.Records || (t.cfg.Bytes > 0 && t.bytes >= t.cfg.Bytes) {
-		t.commitLocked()
+}
+
+// produceAloneLocked produces ev, which failed inside an earlier
+// transaction, in a batch of its own: the records before it are flushed
+// first, and it is flushed before anything after it is produced. So a
+// failure is its own and counts an attempt (refusal), and an ack clears
+// it: the broker took it alone, it was not the record it refused.
+func (t *transactor) produceAloneLocked(ev *outbox.Event, tk checkpoint.Ticket, key eventKey) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
+	defer cancel()
+	if !t.flushLocked(ctx) {
+		return
 	}
+	t.produceLocked(ev, tk)
+	if t.flushLocked(ctx) {
+		t.refused.forget(key)
+		t.cfg.Logger.Debug("kafka took alone a record that failed inside an earlier transaction",
+			"idempotency_key", ev.IdempotencyKey, "lsn", ev.CommitLSN.String())
+	}
+}
+
+// quarantineLocked writes the poison row of ev, which Kafka refused alone
+// poison.max_attempts times. INV-12: the row is committed before any
+// checkpoint past ev can be.
+//
+// The row's write retries a transient failure for as long as it lasts
+// (Isolator.quarantine), so the open transaction is committed first and
+// mu is released meanwhile: no Kafka transaction outlives
+// delivery.transaction_timeout behind the retries, and the ticker and the
+// session's end are not stuck behind them. Nothing can step past ev
+// meanwhile: no transaction is open, only Emit begins one and only Emit
+// and Commit move the position, both on this goroutine (the stream's),
+// and ev counts in the ordinal only once its row committed.
+func (t *transactor) quarantineLocked(ev *outbox.Event, tk checkpoint.Ticket, key eventKey, r refusal) {
+	t.commitLocked()
+	if t.err != nil {
+		return
+	}
+	topic := ev.Topic
+	if topic == "" {
+		topic = t.cfg.DefaultTopic
+	}
+	err := func() error {
+		t.mu.Unlock()
+		defer t.mu.Lock()
+		return t.iso.quarantine(t.ctx, item{ev: ev, ticket: tk}, topic, r.n, r.err, r.class)
+	}()
+	if err != nil {
+		t.failLocked(err)
+		return
+	}
+	t.quarantined = append(t.quarantined, key)
+	t.ord++
 }
 
 // skipped notes an event the skipper did not hand on: its transaction is
@@ -269,7 +362,7 @@ func (t *transactor) Run(ctx context.Context) error {
 		t.mu.Lock()
 		if t.err == nil {
 			t.amu.Lock()
-			failed := t.ackErr != nil
+			failed := len(t.failed) > 0
 			t.amu.Unlock()
 			if failed || (t.open && time.Since(t.began) >= t.cfg.Interval) {
 				t.commitLocked()
@@ -294,18 +387,13 @@ func (t *transactor) commitLocked() {
 	// outcome unknown (franz-go's advice).
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
 	defer cancel()
-	if err := t.sink.Flush(ctx); err != nil {
-		t.failLocked(fmt.Errorf("flush the kafka transaction: %w", err))
+	if !t.flushLocked(ctx) {
 		return
 	}
 	t.amu.Lock()
-	ackErr, ackEv, acked := t.ackErr, t.ackEv, t.acked
+	acked := t.acked
 	t.acked = nil
 	t.amu.Unlock()
-	if ackErr != nil {
-		t.failLocked(t.refusal(ackErr, ackEv))
-		return
-	}
 	// INV-9: the checkpoint names what this transaction's records reach.
 	cp := kafka.Checkpoint{Slot: t.cfg.Slot, SystemID: t.cfg.Identity.SystemID, Timeline: t.cfg.Identity.Timeline, LSN: t.lsn,
 		Anchored: true, AnchorCommitLSN: t.anchor, AnchorCommitTime: t.anchorTime}
@@ -317,6 +405,10 @@ func (t *transactor) commitLocked() {
 		return
 	}
 	t.open, t.n, t.bytes = false, 0, 0
+	for _, k := range t.quarantined {
+		t.refused.forget(k) // the checkpoint is past it
+	}
+	t.quarantined = nil
 	now := time.Now()
 	for _, a := range acked {
 		t.tracker.Done(a.ticket) // INV-8
@@ -329,30 +421,105 @@ func (t *transactor) commitLocked() {
 	}
 }
 
-// refusal turns a record's failure into the session's error, counting a
-// record-level refusal for the event (it is quarantined once it reached
-// poison.max_attempts).
-func (t *transactor) refusal(err error, ev *outbox.Event) error {
+// flushLocked waits until every record produced into the open
+// transaction has its outcome; a failure ends the session (refusal).
+func (t *transactor) flushLocked(ctx context.Context) bool {
+	if err := t.sink.Flush(ctx); err != nil {
+		t.failLocked(fmt.Errorf("flush the kafka transaction: %w", err))
+		return false
+	}
+	t.amu.Lock()
+	failed := t.failed
+	t.failed = nil
+	t.amu.Unlock()
+	if len(failed) > 0 {
+		t.failLocked(t.refusal(failed))
+		return false
+	}
+	return true
+}
+
+// refusedBatch is what failed with a record-level error in one partition.
+type refusedBatch struct {
+	n     int
+	first *outbox.Event
+}
+
+// refusal turns the failed records of a flushed transaction into the
+// session's error (the first failure's), after noting the record-level
+// failures in refused (noteRefusals).
+func (t *transactor) refusal(failed []txnFailure) error {
+	for _, f := range failed {
+		if kafka.Fenced(f.err) {
+			return fmt.Errorf("event %q: %w: %w", f.ev.IdempotencyKey, kafka.ErrFenced, f.err)
+		}
+	}
+	batches := t.noteRefusals(failed)
+	f := failed[0]
+	ev, err := f.ev, f.err
 	topic := ev.Topic
 	if topic == "" {
 		topic = t.cfg.DefaultTopic
 	}
-	if kafka.Fenced(err) {
-		return fmt.Errorf("event %q: %w: %w", ev.IdempotencyKey, kafka.ErrFenced, err)
-	}
 	kind, class := sink.KindOf(err)
 	switch kind {
 	case sink.Record:
-		n := t.refused.add(eventKey{ev.ID, ev.CommitLSN}, err, class)
-		t.cfg.Logger.Warn("kafka refused a record inside a transaction; the transaction is aborted and the session restarts from the checkpoint",
-			"idempotency_key", ev.IdempotencyKey, "topic", topic, "error_class", class, "attempt", n, "max_attempts", t.cfg.MaxAttempts, "err", err.Error())
+		if b := batches[f.tp]; b != nil && b.n > 1 {
+			return fmt.Errorf("kafka refused a batch of topic %q partition %d inside a transaction (%s), failing %d records with it from event %q on; the transaction is aborted, and the next session produces each of them alone to find the record refused: %w",
+				topic, f.tp.partition, class, b.n, ev.IdempotencyKey, err)
+		}
 		return fmt.Errorf("kafka refused event %q on topic %q (%s, attempt %d of %d); the transaction is aborted: %w",
-			ev.IdempotencyKey, topic, class, n, t.cfg.MaxAttempts, err)
+			ev.IdempotencyKey, topic, class, t.refused.get(eventKey{ev.ID, ev.CommitLSN}).n, t.cfg.MaxAttempts, err)
 	case sink.Destination:
 		return &DestinationError{Key: ev.IdempotencyKey, Topic: topic, Class: class, Err: err}
 	}
 	return fmt.Errorf("kafka failed event %q on topic %q (%s, %s); the transaction is aborted and the session restarts from the checkpoint: %w",
 		ev.IdempotencyKey, topic, kind, class, err)
+}
+
+// noteRefusals notes the record-level failures of a flushed transaction in
+// refused and returns them by partition. A failure counts an attempt for
+// the event (quarantined once it reached poison.max_attempts) only when
+// it is the record's own: the sink refused the record itself (partition
+// -1: the size pre-check, a record it cannot build), or it is the only
+// record of its partition that failed. A broker refuses a whole batch
+// and franz-go fails every buffered record of the partition with its
+// error (recBuf.failAllRecords), so when several failed together none is
+// counted: each is a suspect, produced alone by the next session
+// (produceAloneLocked) until the one Kafka refuses alone is found.
+func (t *transactor) noteRefusals(failed []txnFailure) map[topicPartition]*refusedBatch {
+	batches := map[topicPartition]*refusedBatch{}
+	for _, f := range failed {
+		if kind, _ := sink.KindOf(f.err); kind == sink.Record && f.tp.partition >= 0 {
+			b := batches[f.tp]
+			if b == nil {
+				b = &refusedBatch{first: f.ev}
+				batches[f.tp] = b
+			}
+			b.n++
+		}
+	}
+	for _, f := range failed {
+		kind, class := sink.KindOf(f.err)
+		if kind != sink.Record {
+			continue
+		}
+		key := eventKey{f.ev.ID, f.ev.CommitLSN}
+		if b := batches[f.tp]; b != nil && b.n > 1 {
+			t.refused.suspect(key, f.err, class)
+			continue
+		}
+		n := t.refused.add(key, f.err, class)
+		t.cfg.Logger.Warn("kafka refused a record inside a transaction; the transaction is aborted and the session restarts from the checkpoint",
+			"idempotency_key", f.ev.IdempotencyKey, "topic", f.tp.topic, "error_class", class, "attempt", n, "max_attempts", t.cfg.MaxAttempts, "err", f.err.Error())
+	}
+	for tp, b := range batches {
+		if b.n > 1 {
+			t.cfg.Logger.Warn("kafka refused a batch inside a transaction and franz-go failed the partition's records with it; the transaction is aborted, and the next session produces each of them alone to find the record refused",
+				"topic", tp.topic, "partition", tp.partition, "records", b.n, "first_idempotency_key", b.first.IdempotencyKey)
+		}
+	}
+	return batches
 }
 
 // failLocked ends the session with err: the open transaction is aborted
@@ -375,7 +542,7 @@ func (t *transactor) failLocked(err error) {
 	}
 	t.open = false
 	t.amu.Lock()
-	t.acked = nil
+	t.acked, t.failed = nil, nil
 	t.amu.Unlock()
 	select {
 	case t.fail <- struct{}{}:
