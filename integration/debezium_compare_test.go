@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -75,18 +77,49 @@ func debeziumPrefix(name string) string {
 	return name + "."
 }
 
+// compareSource is an outbox table of TestDebeziumBytes in Debezium's
+// layout, with a publication of its own (walpost's covers only its
+// outbox), the aggregate types of its rows and the converter profiles
+// compared on it: one Debezium connector and one walpost per delivery
+// mode for each.
+type compareSource struct {
+	suffix             string // of the slots, poison tables and connector names
+	table, publication string
+	types              []string
+	profiles           []converterProfile
+}
+
+// deliveryMode: TestDebeziumBytes runs one walpost per profile and source
+// in each delivery mode, with env added to its environment, writing to
+// Debezium's topic with prefix in front.
+type deliveryMode struct {
+	name, prefix string
+	env          []string
+}
+
 // TestDebeziumBytes runs the real Debezium (Kafka Connect standalone, the
 // PostgreSQL connector and the Outbox Event Router from the jars
 // scripts/debezium.sh resolves) and walpost's debezium profile on the same
-// Debezium-layout table, one connector and one walpost per converter
-// profile, each on its own slot, writes the same rows once and compares the
-// records by their id header: topic (walpost's prefixed by "wp."),
-// partition, key bytes, value bytes, header names and bytes (Debezium's
-// __debezium.context.* headers aside), the row with a NULL payload
-// included: under the router's defaults (route.tombstone.on.empty.
-// payload=false) the key with a null value through the converter, and in
-// the fourth profile (json_schema with route.tombstone.on.empty.payload=true
-// and mapping.tombstone_on_empty_payload=true) a tombstone.
+// Debezium-layout tables, one connector per converter profile and source
+// table, each on its own slot, and beside each one walpost per delivery
+// mode, each on its own slot: at-least-once writing to "wp." + Debezium's
+// topic, exactly-once (read with read_committed) to "wpx." + Debezium's
+// topic. It writes the same rows once and compares, in a subtest per
+// delivery mode sharing Debezium's records, each walpost record with
+// Debezium's by their id header: topic, partition, key bytes, value
+// bytes, header names and bytes (Debezium's __debezium.context.* headers
+// aside), the row with a NULL payload included: under the router's
+// defaults (route.tombstone.on.empty.payload=false) the key with a null
+// value through the converter, and in the fourth profile (json_schema with
+// route.tombstone.on.empty.payload=true and
+// mapping.tombstone_on_empty_payload=true) a tombstone.
+//
+// The sources: the fixture's table (aggregateid varchar NOT NULL, payload
+// jsonb) under every profile, and one with aggregateid bigint NOT NULL
+// under the json and json_schema profiles, whose keys are JSON numbers
+// ({"type":"int64","optional":false}) only with the column types: a
+// walpost without them writes "42" and sends the record to another
+// partition than Debezium.
 //
 // It needs a JDK (and Maven for the first install): WALPOST_DEBEZIUM=1
 // (make test-debezium) runs it, otherwise it skips.
@@ -101,12 +134,36 @@ func TestDebeziumBytes(t *testing.T) {
 	libs := debeziumLibs(t)
 
 	suffix := strings.TrimPrefix(f.Topic, "topic_")
-	types := []string{"Order_" + suffix, "Customer_" + suffix, "ship.ment-" + suffix}
+	intTable, intPub := f.Table+"_int", f.Publication+"_int"
+	mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (
+		id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+		aggregatetype varchar(255) NOT NULL,
+		aggregateid bigint NOT NULL,
+		type varchar(255) NOT NULL,
+		payload jsonb)`, intTable))
+	mustExec(t, f.Pool, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, intPub, intTable))
+	t.Cleanup(func() {
+		_, _ = f.Pool.Exec(context.Background(), fmt.Sprintf(`DROP PUBLICATION IF EXISTS %s`, intPub))
+		_, _ = f.Pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s`, intTable))
+	})
+	sources := []compareSource{
+		{"", f.Table, f.Publication, []string{"Order_" + suffix, "Customer_" + suffix, "ship.ment-" + suffix}, converterProfiles},
+		{"_int", intTable, intPub, []string{"Invoice_" + suffix}, converterProfiles[1:3]},
+	}
+	modes := []deliveryMode{
+		{"at-least-once", "wp.", nil},
+		{"exactly-once", "wpx.", f.eosEnv()},
+	}
 	var topics []string
-	for _, p := range converterProfiles {
-		for _, ty := range types {
-			dbz := debeziumPrefix(p.name()) + "outbox.event." + ty
-			topics = append(topics, dbz, "wp."+dbz)
+	for _, src := range sources {
+		for _, p := range src.profiles {
+			for _, ty := range src.types {
+				dbz := debeziumPrefix(p.name()) + "outbox.event." + ty
+				topics = append(topics, dbz)
+				for _, m := range modes {
+					topics = append(topics, m.prefix+dbz)
+				}
+			}
 		}
 	}
 	resp, err := f.Admin.CreateTopics(ctx, 3, 1, nil, topics...)
@@ -122,43 +179,54 @@ func TestDebeziumBytes(t *testing.T) {
 
 	// Debezium's slots exist before the rows (snapshot.mode=no_data streams
 	// from them); each walpost creates its own when it starts.
-	var dbzSlots []string
-	for _, p := range converterProfiles {
-		slot := f.Slot + "_dbz_" + p.name()
-		mustExec(t, f.Pool, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
-		dbzSlots = append(dbzSlots, slot)
-	}
-	t.Cleanup(func() {
-		for _, s := range dbzSlots {
-			dropSlot(f, s)
+	var connectors []dbzConnector
+	for _, src := range sources {
+		for _, p := range src.profiles {
+			c := dbzConnector{profile: p, name: p.name() + src.suffix, slot: f.Slot + "_dbz_" + p.name() + src.suffix,
+				table: src.table, publication: src.publication}
+			mustExec(t, f.Pool, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, c.slot)
+			t.Cleanup(func() { dropSlot(f, c.slot) })
+			connectors = append(connectors, c)
 		}
-	})
-	var procs []*proc
-	for _, p := range converterProfiles {
-		slot := f.Slot + "_wp_" + p.name()
-		poison := f.PoisonTable + "_" + p.name()
-		mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (LIKE poison_outbox INCLUDING ALL)`, poison))
-		mustExec(t, f.Pool, fmt.Sprintf(`CREATE TRIGGER no_delete BEFORE DELETE ON %s FOR EACH STATEMENT EXECUTE FUNCTION poison_outbox_refuse_delete()`, poison))
-		t.Cleanup(func() {
-			dropSlot(f, slot)
-			_, _ = f.Pool.Exec(context.Background(), `DELETE FROM walpost_position WHERE slot = $1`, slot)
-			_, _ = f.Pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s`, poison))
-		})
-		procs = append(procs, f.start("WALPOST_MAPPING_PROFILE=debezium",
-			"WALPOST_POSTGRES_SLOT="+slot, "WALPOST_POSTGRES_POISON_TABLE="+poison,
-			"WALPOST_MAPPING_TOPIC_TEMPLATE=wp."+debeziumPrefix(p.name())+"outbox.event.${routedByValue}",
-			"WALPOST_MAPPING_KEY_FORMAT="+p.format, "WALPOST_MAPPING_VALUE_FORMAT="+p.format,
-			fmt.Sprintf("WALPOST_MAPPING_TOMBSTONE_ON_EMPTY_PAYLOAD=%v", p.tombstone)))
 	}
-	for i, p := range procs {
-		if !p.waitLog("streaming", 60*time.Second) {
-			t.Fatalf("walpost (%s) did not start streaming:\n%s", converterProfiles[i].name(), tail(p.log, 40))
+	type walpost struct {
+		name, poison string
+		p            *proc
+	}
+	var walposts []walpost
+	for _, m := range modes {
+		for _, src := range sources {
+			for _, p := range src.profiles {
+				name := strings.TrimSuffix(m.prefix, ".") + "_" + p.name() + src.suffix
+				slot := f.Slot + "_" + name
+				poison := f.PoisonTable + "_" + name
+				mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (LIKE poison_outbox INCLUDING ALL)`, poison))
+				mustExec(t, f.Pool, fmt.Sprintf(`CREATE TRIGGER no_delete BEFORE DELETE ON %s FOR EACH STATEMENT EXECUTE FUNCTION poison_outbox_refuse_delete()`, poison))
+				t.Cleanup(func() {
+					dropSlot(f, slot)
+					_, _ = f.Pool.Exec(context.Background(), `DELETE FROM walpost_position WHERE slot = $1`, slot)
+					_, _ = f.Pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s`, poison))
+				})
+				env := append([]string{"WALPOST_MAPPING_PROFILE=debezium",
+					"WALPOST_POSTGRES_TABLE=" + src.table, "WALPOST_POSTGRES_PUBLICATION=" + src.publication,
+					"WALPOST_POSTGRES_SLOT=" + slot, "WALPOST_POSTGRES_POISON_TABLE=" + poison,
+					"WALPOST_MAPPING_TOPIC_TEMPLATE=" + m.prefix + debeziumPrefix(p.name()) + "outbox.event.${routedByValue}",
+					"WALPOST_MAPPING_KEY_FORMAT=" + p.format, "WALPOST_MAPPING_VALUE_FORMAT=" + p.format,
+					fmt.Sprintf("WALPOST_MAPPING_TOMBSTONE_ON_EMPTY_PAYLOAD=%v", p.tombstone)}, m.env...)
+				walposts = append(walposts, walpost{m.name + "/" + p.name() + src.suffix, poison, f.start(env...)})
+			}
+		}
+	}
+	for _, w := range walposts {
+		if !w.p.waitLog("streaming", 60*time.Second) {
+			t.Fatalf("walpost (%s) did not start streaming:\n%s", w.name, tail(w.p.log, 40))
 		}
 	}
 
 	// The rows: unicode (BMP and beyond), <>&, U+2028/2029, control
 	// characters, quotes and backslashes, nested JSON and JSON scalars, in
-	// payloads and keys, over several transactions and aggregate types.
+	// payloads and keys, over several transactions and aggregate types;
+	// bigint keys from one extreme to the other.
 	payloads := []string{
 		`{"a": 1}`,
 		`{"note": "<b>&amp; café ☕ 😀</b>", "nested": {"a": [1, {"b": null}], "c": {"d": {"e": true}}}}`,
@@ -172,48 +240,75 @@ func TestDebeziumBytes(t *testing.T) {
 		`{}`,
 	}
 	keys := []string{"agg-1", "agg \"2\" <&>", "é☕😀", "agg\u2028line", "k\\3"}
-	n := 0
-	for i := 0; i < 4; i++ {
+	intKeys := []int64{42, 7, 0, -1, 1000000007, math.MaxInt64, math.MinInt64}
+	want := map[string]int{} // profile → rows
+	insert := func(src compareSource, rows func(tx pgx.Tx) int) {
 		tx, err := f.Pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for j, payload := range payloads {
-			ty := types[(i+j)%len(types)]
-			if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'Created', $3)`, f.Table),
-				ty, keys[(i*len(payloads)+j)%len(keys)], payload); err != nil {
-				t.Fatal(err)
-			}
-			n++
-		}
+		n := rows(tx)
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
+		for _, p := range src.profiles {
+			want[p.name()] += n
+		}
+	}
+	for i := 0; i < 4; i++ {
+		insert(sources[0], func(tx pgx.Tx) int {
+			for j, payload := range payloads {
+				if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'Created', $3)`, f.Table),
+					sources[0].types[(i+j)%len(sources[0].types)], keys[(i*len(payloads)+j)%len(keys)], payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return len(payloads)
+		})
+	}
+	for i := 0; i < 2; i++ {
+		insert(sources[1], func(tx pgx.Tx) int {
+			for j, key := range intKeys {
+				if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (aggregatetype, aggregateid, type, payload) VALUES ($1, $2, 'Created', $3)`, intTable),
+					sources[1].types[0], key, payloads[(i*len(intKeys)+j)%len(payloads)]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return len(intKeys)
+		})
 	}
 	var nullID string
-	if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (aggregatetype, aggregateid, type, payload) VALUES ($1, 'agg-null', 'Deleted', NULL) RETURNING id::text`, f.Table),
-		types[0]).Scan(&nullID); err != nil {
-		t.Fatal(err)
-	}
-	n++
+	insert(sources[0], func(tx pgx.Tx) int {
+		if err := tx.QueryRow(ctx, fmt.Sprintf(`INSERT INTO %s (aggregatetype, aggregateid, type, payload) VALUES ($1, 'agg-null', 'Deleted', NULL) RETURNING id::text`, f.Table),
+			sources[0].types[0]).Scan(&nullID); err != nil {
+			t.Fatal(err)
+		}
+		return 1
+	})
 
 	workDir := t.TempDir()
-	stop, restPort := startConnect(t, f, libs, workDir, dbzSlots, converterProfiles)
+	stop, restPort := startConnect(t, libs, workDir, connectors)
 	defer stop()
 
-	// Consume every topic until each side of each profile holds the n
-	// rows, and then 5 s more for late or extra records.
+	// Consume every topic (read_committed: exactly-once walpost's records
+	// once their transaction committed) until each side of each profile
+	// holds its rows, and then 5 s more for late or extra records.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	got := map[string]map[string][]*kgo.Record{} // "dbz/json" → id → records
+	sides := []string{"dbz"}
+	for _, m := range modes {
+		sides = append(sides, m.prefix)
+	}
+	got := map[string]map[string][]*kgo.Record{} // "dbz/json", "wpx./json" → id → records
 	complete := func() bool {
 		for _, p := range converterProfiles {
-			for _, side := range []string{"dbz", "wp"} {
-				if len(got[side+"/"+p.name()]) < n {
+			for _, side := range sides {
+				if len(got[side+"/"+p.name()]) < want[p.name()] {
 					return false
 				}
 			}
@@ -230,8 +325,10 @@ func TestDebeziumBytes(t *testing.T) {
 		fcancel()
 		fetches.EachRecord(func(r *kgo.Record) {
 			side, rest := "dbz", r.Topic
-			if strings.HasPrefix(rest, "wp.") {
-				side, rest = "wp", strings.TrimPrefix(rest, "wp.")
+			for _, m := range modes {
+				if strings.HasPrefix(rest, m.prefix) {
+					side, rest = m.prefix, strings.TrimPrefix(rest, m.prefix)
+				}
 			}
 			name := "string"
 			for _, p := range converterProfiles[1:] {
@@ -259,69 +356,84 @@ func TestDebeziumBytes(t *testing.T) {
 		for k, m := range got {
 			t.Logf("%s: %d ids", k, len(m))
 		}
-		t.Fatalf("not every profile got its %d records from both sides\nKafka Connect log (tail):\n%s", n, tail(filepath.Join(workDir, "connect.log"), 60))
+		t.Fatalf("not every profile got its records from every side (want %v)\nKafka Connect log (tail):\n%s", want, tail(filepath.Join(workDir, "connect.log"), 60))
 	}
 
+	// The NULL payload: the router sends the key with a null value through
+	// the converter (a tombstone with StringConverter, the bytes null, or
+	// the schema envelope with a null payload), or, with
+	// route.tombstone.on.empty.payload, a tombstone whatever the
+	// converter. recordDiff compares walpost's with it; this checks that
+	// Debezium really sent what the README says.
+	wantNull := map[string]string{}
 	for _, p := range converterProfiles {
-		dbz, wp := got["dbz/"+p.name()], got["wp/"+p.name()]
-		compared := 0
-		for id, drs := range dbz {
-			wrs := wp[id]
-			if len(drs) != 1 || len(wrs) != 1 {
-				t.Errorf("%s: id %s: %d records from Debezium, %d from walpost, want 1 each", p.name(), id, len(drs), len(wrs))
-				continue
-			}
-			if d := recordDiff(drs[0], wrs[0]); d != "" {
-				t.Errorf("%s: id %s: %s", p.name(), id, d)
-			}
-			compared++
-		}
-		for id := range wp {
-			if _, ok := dbz[id]; !ok {
-				t.Errorf("%s: id %s from walpost only", p.name(), id)
-			}
-		}
-		if compared != n {
-			t.Errorf("%s: compared %d records, want %d", p.name(), compared, n)
-		}
-		// The NULL payload: the router sends the key with a null value
-		// through the converter (a tombstone with StringConverter, the
-		// bytes null, or the schema envelope with a null payload), or,
-		// with route.tombstone.on.empty.payload, a tombstone whatever the
-		// converter. recordDiff compared walpost's with it; this checks
-		// that Debezium really sent what the README says.
-		wantNull := map[string]string{
+		w := map[string]string{
 			"string":      "",
 			"json":        "null",
 			"json_schema": `{"schema":{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1},"payload":null}`,
 		}[p.format]
 		if p.tombstone {
-			wantNull = ""
+			w = ""
 		}
-		rs := dbz[nullID]
+		wantNull[p.name()] = w
+		rs := got["dbz/"+p.name()][nullID]
 		switch {
 		case len(rs) != 1:
 			t.Errorf("%s: Debezium sent %d records for the NULL-payload row, want 1", p.name(), len(rs))
-		case string(rs[0].Value) != wantNull || (wantNull == "") != (rs[0].Value == nil):
-			t.Errorf("%s: Debezium's value for the NULL payload %q (nil %v), want %q", p.name(), rs[0].Value, rs[0].Value == nil, wantNull)
-		case len(wp[nullID]) != 1 || (wp[nullID][0].Value == nil) != (rs[0].Value == nil):
-			t.Errorf("%s: walpost's records for the NULL-payload row %v, want one like Debezium's", p.name(), wp[nullID])
+		case string(rs[0].Value) != w || (w == "") != (rs[0].Value == nil):
+			t.Errorf("%s: Debezium's value for the NULL payload %q (nil %v), want %q", p.name(), rs[0].Value, rs[0].Value == nil, w)
 		}
-		var q int
-		if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s_%s`, f.PoisonTable, p.name())).Scan(&q); err != nil || q != 0 {
-			t.Errorf("%s: %d poison rows (%v), want none", p.name(), q, err)
-		}
-		t.Logf("%s: %d records compared byte for byte (topic, partition, key, value, headers); NULL payload: both send value %q (tombstone %v)",
-			p.name(), compared, wantNull, rs != nil && rs[0].Value == nil)
+	}
+
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			for _, p := range converterProfiles {
+				dbz, wp := got["dbz/"+p.name()], got[m.prefix+"/"+p.name()]
+				compared := 0
+				for id, drs := range dbz {
+					wrs := wp[id]
+					if len(drs) != 1 || len(wrs) != 1 {
+						t.Errorf("%s: id %s: %d records from Debezium, %d from walpost, want 1 each", p.name(), id, len(drs), len(wrs))
+						continue
+					}
+					if d := recordDiff(drs[0], wrs[0], m.prefix); d != "" {
+						t.Errorf("%s: id %s: %s", p.name(), id, d)
+					}
+					compared++
+				}
+				for id := range wp {
+					if _, ok := dbz[id]; !ok {
+						t.Errorf("%s: id %s from walpost only", p.name(), id)
+					}
+				}
+				if compared != want[p.name()] {
+					t.Errorf("%s: compared %d records, want %d", p.name(), compared, want[p.name()])
+				}
+				if rs := wp[nullID]; len(rs) != 1 || (rs[0].Value == nil) != (wantNull[p.name()] == "") {
+					t.Errorf("%s: walpost's records for the NULL-payload row %v, want one like Debezium's", p.name(), rs)
+				}
+				t.Logf("%s: %d records compared byte for byte (topic, partition, key, value, headers); NULL payload: both send value %q",
+					p.name(), compared, wantNull[p.name()])
+			}
+			for _, w := range walposts {
+				if !strings.HasPrefix(w.name, m.name+"/") {
+					continue
+				}
+				var q int
+				if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s`, w.poison)).Scan(&q); err != nil || q != 0 {
+					t.Errorf("%s: %d poison rows (%v), want none", w.name, q, err)
+				}
+			}
+		})
 	}
 }
 
 // recordDiff describes how walpost's record w differs from Debezium's d:
-// topic (w's is "wp." + d's), partition, key, value, and the headers in
+// topic (w's is prefix + d's), partition, key, value, and the headers in
 // order with Debezium's __debezium.context.* headers left out; "" if none.
-func recordDiff(d, w *kgo.Record) string {
+func recordDiff(d, w *kgo.Record, prefix string) string {
 	var diffs []string
-	if w.Topic != "wp."+d.Topic {
+	if w.Topic != prefix+d.Topic {
 		diffs = append(diffs, fmt.Sprintf("topic %s, Debezium's %s", w.Topic, d.Topic))
 	}
 	if w.Partition != d.Partition {
@@ -379,12 +491,19 @@ func debeziumLibs(t *testing.T) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
-// startConnect starts Kafka Connect standalone with one Debezium connector
-// per converter profile of profiles, on slots[i], the router under its
-// defaults but for the profile's topic prefix.
+// dbzConnector is one Debezium connector of startConnect: the router
+// under its defaults but for the converter profile's topic prefix, on
+// slot, streaming table through publication; name tells it apart (its
+// connector name and topic.prefix).
+type dbzConnector struct {
+	profile                        converterProfile
+	name, slot, table, publication string
+}
+
+// startConnect starts Kafka Connect standalone with the connectors.
 // It returns a function that stops the JVM (also run at cleanup) and the
 // port of the worker's REST API.
-func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string, profiles []converterProfile) (stop func(), restPort int) {
+func startConnect(t *testing.T, libs, workDir string, connectors []dbzConnector) (stop func(), restPort int) {
 	t.Helper()
 	pc, err := pgconn.ParseConfig(pgURL)
 	if err != nil {
@@ -402,9 +521,10 @@ func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string
 	}
 	args := []string{"-Xms128M", "-Xmx1G", "-Dlog4j2.configurationFile=" + filepath.Join(libs, "log4j2.properties"),
 		"-cp", filepath.Join(libs, "*"), "org.apache.kafka.connect.cli.ConnectStandalone", writeProps(t, workDir, "worker", worker)}
-	for i, p := range profiles {
+	for _, dc := range connectors {
+		p := dc.profile
 		c := [][2]string{
-			{"name", "walpost-compare-" + p.name()},
+			{"name", "walpost-compare-" + dc.name},
 			{"connector.class", "io.debezium.connector.postgresql.PostgresConnector"},
 			{"tasks.max", "1"},
 			{"database.hostname", pc.Host},
@@ -414,13 +534,13 @@ func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string
 			{"database.dbname", pc.Database},
 			{"database.sslmode", "disable"},
 			{"plugin.name", "pgoutput"},
-			{"slot.name", slots[i]},
+			{"slot.name", dc.slot},
 			{"slot.drop.on.stop", "false"},
-			{"publication.name", f.Publication},
+			{"publication.name", dc.publication},
 			{"publication.autocreate.mode", "disabled"},
 			{"snapshot.mode", "no_data"},
-			{"table.include.list", "public." + f.Table},
-			{"topic.prefix", "walpost_compare_" + p.name()},
+			{"table.include.list", "public." + dc.table},
+			{"topic.prefix", "walpost_compare_" + dc.name},
 			{"tombstones.on.delete", "false"},
 			{"transforms", "outbox"},
 			{"transforms.outbox.type", "io.debezium.transforms.outbox.EventRouter"},
@@ -432,7 +552,7 @@ func startConnect(t *testing.T, f *fixture, libs, workDir string, slots []string
 			c = append(c, [2]string{"transforms.outbox.route.tombstone.on.empty.payload", "true"})
 		}
 		c = append(c, p.converter...)
-		args = append(args, writeProps(t, workDir, "connector-"+p.name(), c))
+		args = append(args, writeProps(t, workDir, "connector-"+dc.name, c))
 	}
 	logFile, err := os.Create(filepath.Join(workDir, "connect.log"))
 	if err != nil {

@@ -126,7 +126,8 @@ func TestDebeziumCutover(t *testing.T) {
 	defer func() { stopWriters(); wg.Wait() }()
 
 	workDir := t.TempDir()
-	stopDebezium, restPort := startConnect(t, f, libs, workDir, []string{dbzSlot}, converterProfiles[:1])
+	stopDebezium, restPort := startConnect(t, libs, workDir,
+		[]dbzConnector{{profile: converterProfiles[0], name: converterProfiles[0].name(), slot: dbzSlot, table: f.Table, publication: f.Publication}})
 	connectLog := func() string { return tail(filepath.Join(workDir, "connect.log"), 60) }
 	waitDelivered := func(n int, what string) {
 		t.Helper()
