@@ -141,7 +141,7 @@ func (f *Forwarder) exactlyOnce(plan position.Plan, id position.Identity, wal pg
 		Slot: name, Identity: id,
 		Interval: cfg.Delivery.TransactionInterval, Records: cfg.Delivery.TransactionRecords, Bytes: cfg.Pipeline.MaxInFlightBytes / 2,
 		Timeout: cfg.Kafka.FlushTimeout, MaxAttempts: cfg.Poison.MaxAttempts, Resume: resume, DefaultTopic: cfg.Kafka.Topic,
-		Logger: f.log, OnCommit: f.m.onTxn, OnAck: f.m.onAck(cfg.Kafka.Topic),
+		Logger: f.log, OnCommit: f.m.onTxn, OnAck: f.m.onAck(cfg.Kafka.Topic), OnDataLoss: f.onDataLoss,
 	}, txs, tracker, &f.refused, iso)
 	if upTo <= slot.ConfirmedFlush && resume.PartialCommitLSN == 0 {
 		return tx, nil, tx

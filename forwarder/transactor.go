@@ -2,12 +2,14 @@ package forwarder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/outbox"
@@ -113,6 +115,11 @@ type transactorConfig struct {
 	Logger       *slog.Logger
 	OnCommit     func(outcome string, records int)
 	OnAck        func(topic string, commit time.Time, produceLatency time.Duration, now time.Time)
+	// OnDataLoss is told of an ack that says Kafka lost records it had
+	// acknowledged (OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID):
+	// franz-go calls its data-loss hook for non-transactional producers
+	// only.
+	OnDataLoss func(topic string, partition int32)
 }
 
 // transactor is the stream's handler in exactly-once mode: it puts events
@@ -198,6 +205,13 @@ func (a txnAck) Acked(r sink.Result, err error) {
 		t.failed = append(t.failed, txnFailure{ev: a.ev, tp: topicPartition{r.Topic, r.Partition}, err: err})
 	}
 	t.amu.Unlock()
+	if err != nil && t.cfg.OnDataLoss != nil && (errors.Is(err, kerr.OutOfOrderSequenceNumber) || errors.Is(err, kerr.UnknownProducerID)) {
+		topic := r.Topic
+		if topic == "" {
+			topic = a.ev.Topic
+		}
+		t.cfg.OnDataLoss(topic, r.Partition)
+	}
 	if err != nil {
 		select {
 		case t.fail <- struct{}{}:
@@ -532,7 +546,12 @@ func (t *transactor) failLocked(err error) {
 	t.err = err
 	if t.open && !kafka.Fenced(err) {
 		ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
-		if aerr := t.sink.AbortTxn(ctx); aerr != nil {
+		if aerr := t.sink.AbortTxn(ctx); kafka.Fenced(aerr) {
+			// A produce of a fenced producer fails with
+			// INVALID_PRODUCER_EPOCH, which is not fencing alone; the
+			// abort's PRODUCER_FENCED is.
+			t.err = fmt.Errorf("%w (the session failed with: %s)", aerr, err.Error())
+		} else if aerr != nil {
 			t.cfg.Logger.Warn("cannot abort the kafka transaction; the next session's producer aborts it when it initialises", "slot", t.cfg.Slot, "err", aerr.Error())
 		}
 		cancel()

@@ -3,11 +3,13 @@ package forwarder
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/outbox"
@@ -26,6 +28,8 @@ type fakeTxnSink struct {
 	commits []kafka.Checkpoint
 	aborts  int
 	inTxn   int
+	// abortErr is what AbortTxn returns.
+	abortErr error
 }
 
 func (s *fakeTxnSink) Produce(ev *outbox.Event, a sink.Acker) {
@@ -55,7 +59,7 @@ func (s *fakeTxnSink) AbortTxn(context.Context) error {
 	defer s.mu.Unlock()
 	s.aborts++
 	s.inTxn = 0
-	return nil
+	return s.abortErr
 }
 
 // listQuarantine keeps the entries put.
@@ -223,5 +227,42 @@ func TestTransactorCheckpointAnchor(t *testing.T) {
 	y.Emit(at("b1", 0x2d0, t2), checkpoint.Ticket{})
 	if cp := s.commits[len(s.commits)-1]; cp.LSN != 0x200 || cp.AnchorCommitLSN != 0x1d0 || !cp.AnchorCommitTime.Equal(t1) {
 		t.Errorf("checkpoint %+v: want 0/200 anchored at the skipped 0/1D0", cp)
+	}
+}
+
+// TestTransactorFencedAtAbort: on Kafka 4 a fenced producer's records fail
+// with INVALID_PRODUCER_EPOCH, which alone is not fencing; the abort that
+// follows answers PRODUCER_FENCED, and that ends the session as fenced
+// (kafka.ErrFenced), so the session can tell a takeover from a retry.
+func TestTransactorFencedAtAbort(t *testing.T) {
+	s := &fakeTxnSink{refuse: map[string]error{"a": kerr.InvalidProducerEpoch}, abortErr: fmt.Errorf("abort the kafka transaction: %w: %w", kafka.ErrFenced, kerr.ProducerFenced)}
+	x := newTestTransactor(s, &countTracker{}, 1, kafka.Checkpoint{LSN: 0x100})
+	x.Emit(ev("a", 0x1d0), checkpoint.Ticket{})
+	if err := x.failure(); !errors.Is(err, kafka.ErrFenced) {
+		t.Errorf("session error %v, want kafka.ErrFenced from the abort", err)
+	}
+	s = &fakeTxnSink{refuse: map[string]error{"a": kerr.InvalidProducerEpoch}}
+	x = newTestTransactor(s, &countTracker{}, 1, kafka.Checkpoint{LSN: 0x100})
+	x.Emit(ev("a", 0x1d0), checkpoint.Ticket{})
+	if err := x.failure(); err == nil || errors.Is(err, kafka.ErrFenced) {
+		t.Errorf("session error %v, want a retried error (the abort succeeded)", err)
+	}
+}
+
+// TestTransactorReportsDataLoss: franz-go calls no data-loss hook for a
+// transactional producer; an ack with OUT_OF_ORDER_SEQUENCE_NUMBER or
+// UNKNOWN_PRODUCER_ID is Kafka's word that acknowledged records are gone,
+// and the transactor reports it (walpost_kafka_data_loss_total, the
+// session ends with ErrDataLoss).
+func TestTransactorReportsDataLoss(t *testing.T) {
+	for _, kerrv := range []error{kerr.OutOfOrderSequenceNumber, kerr.UnknownProducerID} {
+		s := &fakeTxnSink{refuse: map[string]error{"a": kerrv}}
+		x := newTestTransactor(s, &countTracker{}, 1, kafka.Checkpoint{LSN: 0x100})
+		var lost []string
+		x.cfg.OnDataLoss = func(topic string, partition int32) { lost = append(lost, fmt.Sprintf("%s/%d", topic, partition)) }
+		x.Emit(ev("a", 0x1d0), checkpoint.Ticket{})
+		if len(lost) != 1 || lost[0] != "t/0" {
+			t.Errorf("%v: data loss reported %v, want t/0 once", kerrv, lost)
+		}
 	}
 }
