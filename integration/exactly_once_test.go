@@ -2,14 +2,17 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -66,9 +69,11 @@ func (f *fixture) countKeys(t testing.TB, prefix string, opts ...kgo.Opt) int {
 var checkpointReadRE = regexp.MustCompile(`msg="exactly-once: producer initialised, checkpoint read".*`)
 
 // TestExactlyOnceKill9: 30,000 events from 8 writers and one 20,000-row
-// transaction, walpost killed with SIGKILL twice (once while the large
-// transaction is being forwarded) and restarted: a read_committed
-// consumer sees every event exactly once.
+// transaction, walpost killed with SIGKILL twice and restarted, the
+// second time after part of the large transaction committed and before
+// all of it did: the restart resumes inside it from the checkpoint's
+// partial_commit_lsn and ordinal, and read_committed consumers (franz-go
+// and librdkafka) see every event exactly once and nothing else.
 func TestExactlyOnceKill9(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	// Small Kafka transactions, so the large PostgreSQL transaction spans
@@ -112,31 +117,39 @@ func TestExactlyOnceKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Kill while the large transaction is on its way: some of its records
-	// are in Kafka (committed or not), not all.
-	waitForFast(t, 2*time.Minute, "part of the large transaction in Kafka", func() bool { return f.endOffsets(t)-base >= 1_500 })
+	// Kill once part of the large transaction is committed and before all
+	// of it is: a Kafka transaction of it ended (the read_committed end of
+	// the quiet topic moved past base), so its checkpoint names the large
+	// transaction as partial. The restart must resume inside it.
+	waitForFast(t, 2*time.Minute, "a Kafka transaction of the large transaction committed", func() bool { return f.stableOffsets(t) > base })
 	if _, err := p2.signal(syscall.SIGKILL, 10*time.Second); err == nil {
 		t.Fatal("walpost exited cleanly after SIGKILL?")
 	}
 	uncommitted := f.countKeys(t, "big-")
 	committed := f.countKeys(t, "big-", kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	t.Logf("kill 2: %d of %d rows of the large transaction in Kafka, %d of them committed", uncommitted, big, committed)
-	if uncommitted >= big {
-		t.Fatalf("kill 2 came after the whole large transaction was in Kafka (%d records); it must land inside it", uncommitted)
+	if committed == 0 || committed >= big {
+		t.Fatalf("kill 2 came with %d of the %d rows of the large transaction committed; it must land after part of it and before all of it committed", committed, big)
 	}
 	waitFor(t, 30*time.Second, "slot inactive", func() bool { _, active, _ := f.slotState(); return !active })
 	p3 := f.start(env...)
 	if !p3.waitLog("msg=streaming", 60*time.Second) {
 		t.Fatal("walpost did not stream after kill 2")
 	}
-	if b, _ := os.ReadFile(p3.log); checkpointReadRE.Find(b) != nil {
-		t.Logf("restart 2: %s", checkpointReadRE.Find(b))
+	// The session after kill 2 resumes inside the large transaction: its
+	// checkpoint names it as partial, with at least the rows read_committed
+	// showed (a commit under way at the kill may have completed since).
+	cp := checkpointReads(t, p3)[0]
+	t.Logf("restart 2 resumed from: %s", cp.Line)
+	if cp.Partial == 0 || cp.Ordinal < committed || cp.Ordinal >= big {
+		t.Errorf("restart 2 resumed from partial_commit_lsn %s ordinal %d; want the large transaction as partial, ordinal in [%d, %d) (%d of its rows committed)",
+			cp.Partial, cp.Ordinal, committed, big, committed)
 	}
 	expected = append(expected, bigExp...)
 	recs := f.consumeAllWith(t, len(expected), 4*time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	rep := verify.Validate(expected, observed(recs))
 	t.Logf("read_committed validator: %s", rep)
-	if !rep.OK() || rep.Duplicates() != 0 || rep.Delivered != 50_000 {
+	if !rep.OK() || rep.Duplicates() != 0 || rep.Unexpected != 0 || rep.Delivered != 50_000 {
 		t.Fatalf("exactly-once after two kill -9: %s", rep)
 	}
 	// A second client: librdkafka, read_committed, reading on past the
@@ -157,15 +170,66 @@ func TestExactlyOnceKill9(t *testing.T) {
 // endOffsets is the sum of the end offsets of f's topic's partitions.
 func (f *fixture) endOffsets(t testing.TB) int64 {
 	t.Helper()
+	return f.sumOffsets(t, f.Admin.ListEndOffsets)
+}
+
+// stableOffsets is the sum of the last stable offsets of f's topic's
+// partitions: where read_committed ends, the first offset of the oldest
+// open transaction or the end.
+func (f *fixture) stableOffsets(t testing.TB) int64 {
+	t.Helper()
+	return f.sumOffsets(t, f.Admin.ListCommittedOffsets)
+}
+
+func (f *fixture) sumOffsets(t testing.TB, list func(context.Context, ...string) (kadm.ListedOffsets, error)) int64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	offs, err := f.Admin.ListEndOffsets(ctx, f.Topic)
+	offs, err := list(ctx, f.Topic)
+	if err == nil {
+		err = offs.Error()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n int64
 	offs.Each(func(o kadm.ListedOffset) { n += o.Offset })
 	return n
+}
+
+// checkpointRead is a session's "checkpoint read" line: the checkpoint it
+// resumed from.
+type checkpointRead struct {
+	LSN, Partial pglogrepl.LSN
+	Ordinal      int
+	Line         string
+}
+
+var checkpointFieldsRE = regexp.MustCompile(` lsn=(\S+) .*partial_commit_lsn=(\S+) ordinal=(\d+)`)
+
+// checkpointReads returns the checkpoints p's sessions read, in order; it
+// fails the test when there is none.
+func checkpointReads(t testing.TB, p *proc) []checkpointRead {
+	t.Helper()
+	b, _ := os.ReadFile(p.log)
+	var out []checkpointRead
+	for _, line := range checkpointReadRE.FindAll(b, -1) {
+		m := checkpointFieldsRE.FindSubmatch(line)
+		if m == nil {
+			t.Fatalf("checkpoint line without lsn, partial_commit_lsn and ordinal: %s", line)
+		}
+		lsn, err1 := pglogrepl.ParseLSN(string(m[1]))
+		partial, err2 := pglogrepl.ParseLSN(string(m[2]))
+		ord, err3 := strconv.Atoi(string(m[3]))
+		if err := errors.Join(err1, err2, err3); err != nil {
+			t.Fatalf("checkpoint line %s: %v", line, err)
+		}
+		out = append(out, checkpointRead{LSN: lsn, Partial: partial, Ordinal: ord, Line: string(line)})
+	}
+	if len(out) == 0 {
+		t.Fatalf("no session of walpost read a checkpoint:\n%s", tail(p.log, 30))
+	}
+	return out
 }
 
 // waitForFast is waitFor polling every 2 ms, for conditions that hold only
@@ -254,33 +318,130 @@ func eosWaitTotal(t testing.TB, l *faultLoad, total int64) {
 	}
 }
 
-// TestExactlyOncePostgresCrash: PostgreSQL is stopped with immediate
-// (a crash) right after a 20,000-row transaction committed, and started
-// again while 8 writers run (30,000 events in all): the slot may go back
-// (PostgreSQL 15 keeps a moved confirmed_flush in memory only), the
-// checkpoint does not, and read_committed sees each event once.
+// TestExactlyOncePostgresCrash: PostgreSQL is stopped with immediate (a
+// crash) after a 20,000-row transaction committed, while 8 writers run
+// (30,000 events in all), and started again. The crash comes when the
+// slot's confirmed_flush moved in memory past what PostgreSQL 15 wrote of
+// it to disk (eosFreezeUnsaved), so the slot goes back below what walpost
+// had confirmed; the checkpoint does not go back, the session after the
+// crash skips the re-sent events the checkpoint covers, and read_committed
+// sees each event once.
 func TestExactlyOncePostgresCrash(t *testing.T) {
 	f := faultFixture(t, 3)
 	p := f.start(f.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=2000")...)
 	faultStreaming(t, p)
 	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
 	l.waitWritten(t, 4000, time.Minute)
-	// The crash comes while walpost reads or sends the large transaction.
 	big := eosBigTxn(t, f, "big-pg")
+	saved, confirmed := eosFreezeUnsaved(t, f, p)
 	faultStack(t, "pg-stop", "immediate")
-	t.Log("PostgreSQL stopped (immediate) right after the large transaction committed")
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("PostgreSQL stopped (immediate) with the slot confirmed at %s in memory, at most %s on disk", confirmed, saved)
 	faultSleep(t, p, 3*time.Second, "while PostgreSQL was down")
 	faultStack(t, "pg-start")
 	faultWaitStreamingAgain(t, p, 1, 2*time.Minute)
+
+	// The slot went back, the checkpoint did not, and the session skipped
+	// what the checkpoint covers.
+	log := func() []byte { b, _ := os.ReadFile(p.log); return b }
+	m := eosSkipToRE.FindSubmatch(log())
+	if m == nil {
+		t.Fatalf("the session after the crash did not skip up to the checkpoint (no %q line):\n%s", eosSkipToRE, tail(p.log, 30))
+	}
+	slotLSN, err1 := pglogrepl.ParseLSN(string(m[1]))
+	skipTo, err2 := pglogrepl.ParseLSN(string(m[2]))
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatalf("%s: %v", m[0], err)
+	}
+	t.Logf("after the crash: %s", m[0])
+	if slotLSN >= confirmed {
+		t.Errorf("after the crash the slot is at %s, not below the %s walpost had confirmed: it did not go back", slotLSN, confirmed)
+	}
+	if skipTo < confirmed {
+		t.Errorf("the session after the crash skips up to %s, below the %s walpost had confirmed (the checkpoint is at or past every confirmation)", skipTo, confirmed)
+	}
+	waitFor(t, time.Minute, "the skipper's report", func() bool { return eosSkippedRE.Match(log()) })
+	r := eosSkippedRE.FindSubmatch(log())
+	t.Logf("skipper: %s", r[0])
+	if n, _ := strconv.Atoi(string(r[1])); n == 0 {
+		t.Errorf("the session after the crash skipped no event: the slot re-sent nothing the checkpoint covers")
+	}
+
 	eosWaitTotal(t, l, 30_000)
 	expected := append(l.finish(t), big...)
 	t.Logf("%d events from 8 writers and a transaction of %d rows", len(expected)-len(big), len(big))
 	eosVerify(t, f, expected, 4*time.Minute)
 	faultAlive(t, p, "after the PostgreSQL crash")
-	if b, _ := os.ReadFile(p.log); checkpointReadRE.Match(b) {
-		for _, m := range checkpointReadRE.FindAll(b, -1) {
-			t.Logf("%s", m)
+}
+
+var (
+	eosSkipToRE  = regexp.MustCompile(`msg="exactly-once: transactions at or before the committed checkpoint are skipped".* slot_lsn=(\S+) skip_to=(\S+)`)
+	eosSkippedRE = regexp.MustCompile(`msg="skipped events already confirmed before the slot lost its position".* events=(\d+)`)
+)
+
+// slotMemory is what pg_replication_slots shows of a logical slot: the
+// server's memory, which a crash may lose.
+type slotMemory struct {
+	Confirmed, Restart pglogrepl.LSN
+	CatalogXmin        string
+}
+
+func (f *fixture) slotMemory(t testing.TB) slotMemory {
+	t.Helper()
+	var confirmed, restart, xmin string
+	err := f.Pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn::text, restart_lsn::text, coalesce(catalog_xmin::text, '')
+		FROM pg_replication_slots WHERE slot_name = $1`, f.Slot).Scan(&confirmed, &restart, &xmin)
+	if err != nil {
+		t.Fatalf("read slot %s: %v", f.Slot, err)
+	}
+	s := slotMemory{CatalogXmin: xmin}
+	var err1, err2 error
+	s.Confirmed, err1 = pglogrepl.ParseLSN(confirmed)
+	s.Restart, err2 = pglogrepl.ParseLSN(restart)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatalf("slot %s: %v", f.Slot, err)
+	}
+	return s
+}
+
+// eosFreezeUnsaved freezes p (SIGSTOP) at a moment the slot's
+// confirmed_flush in memory is past what PostgreSQL wrote of it to disk,
+// and returns the most the disk holds (saved) and what walpost confirmed
+// (confirmed), saved < confirmed. The caller crashes the server, so the
+// slot goes back, and then sends SIGCONT.
+//
+// PostgreSQL 15 writes a logical slot to disk when a confirmation moves its
+// restart_lsn or catalog_xmin (LogicalConfirmReceivedLocation), with the
+// confirmed_flush of that moment. A confirmation that moves neither stays
+// in memory, and a CHECKPOINT does not write it (the slot is not marked
+// dirty). So once the slot was seen confirmed further with restart_lsn and
+// catalog_xmin unchanged, the disk is behind; walpost frozen, no further
+// confirmation writes it.
+func eosFreezeUnsaved(t testing.TB, f *fixture, p *proc) (saved, confirmed pglogrepl.LSN) {
+	t.Helper()
+	before := f.slotMemory(t)
+	for attempt := 1; ; attempt++ {
+		waitFor(t, time.Minute, "walpost confirming more", func() bool { return f.slotMemory(t).Confirmed > before.Confirmed })
+		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
 		}
+		// Twice: a status update walpost sent just before the stop is
+		// applied by then.
+		now := f.slotMemory(t)
+		if again := f.slotMemory(t); again == now && now.Restart == before.Restart && now.CatalogXmin == before.CatalogXmin {
+			t.Logf("walpost frozen (attempt %d): slot confirmed %s in memory, at most %s on disk (restart_lsn %s, catalog_xmin %s)",
+				attempt, now.Confirmed, before.Confirmed, now.Restart, now.CatalogXmin)
+			return before.Confirmed, now.Confirmed
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		if attempt == 20 {
+			t.Fatalf("the slot was written to disk at each of %d confirmations", attempt)
+		}
+		before = f.slotMemory(t)
 	}
 }
 
