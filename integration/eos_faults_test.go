@@ -1,0 +1,100 @@
+package integration
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestExactlyOnceEveryFault: one run, 8 writers (about 800 events/s, at
+// least 30,000 events) and a
+// 20,000-row transaction, through every fault exactly-once must survive,
+// in turn: walpost A killed -9 while it forwards the large transaction
+// (after part of it committed), the hot standby B taking the slot over;
+// B frozen (SIGSTOP) past delivery.transaction_timeout with its walsender
+// terminated, A (restarted as the standby) taking over and fencing it;
+// Kafka killed and started; PostgreSQL crashed (immediate) and started.
+// A read_committed consumer, franz-go and librdkafka, sees every event
+// once and nothing else.
+//
+// It stops the stack's Kafka and PostgreSQL: it must not run beside
+// other tests (no t.Parallel).
+func TestExactlyOnceEveryFault(t *testing.T) {
+	f := faultFixture(t, 3)
+	env := f.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=500", "WALPOST_DELIVERY_TRANSACTION_TIMEOUT=10s", "WALPOST_KAFKA_FLUSH_TIMEOUT=5s")
+	a := f.start(env...)
+	faultStreaming(t, a)
+	b := f.start(env...)
+	if !b.waitLog("slot is held by another process", time.Minute) {
+		t.Fatal("the second walpost did not stand by")
+	}
+	l := newFaultLoad(f, 8, 20, 100*time.Millisecond).start()
+	l.waitWritten(t, 3000, time.Minute)
+
+	// 1. kill -9 inside the large transaction; the standby takes over.
+	base := f.stableOffsets(t)
+	big := eosBigTxn(t, f, "big-every")
+	// Most of what commits now is the large transaction (the writers add
+	// about 800 events/s).
+	waitForFast(t, 2*time.Minute, "part of the large transaction committed", func() bool { return f.stableOffsets(t) > base+2000 })
+	if _, err := a.signal(syscall.SIGKILL, 10*time.Second); err == nil {
+		t.Fatal("walpost exited cleanly after SIGKILL?")
+	}
+	t.Logf("fault 1: A killed -9 with %d more offsets committed since the large transaction was written (it has %d rows)", f.stableOffsets(t)-base, eosBigRows)
+	if !b.waitLog("msg=streaming", 2*time.Minute) {
+		t.Fatalf("the standby did not take the slot after kill -9:\n%s", tail(b.log, 30))
+	}
+	a = f.start(env...)
+	if !a.waitLog("slot is held by another process", time.Minute) {
+		t.Fatalf("the restarted walpost did not stand by:\n%s", tail(a.log, 30))
+	}
+
+	// 2. B frozen past the transaction timeout, its walsender
+	// terminated: A takes over and fences it.
+	l.waitWritten(t, 3000, time.Minute)
+	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	mustExec(t, f.Pool, `SELECT pg_terminate_backend($1)`, faultSlotPID(f))
+	if !a.waitLog("msg=streaming", 2*time.Minute) {
+		t.Fatalf("the standby did not take the slot from the frozen walpost:\n%s", tail(a.log, 30))
+	}
+	// The property is the broker's transaction timeout (10 s): B stays
+	// frozen past it, so the broker aborts B's open transaction.
+	faultSleep(t, a, time.Until(frozen.Add(12*time.Second)), "while the other walpost was frozen")
+	if err := b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("fault 2: B frozen 12 s with its walsender terminated, A took over")
+
+	// 3. Kafka killed and started.
+	l.waitWritten(t, 3000, time.Minute)
+	faultStack(t, "kafka-stop", "kill")
+	faultSleep(t, a, 3*time.Second, "while Kafka was down")
+	faultStack(t, "kafka-start")
+	waitFor(t, 2*time.Minute, "a new session after the Kafka kill", func() bool { return faultCount(a, "msg=streaming") > 1 || a.exited() })
+	t.Log("fault 3: Kafka killed and started")
+
+	// 4. PostgreSQL crashed and started.
+	l.waitWritten(t, 3000, time.Minute)
+	faultStack(t, "pg-stop", "immediate")
+	faultSleep(t, a, 2*time.Second, "while PostgreSQL was down")
+	faultStack(t, "pg-start")
+	waitFor(t, 2*time.Minute, "a new session after the PostgreSQL crash", func() bool { return faultCount(a, "msg=streaming") > 2 || a.exited() })
+	t.Log("fault 4: PostgreSQL crashed and started")
+
+	eosWaitTotal(t, l, 30_000)
+	expected := append(l.finish(t), big...)
+	t.Logf("%d events from 8 writers and a transaction of %d rows", len(expected)-len(big), len(big))
+	eosVerify(t, f, expected, 4*time.Minute)
+	faultAlive(t, a, "after every fault")
+	// The frozen walpost either exited 1, fenced, or stands by: it
+	// committed nothing after the fence (the validator saw no duplicate).
+	if b.exited() {
+		if log, _ := os.ReadFile(b.log); exitCode(b.err) != 1 || !fencedRE.Match(log) {
+			t.Errorf("the frozen walpost exited %v without the fencing message:\n%s", b.err, tail(b.log, 30))
+		}
+	}
+}
