@@ -31,17 +31,19 @@ var allowed = map[string][]string{
 	"migrations":         {},
 	"position":           {},
 	"lint":               {},
-	"recovery":           {"config", "replication", "position", "sink", "outbox", "internal/redact"},
-	"prune":              {"config", "replication", "position", "internal/redact"},
-	"forwarder":          {"config", "replication", "checkpoint", "sink", "sink/kafka", "poison", "position", "prune", "outbox", "internal/redact", "internal/buildinfo"},
-	"status":             {"config", "replication", "sink/kafka", "internal/redact", "poison", "checkpoint", "outbox"},
-	"preflight":          {"config", "replication", "sink/kafka", "internal/redact", "poison", "position", "outbox"},
-	"verify":             {"config", "replication", "sink/kafka", "internal/redact", "outbox"},
-	"integration":        {"config", "replication", "sink", "sink/kafka", "verify", "status", "outbox", "checkpoint", "position", "internal/redact", "writer"},
-	"bench/drain":        {"config", "forwarder", "outbox", "sink", "sink/kafka", "replication", "checkpoint"},
-	"cmd/walpost":        {"config", "forwarder", "status", "preflight", "verify", "poison", "recovery", "prune", "migrations", "lint", "sink/kafka", "replication", "internal/redact", "internal/buildinfo"},
-	"internal/layers":    {},
-	"writer":             {},
+	// recovery builds the slot's transactional producer in exactly-once
+	// mode, as forwarder does (recovery/exactly.go).
+	"recovery":        {"config", "replication", "position", "sink", "sink/kafka", "outbox", "internal/redact"},
+	"prune":           {"config", "replication", "position", "internal/redact"},
+	"forwarder":       {"config", "replication", "checkpoint", "sink", "sink/kafka", "poison", "position", "prune", "outbox", "internal/redact", "internal/buildinfo"},
+	"status":          {"config", "replication", "sink/kafka", "internal/redact", "poison", "checkpoint", "outbox"},
+	"preflight":       {"config", "replication", "sink/kafka", "internal/redact", "poison", "position", "outbox"},
+	"verify":          {"config", "replication", "sink/kafka", "internal/redact", "outbox"},
+	"integration":     {"config", "replication", "sink", "sink/kafka", "verify", "status", "outbox", "checkpoint", "position", "internal/redact", "writer"},
+	"bench/drain":     {"config", "forwarder", "outbox", "sink", "sink/kafka", "replication", "checkpoint"},
+	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "recovery", "prune", "migrations", "lint", "sink/kafka", "replication", "internal/redact", "internal/buildinfo"},
+	"internal/layers": {},
+	"writer":          {},
 }
 
 // banned lists, per package, third-party import prefixes its production
