@@ -189,9 +189,27 @@ func (t *Tracker) Hold(at pglogrepl.LSN) {
 	t.advance()
 	// INV-4: never below what was reported already. Past the hold,
 	// Position reports the commit time and count of the hold's start:
-	// older, so a recover reading it re-sends more, never less.
-	t.held, t.hold = true, max(at, t.confirmed)
+	// older, so a recover reading it re-sends more, never less. A hold
+	// while held keeps the lower of the two: the first hold's claim is
+	// still unverified.
+	reported := t.confirmed
+	if t.held {
+		reported = min(t.confirmed, t.hold)
+		t.hold = min(t.hold, max(at, reported))
+		return
+	}
+	t.held, t.hold = true, max(at, reported)
 	t.holdCommit, t.holdTxns = t.commit, t.txns
+}
+
+// Handled is the watermark as the handled events move it, a Hold aside:
+// every event below it was handled (skipped, acknowledged or
+// quarantined).
+func (t *Tracker) Handled() pglogrepl.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance()
+	return t.confirmed
 }
 
 // Release ends a Hold: the watermark reported moves to what was handled.

@@ -638,6 +638,16 @@ func TestHoldCapsTheWatermark(t *testing.T) {
 	if p := tr.Position(); p.LSN != 0x200 || p.Txns != 0 {
 		t.Errorf("held at 0/200: Position %+v, want 0/200 and the count at the hold", p)
 	}
+	// A second hold while held (data loss reported while the first is
+	// pending) never lifts the first.
+	tr.Hold(tr.Confirmed())
+	tr.Hold(0x350)
+	if got := tr.Confirmed(); got != 0x200 {
+		t.Errorf("held twice: Confirmed %s, want the first hold 0/200", got)
+	}
+	if got := tr.Handled(); got != 0x400 {
+		t.Errorf("Handled %s, want 0/400 whatever the hold", got)
+	}
 	tr.Release()
 	if got := tr.Confirmed(); got != 0x400 {
 		t.Errorf("released: Confirmed %s, want 0/400", got)

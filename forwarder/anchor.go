@@ -94,6 +94,17 @@ func (c *anchorCheck) commit(end pglogrepl.LSN) {
 	}
 }
 
+// idle decides once the events handled reach the checkpoint (the last
+// transaction it covers was handled, or keepalives moved the watermark
+// past it with nothing in flight: Tracker.Idle): on a quiet outbox no
+// later event comes to decide it. It runs on the stream's goroutine
+// (Observer.Status).
+func (c *anchorCheck) idle() {
+	if !c.verified && !c.refuted && c.tracker.Handled() >= c.cp.LSN {
+		c.past(nil)
+	}
+}
+
 // past decides when the stream reached past the checkpoint: verified,
 // unless the anchor is a transaction the stream must have read (after the
 // slot's position) and did not.

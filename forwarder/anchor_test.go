@@ -211,3 +211,66 @@ func TestExactlyOnceCountsTimelineChanges(t *testing.T) {
 		t.Errorf("walpost_position_timeline_changed_total = %v, want 1", got)
 	}
 }
+
+// TestCheckpointVerifiedOnQuietOutbox: the WAL ends with the checkpoint's
+// anchor transaction and only keepalives follow (a walpost killed after
+// its Kafka commit and before the slot moved, restarted on a quiet
+// outbox): the check decides once the handled events reach the checkpoint
+// (anchorCheck.idle, called at each status update), so the hold ends and
+// keepalives move the slot again.
+func TestCheckpointVerifiedOnQuietOutbox(t *testing.T) {
+	id := position.Identity{SystemID: 7, Timeline: 1}
+	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	cp := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x900, Anchored: true, AnchorCommitLSN: 0x8d0, AnchorCommitTime: at}
+	slot := replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}
+	f, _ := eosForwarder()
+	tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+	s := &fakeTxnSink{}
+	h, skip, tx := f.exactlyOnce(position.Plan{SkipTo: 0x100}, id, 0x5000, slot, nil, tr, s, cp, true)
+	runWAL(t, h, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(-time.Minute), []string{"a"}}, {0x8d0, 0x900, at, []string{"b"}}})
+	tr.Idle(0x5000)
+	if got := tr.Confirmed(); got != 0x100 {
+		t.Fatalf("before the check decided: confirmed %s, want held at 0/100", got)
+	}
+	skip.verify.idle()
+	if err := tx.failure(); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.Confirmed(); got != 0x5000 {
+		t.Errorf("confirmed %s after the check on a quiet outbox, want the keepalive's 0/5000", got)
+	}
+	// Refuted the same way when the anchor never came.
+	f, _ = eosForwarder()
+	tr = checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+	h, skip, tx = f.exactlyOnce(position.Plan{SkipTo: 0x100}, id, 0x5000, slot, nil, tr, s, cp, true)
+	runWAL(t, h, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(-time.Minute), []string{"a"}}})
+	tr.Idle(0x5000)
+	skip.verify.idle()
+	if err := tx.failure(); !errors.Is(err, ErrCheckpointMismatch) {
+		t.Errorf("anchor never seen: session error %v, want ErrCheckpointMismatch", err)
+	}
+	if got := tr.Confirmed(); got != 0x100 {
+		t.Errorf("anchor never seen: confirmed %s, want 0/100", got)
+	}
+}
+
+// TestRestoreActedOnOnce: once a session found walpost_position behind
+// what this process wrote (the database was restored) and acted on it,
+// the next sessions compare with the restored row: the checkpoint is not
+// refused again for it, and the row is not raised to the old position.
+func TestRestoreActedOnOnce(t *testing.T) {
+	f, _ := eosForwarder()
+	id := position.Identity{SystemID: 7, Timeline: 1}
+	f.saved = position.Row{Slot: "s", Identity: id, LSN: 0x9000}
+	f.known = f.saved
+	restored := position.Row{Slot: "s", Identity: id, LSN: 0x1000}
+	if _, _, wentBack := raiseToKnown(restored, true, f.known, f.saved); !wentBack {
+		t.Fatal("the restored row is not seen as gone back")
+	}
+	f.restoredTo(restored)
+	later := position.Row{Slot: "s", Identity: id, LSN: 0x2000}
+	raised, ok, wentBack := raiseToKnown(later, true, f.known, f.saved)
+	if wentBack || ok || raised.LSN != 0x2000 {
+		t.Errorf("next session: raised %s ok=%v wentBack=%v; want the stored 0/2000 as it is", raised.LSN, ok, wentBack)
+	}
+}

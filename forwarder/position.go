@@ -30,6 +30,7 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 	raised, ok, wentBack := raiseToKnown(row, found, f.known, f.saved)
 	f.wentBack = wentBack
 	if wentBack {
+		defer f.restoredTo(row)
 		f.log.Warn("walpost_position is behind what this walpost wrote to it: the database lost a synchronous commit (restored from a snapshot or a backup?), so only the stored position is skipped up to and the events after it are sent again",
 			"slot", name, "stored_lsn", row.LSN.String(), "written_lsn", f.saved.LSN.String(), "known_lsn", f.known.LSN.String())
 	}
@@ -76,6 +77,16 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 		f.log.Warn("cannot read the timeline history; nothing is skipped", "slot", name, "timeline", id.Timeline, "err", err.Error())
 	}
 	return row, found, plan, nil
+}
+
+// restoredTo takes row, a stored position found behind what this process
+// wrote (raiseToKnown's wentBack), as what this process wrote and knows:
+// the positions it wrote and confirmed before belong to a WAL the server
+// no longer has. The session that found it acts on it (f.wentBack); the
+// next ones compare with the restored row, so they neither refuse the
+// checkpoint again nor raise the row to the old known position.
+func (f *Forwarder) restoredTo(row position.Row) {
+	f.saved, f.known = row, position.Row{}
 }
 
 // msgPositionUnwritten is the warning of a failed position write.

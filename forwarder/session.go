@@ -187,8 +187,16 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	pw := &positionWriter{store: position.NewStore(f.pool), row: position.Row{Slot: cfg.Postgres.Slot, Identity: id},
 		tracker: tracker, m: f.m, log: f.log, written: max(slot.ConfirmedFlush, row.LSN), known: &f.known, saved: &f.saved}
 	f.pw = pw
+	status := f.m.status
+	if skip != nil && skip.verify != nil {
+		v := skip.verify
+		status = func(received, confirmed pglogrepl.LSN) {
+			v.idle()
+			f.m.status(received, confirmed)
+		}
+	}
 	stream := replication.NewStream(rcfg, conn, table, tracker, h, replication.Observer{
-		Status:    f.m.status,
+		Status:    status,
 		Received:  f.m.onReceived,
 		Streaming: func() { f.m.setState(stateStreaming) },
 		Backpressured: func(on bool) {
