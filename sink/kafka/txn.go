@@ -261,8 +261,9 @@ func (k *Sink) CommitTxn(ctx context.Context, cp Checkpoint) error {
 		return fmt.Errorf("encode the checkpoint: %w", err)
 	}
 	cl := k.client.Load()
+	rec := &kgo.Record{Topic: k.cfg.CheckpointTopic, Key: []byte(TransactionalID(cp.Slot, cp.SystemID)), Value: value}
 	done := make(chan error, 1)
-	cl.Produce(ctx, &kgo.Record{Topic: k.cfg.CheckpointTopic, Key: []byte(TransactionalID(cp.Slot, cp.SystemID)), Value: value}, func(_ *kgo.Record, err error) { done <- err })
+	cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
 	if err := cl.Flush(ctx); err != nil {
 		return fmt.Errorf("flush the kafka transaction: %w", err)
 	}
@@ -272,11 +273,56 @@ func (k *Sink) CommitTxn(ctx context.Context, cp Checkpoint) error {
 		}
 		return txnErr("produce the checkpoint to "+k.cfg.CheckpointTopic, classified(err, k.cfg.CheckpointTopic))
 	}
+	if err := awaitPartition(ctx, cl, rec.Topic, rec.Partition); err != nil {
+		return fmt.Errorf("commit the kafka transaction: the producer does not list partition %d of checkpoint topic %q, which acknowledged the checkpoint: %w", rec.Partition, rec.Topic, err)
+	}
 	err = cl.EndTransaction(ctx, kgo.TryCommit)
 	if fix := aclFix(err, k.cfg.CheckpointTopic, false, k.cfg.TransactionalID); fix != "" {
 		err = refused(err, fix)
 	}
 	return txnErr("commit the kafka transaction", err)
+}
+
+// awaitPartition waits until cl's producer state lists partition of topic,
+// which a record just acknowledged was produced to.
+//
+// franz-go (v1.22) sends the records that waited for a topic's first
+// metadata before it publishes the topic's partitions to the producer
+// state that EndTransaction reads: the metadata goroutine partitions them,
+// then stores the partitions. Preempted in between, it lets the record be
+// acknowledged, and the caller flush, while the partition is not listed
+// yet. EndTransaction then finds no partition added to the transaction
+// and, since a record was produced, turns TryCommit into an abort and
+// returns nil: the commit would report success for an aborted transaction.
+// It also resets the sequence numbers (the epoch is bumped at every
+// EndTxn) only of the partitions listed, so the next transaction's record
+// to the checkpoint partition would be refused with
+// OUT_OF_ORDER_SEQUENCE_NUMBER. The checkpoint topic is new to each
+// session's producer, so its first commit meets this.
+//
+// PartitionLeader answers -1 for a partition not listed; once listed it
+// has a leader, or a load error and a negative seed id instead. The wait
+// ends at once but in that window, when the metadata goroutine runs again.
+// AbortTxn needs none: AbortBufferedRecords takes the lock the metadata
+// goroutine holds until it has stored the partitions.
+func awaitPartition(ctx context.Context, cl *kgo.Client, topic string, partition int32) error {
+	listed := func() bool {
+		leader, _, _ := cl.PartitionLeader(topic, partition)
+		return leader != -1
+	}
+	if listed() {
+		return nil
+	}
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !listed() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // AbortTxn fails the records not yet sent, waits for those in flight and
