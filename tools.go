@@ -4,5 +4,6 @@
 package tools
 
 import (
+	_ "gotest.tools/gotestsum"
 	_ "honnef.co/go/tools/cmd/staticcheck"
 )
