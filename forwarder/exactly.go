@@ -24,16 +24,23 @@ import (
 // session initialises the producer again and resumes from the checkpoint.
 var ErrFencedHoldingSlot = errors.New("kafka fenced this producer while this walpost held the slot (another walpost lost the race for it and stands by); the producer is initialised again")
 
-// holdsSlot says whether the slot is still active on this session's
-// replication connection (its walsender's pid).
-func (f *Forwarder) holdsSlot(conn *pgconn.PgConn) bool {
+// slotTakenOver says whether another walsender than this session's holds
+// the slot (a walpost that took it over); an unreadable slot counts as
+// taken. By the time a fenced session ended, its own stream has stopped
+// and released the slot: a slot nobody else holds means the fencer lost
+// the race for it and stands by.
+func (f *Forwarder) slotTakenOver(conn *pgconn.PgConn) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var pid *int64
 	err := f.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, f.cfg.Postgres.Slot).Scan(&pid)
-	held := err == nil && pid != nil && *pid == int64(conn.PID())
-	f.log.Debug("fenced: does this session hold the slot", "slot", f.cfg.Postgres.Slot, "held", held, "walsender_pid", conn.PID())
-	return held
+	taken := err != nil || (pid != nil && *pid != int64(conn.PID()))
+	var holder int64
+	if pid != nil {
+		holder = *pid
+	}
+	f.log.Debug("fenced: is the slot held by another walsender", "slot", f.cfg.Postgres.Slot, "taken", taken, "active_pid", holder, "walsender_pid", conn.PID())
+	return taken
 }
 
 // eos says whether delivery.mode is exactly-once (DESIGN.md,

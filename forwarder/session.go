@@ -242,14 +242,14 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	err = g.Wait()
 	// A fenced producer ends walpost, whichever goroutine failed first
 	// (the replication connection of a walpost that was paused and taken
-	// over often fails at the same moment): unless this session still
-	// holds the slot, so the walpost that fenced it cannot stream and
-	// stands by (it lost the race for a free slot after its
+	// over often fails at the same moment): unless no other walsender
+	// holds the slot, so the walpost that fenced it does not stream and
+	// stands by (it lost the race for the free slot after its
 	// InitProducerID); then the next session initialises again.
 	if tx != nil {
 		if terr := tx.failure(); errors.Is(terr, kafka.ErrFenced) {
 			err = terr
-			if f.holdsSlot(conn) {
+			if !f.slotTakenOver(conn) {
 				err = fmt.Errorf("%w: %s", ErrFencedHoldingSlot, terr.Error())
 			}
 		}
