@@ -410,16 +410,19 @@ func faultSlotPID(f *fixture) int {
 	return int(*pid)
 }
 
-// TestBrokerDownLongerThanWalSenderTimeout: with wal_sender_timeout = 30s,
-// Kafka is stopped for 90 s while writers go on (more events than the
+// TestBrokerDownLongerThanWalSenderTimeout: with wal_sender_timeout = 3s,
+// Kafka is stopped for more than three of them while writers go on (more events than the
 // in-flight limit, so the reader also pauses). walpost must keep its
 // replication session alive with status updates (the same walsender holds
 // the slot before and after), quarantine nothing (broker outages never
 // poison), not exit, and deliver everything once the broker is back.
 func TestBrokerDownLongerThanWalSenderTimeout(t *testing.T) {
 	f := faultFixture(t, 3)
-	faultWalSenderTimeout(t, f, "30s")
-	p := f.start("WALPOST_PIPELINE_MAX_INFLIGHT_EVENTS=10000")
+	// A short wal_sender_timeout, so the outage passes it three times
+	// over in seconds (the property, not the clock, ends the outage).
+	const senderTimeout = 3 * time.Second
+	faultWalSenderTimeout(t, f, senderTimeout.String())
+	p := f.start("WALPOST_PIPELINE_MAX_INFLIGHT_EVENTS=2000", "WALPOST_POSTGRES_STATUS_INTERVAL=1s")
 	faultStreaming(t, p)
 	l := newFaultLoad(f, 2, 10, 25*time.Millisecond).start()
 	l.waitWritten(t, 2000, time.Minute)
@@ -427,7 +430,16 @@ func TestBrokerDownLongerThanWalSenderTimeout(t *testing.T) {
 	faultStack(t, "kafka-stop")
 	down := time.Now()
 	atStop := l.written.Load()
-	faultSleep(t, p, 90*time.Second, "while Kafka was down")
+	// The outage ends once the walsender that held the slot before it has
+	// received a status update more than three wal_sender_timeouts after
+	// Kafka went down, with more events written than the in-flight limit
+	// (the reader paused behind unacknowledged events all that time).
+	waitFor(t, 2*time.Minute, "a status update three wal_sender_timeouts into the outage, past the in-flight limit", func() bool {
+		faultAlive(t, p, "while Kafka was down")
+		var reply *time.Time
+		_ = f.Pool.QueryRow(context.Background(), `SELECT reply_time FROM pg_stat_replication WHERE pid = $1`, pidBefore).Scan(&reply)
+		return reply != nil && reply.After(down.Add(3*senderTimeout)) && l.written.Load()-atStop > 3000
+	})
 	t.Logf("Kafka down for %s; %d events committed meanwhile", time.Since(down).Round(time.Second), l.written.Load()-atStop)
 	pidDuring := faultSlotPID(f)
 	faultStack(t, "kafka-start")
@@ -437,7 +449,7 @@ func TestBrokerDownLongerThanWalSenderTimeout(t *testing.T) {
 	faultVerify(t, f, expected, 3*time.Minute)
 	faultAlive(t, p, "after the broker outage")
 	if pidBefore == 0 || pidDuring != pidBefore {
-		t.Errorf("walsender holding the slot: pid %d before the outage, %d after 90 s of it: the replication session did not survive (status updates must go on while Kafka is down)", pidBefore, pidDuring)
+		t.Errorf("walsender holding the slot: pid %d before the outage, %d after it: the replication session did not survive (status updates must go on while Kafka is down)", pidBefore, pidDuring)
 	}
 	if n := faultCount(p, "session failed"); n != 0 {
 		t.Logf("walpost restarted its session %d times", n)

@@ -25,9 +25,15 @@ import (
 // nemesisSeeds is the default seed list.
 var nemesisSeeds = []uint64{1, 2, 3, 4, 5}
 
-// nemesisDefaultDuration is the fault phase of one seed; with setup, the
-// final heal and the drain a seed takes about 1.5× this.
+// nemesisDefaultDuration bounds the fault phase of one seed; with setup,
+// the final heal and the drain a seed takes about 45 s more.
 const nemesisDefaultDuration = 60 * time.Second
+
+// nemesisDefaultFaults ends a seed's fault phase (after CockroachDB's
+// cdctest nemeses, bounded by counts, not clocks): faults injected; the
+// events confirmed are checked after the heal (at least 500 written,
+// every one delivered).
+const nemesisDefaultFaults = 8
 
 type nemesisFault int
 
@@ -74,8 +80,9 @@ func (a nemesisTally) String() string {
 }
 
 // TestNemesis runs the nemesis once per seed (WALPOST_NEMESIS_SEEDS=1,2,3
-// overrides the list, WALPOST_NEMESIS_DURATION=90s the fault phase). Seeds
-// are shortened to fit the test's deadline.
+// overrides the list, WALPOST_NEMESIS_FAULTS=20 the faults of a seed,
+// WALPOST_NEMESIS_DURATION=90s the longest fault phase). Seeds are
+// shortened to fit the test's deadline.
 func TestNemesis(t *testing.T) {
 	needStack(t)
 	seeds := nemesisSeeds
@@ -90,6 +97,14 @@ func TestNemesis(t *testing.T) {
 		}
 	}
 	dur := nemesisDuration(t)
+	faults := nemesisDefaultFaults
+	if s := os.Getenv("WALPOST_NEMESIS_FAULTS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("WALPOST_NEMESIS_FAULTS=%q: want a positive count like 20", s)
+		}
+		faults = n
+	}
 	var total nemesisTally
 	for i, seed := range seeds {
 		d := dur
@@ -104,7 +119,7 @@ func TestNemesis(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Logf("nemesis seed %d", seed)
-			r := nemesisRound(context.Background(), t, seed, d)
+			r := nemesisRound(context.Background(), t, seed, faults, d)
 			total.add(r)
 			t.Logf("seed %d: %s", seed, r)
 		})
@@ -145,9 +160,10 @@ func (n *nemesis) logf(format string, args ...any) {
 	n.t.Logf("nemesis: %s", line)
 }
 
-// nemesisRound runs one seed: a fault phase of dur (cut short when ctx
-// ends), heal, drain, validate. Failures are reported on t.
-func nemesisRound(ctx context.Context, t testing.TB, seed uint64, dur time.Duration) nemesisTally {
+// nemesisRound runs one seed: a fault phase of faults faults (at most dur,
+// cut short when ctx ends), heal, drain, validate. Failures are reported
+// on t.
+func nemesisRound(ctx context.Context, t testing.TB, seed uint64, faults int, dur time.Duration) nemesisTally {
 	f := faultFixture(t, 3)
 	pg, pgURLProxied := faultPGProxy(t)
 	kp, kafkaSeed := faultKafkaProxy(t)
@@ -167,7 +183,7 @@ func nemesisRound(ctx context.Context, t testing.TB, seed uint64, dur time.Durat
 	t.Cleanup(func() { l.stop.Store(true); l.wg.Wait() })
 	n.begin = time.Now()
 	deadline := n.begin.Add(dur)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	for n.tally.Faults < faults && time.Now().Before(deadline) && ctx.Err() == nil {
 		// Draw the same values every step, so the schedule follows the seed.
 		gap := time.Duration(500+n.rng.IntN(3500)) * time.Millisecond
 		kind := nemesisFault(n.rng.IntN(int(nemesisKinds)))
