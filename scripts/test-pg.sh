@@ -29,11 +29,11 @@ for v in "$@"; do
 	PG_VERSION=$v scripts/stack.sh up
 	# shellcheck disable=SC1091
 	. .stack/env
-	# With WALPOST_TEST_REPORT_DIR (scripts/test.sh) through gotestsum, its
+	# With TEST_REPORT_DIR (scripts/test.sh) through gotestsum, its
 	# -json kept for the slowest-tests report.
 	gotest=($GO test)
-	if [[ -n ${WALPOST_TEST_REPORT_DIR:-} ]]; then
-		gotest=($GO run gotest.tools/gotestsum --format standard-quiet --jsonfile "$WALPOST_TEST_REPORT_DIR/pg$v.json" --)
+	if [[ -n ${TEST_REPORT_DIR:-} ]]; then
+		gotest=($GO run gotest.tools/gotestsum --format standard-quiet --hide-summary=skipped --jsonfile "$TEST_REPORT_DIR/pg$v.json" --)
 	fi
 	if PG_VERSION=$v WALPOST_REQUIRE_STACK=1 "${gotest[@]}" -count=1 -timeout 20m -run "$CORE" ./integration; then
 		printf '== PostgreSQL %s: ok (%ss)\n' "$v" "$(($(date +%s) - t0))" >&2

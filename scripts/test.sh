@@ -6,7 +6,7 @@
 # failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it), and
 # stops the stack even when a step fails. At the end, also on failure, it
 # prints each step's time and the 20 slowest tests of the steps that run
-# through gotestsum (their go test -json in WALPOST_TEST_REPORT_DIR,
+# through gotestsum (their go test -json in TEST_REPORT_DIR,
 # .test-report/ by default).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,10 +21,10 @@ if ! [[ $FUZZ_EXECS =~ ^[0-9]+x$ ]]; then
 	exit 2
 fi
 
-REPORT_DIR="${WALPOST_TEST_REPORT_DIR:-$ROOT/.test-report}"
+REPORT_DIR="${TEST_REPORT_DIR:-$ROOT/.test-report}"
 rm -rf "$REPORT_DIR"
 mkdir -p "$REPORT_DIR"
-export WALPOST_TEST_REPORT_DIR="$REPORT_DIR"
+export TEST_REPORT_DIR="$REPORT_DIR"
 
 # Step times: step closes the running step and starts the next.
 step_names=()
@@ -49,7 +49,7 @@ step() {
 gotest() {
 	local name=$1
 	shift
-	$GO run gotest.tools/gotestsum --format standard-quiet --jsonfile "$REPORT_DIR/$name.json" -- "$@"
+	$GO run gotest.tools/gotestsum --format standard-quiet --hide-summary=skipped --jsonfile "$REPORT_DIR/$name.json" -- "$@"
 }
 report() {
 	close_step
