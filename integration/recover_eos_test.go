@@ -66,6 +66,19 @@ func TestRecoverExactlyOnce(t *testing.T) {
 		t.Helper()
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
+		// As walpost run does (INV-10): InitProducerID of the slot's
+		// transactional id first, which answers only once the markers of
+		// its last transaction are written; Kafka writes them after
+		// EndTxn returned.
+		fence, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = fence.ProducerID(rctx)
+		fence.Close()
+		if err != nil {
+			t.Fatalf("InitProducerID as %s: %v", key, err)
+		}
 		cp, found, err := kafka.ReadCheckpoint(rctx, f.Kafka, cpTopic, key)
 		if err != nil || !found {
 			t.Fatalf("read the checkpoint of %s: found %v, %v", key, found, err)
