@@ -129,10 +129,3 @@ func (c *anchorCheck) fail(ev *outbox.Event, why string) {
 	c.log.Warn("exactly-once: the checkpoint does not match the server's WAL (restored to an earlier point, or walpost recover reset the position): nothing past walpost_position is confirmed, the session restarts without the checkpoint and sends the events after walpost_position again", attrs...)
 	c.refute(refusedNotInWAL, fmt.Errorf("%w: checkpoint %s of slot %q: %s", ErrCheckpointMismatch, c.cp.LSN, c.slot, why))
 }
-
-// sameCheckpoint says whether a and b are the same checkpoint record.
-func sameCheckpoint(a, b kafka.Checkpoint) bool {
-	return a.Slot == b.Slot && a.SystemID == b.SystemID && a.Timeline == b.Timeline && a.LSN == b.LSN &&
-		a.PartialCommitLSN == b.PartialCommitLSN && a.Ordinal == b.Ordinal && a.Anchored == b.Anchored &&
-		a.AnchorCommitLSN == b.AnchorCommitLSN && a.AnchorCommitTime.Equal(b.AnchorCommitTime) && a.PartialCommitTime.Equal(b.PartialCommitTime)
-}

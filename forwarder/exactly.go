@@ -186,7 +186,7 @@ func (f *Forwarder) checkpointRefusal(cp kafka.Checkpoint, wal pglogrepl.LSN) (r
 		return refusedWentBack, "walpost_position went back below what this walpost wrote (the database was restored to an earlier point)"
 	case cp.LSN > wal || cp.PartialCommitLSN > wal:
 		return refusedAhead, "it is past the server's WAL (the server was restored to an earlier point, or walpost recover reset the position)"
-	case f.refuted != nil && sameCheckpoint(*f.refuted, cp):
+	case f.refuted != nil && f.refuted.Equal(cp):
 		return refusedNotInWAL, "an earlier session found that the server's WAL does not hold the transactions it names"
 	}
 	// A checkpoint written before checkpoints carried an anchor cannot be

@@ -38,32 +38,11 @@ func (f *fixture) eosEnv(extra ...string) []string {
 }
 
 // countKeys counts the distinct keys with prefix in f's topic as a
-// consumer of the given isolation sees them right now.
+// consumer of the given isolation sees them right now (countRecords).
 func (f *fixture) countKeys(t testing.TB, prefix string, opts ...kgo.Opt) int {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50 * time.Millisecond)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	seen := map[string]bool{}
-	for quiet := 0; quiet < 2; {
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) {
-			n++
-			if strings.HasPrefix(string(r.Key), prefix) {
-				seen[string(r.Key)] = true
-			}
-		})
-		if n == 0 {
-			quiet++
-		}
-	}
-	return len(seen)
+	_, distinct := f.countRecords(t, prefix, opts...)
+	return distinct
 }
 
 var checkpointReadRE = regexp.MustCompile(`msg="exactly-once: producer initialised, checkpoint read".*`)

@@ -96,6 +96,14 @@ func (c Checkpoint) MarshalJSON() ([]byte, error) {
 	return json.Marshal(j)
 }
 
+// Equal says whether c and o are the same checkpoint record (commit times
+// compared as instants).
+func (c Checkpoint) Equal(o Checkpoint) bool {
+	return c.Slot == o.Slot && c.SystemID == o.SystemID && c.Timeline == o.Timeline && c.LSN == o.LSN &&
+		c.PartialCommitLSN == o.PartialCommitLSN && c.PartialCommitTime.Equal(o.PartialCommitTime) && c.Ordinal == o.Ordinal &&
+		c.Anchored == o.Anchored && c.AnchorCommitLSN == o.AnchorCommitLSN && c.AnchorCommitTime.Equal(o.AnchorCommitTime)
+}
+
 // commitTime writes a commit time as the checkpoint stores it ("" for
 // none): PostgreSQL's commit timestamps have microseconds.
 func commitTime(t time.Time) string {

@@ -173,7 +173,7 @@ func TestTxnCommitAndAbort(t *testing.T) {
 		t.Fatalf("read_committed saw %v, want exactly a-0..a-4", got)
 	}
 	cp, found := readCP(t, c, "s1", 7365432109876543210)
-	if !found || !sameCheckpoint(cp, want) {
+	if !found || !cp.Equal(want) {
 		t.Fatalf("checkpoint %+v (found %v), want %+v", cp, found, want)
 	}
 	if _, found := readCP(t, c, "s1", 7); found {
@@ -693,7 +693,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 	if err := k.AbortTxn(ctx20(t)); err != nil {
 		t.Fatalf("AbortTxn after the unknown outcome: %v", err)
 	}
-	if cp, _ := readCP(t, c, "s1", 7); !sameCheckpoint(cp, first) {
+	if cp, _ := readCP(t, c, "s1", 7); !cp.Equal(first) {
 		t.Fatalf("checkpoint %+v after the unknown outcome, want the committed %+v", cp, first)
 	}
 	if err := produceTxn(t, k, "b", 2); err != nil {
@@ -715,13 +715,6 @@ func TestTxnUnknownOutcome(t *testing.T) {
 	if cp, _ := readCP(t, c, "s1", 7); cp.LSN != 0x300 {
 		t.Fatalf("checkpoint %+v, want 0/300", cp)
 	}
-}
-
-// sameCheckpoint compares checkpoints field by field (times by Equal).
-func sameCheckpoint(a, b kafka.Checkpoint) bool {
-	return a.Slot == b.Slot && a.SystemID == b.SystemID && a.Timeline == b.Timeline && a.LSN == b.LSN &&
-		a.PartialCommitLSN == b.PartialCommitLSN && a.PartialCommitTime.Equal(b.PartialCommitTime) && a.Ordinal == b.Ordinal &&
-		a.Anchored == b.Anchored && a.AnchorCommitLSN == b.AnchorCommitLSN && a.AnchorCommitTime.Equal(b.AnchorCommitTime)
 }
 
 // TestCheckpointJSONAnchor: every checkpoint written carries its anchor
