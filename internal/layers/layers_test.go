@@ -44,6 +44,10 @@ var allowed = map[string][]string{
 	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "recovery", "prune", "migrations", "lint", "sink/kafka", "replication", "internal/redact", "internal/buildinfo"},
 	"internal/layers": {},
 	"writer":          {},
+
+	// A test helper: a fake PostgreSQL speaking the wire protocol, which
+	// replication's own tests import.
+	"replication/replicationtest": {},
 }
 
 // banned lists, per package, third-party import prefixes its production
