@@ -1,0 +1,369 @@
+package forwarder
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/position"
+	"github.com/walpost/walpost/replication/replicationtest"
+	"github.com/walpost/walpost/sink"
+)
+
+// The session harness runs a whole Forwarder in-process: PostgreSQL is a
+// replicationtest.Server (the walsender and the catalog) whose own tables
+// (walpost_position, the poison table) are a fakeDB, and Kafka is kfake or
+// a scripted sink. Every wait is on a condition, bounded by the test's
+// context.
+
+// harnessTopic is the default topic of harness sessions.
+const harnessTopic = "outbox"
+
+// sessionHarness is one Forwarder over a fake PostgreSQL.
+type sessionHarness struct {
+	t   *testing.T
+	ctx context.Context // ends with the test (30 s at most)
+	pg  *replicationtest.Server
+	db  *fakeDB
+	cfg *config.Config
+	f   *Forwarder
+
+	stop context.CancelFunc
+	done chan error // Run's result
+}
+
+// newSessionHarness prepares a forwarder over a fake PostgreSQL; edit changes the
+// configuration before New.
+func newSessionHarness(t *testing.T, pgcfg replicationtest.Config, edit func(*config.Config)) *sessionHarness {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	db := &fakeDB{}
+	pgcfg.Query = db.query
+	pg := replicationtest.NewServer(t, pgcfg)
+	cfg, err := config.Load(nil, config.NeedNothing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Postgres.URL = pg.URL()
+	cfg.Postgres.StatusInterval = 200 * time.Millisecond
+	cfg.Postgres.PositionInterval = 100 * time.Millisecond
+	cfg.HTTP.Listen = ""
+	cfg.Kafka.Brokers = []string{"127.0.0.1:1"} // no Kafka unless edit sets one
+	cfg.Kafka.Topic = harnessTopic
+	cfg.Kafka.Compression = "none"
+	cfg.Kafka.FlushTimeout = 5 * time.Second
+	if edit != nil {
+		edit(cfg)
+	}
+	return &sessionHarness{t: t, ctx: ctx, pg: pg, db: db, cfg: cfg}
+}
+
+// run starts Run on a Forwarder with deps; the test's cleanup stops it.
+func (h *sessionHarness) run(deps Deps) {
+	h.t.Helper()
+	f, err := New(h.cfg, deps)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.f = f
+	ctx, stop := context.WithCancel(context.Background())
+	h.stop, h.done = stop, make(chan error, 1)
+	go func() { h.done <- f.Run(ctx) }()
+	h.t.Cleanup(func() {
+		stop()
+		select {
+		case <-h.done:
+		case <-time.After(30 * time.Second):
+			h.t.Error("Run did not return within 30s of its context's end")
+		}
+	})
+}
+
+// result waits for Run's result.
+func (h *sessionHarness) result() error {
+	h.t.Helper()
+	select {
+	case err := <-h.done:
+		h.done <- err // for the cleanup
+		return err
+	case <-h.ctx.Done():
+		h.t.Fatal("Run did not return")
+		return nil
+	}
+}
+
+// waitFlush waits for a status update confirming lsn.
+func (h *sessionHarness) waitFlush(lsn pglogrepl.LSN) replicationtest.Status {
+	h.t.Helper()
+	st, err := h.pg.WaitFlush(h.ctx, lsn)
+	if err != nil {
+		h.t.Fatalf("%v (confirmed at most %s)", err, h.pg.MaxFlush())
+	}
+	return st
+}
+
+// kafkaFake is a one-broker kfake cluster with the default topic and
+// the checkpoint topic, closed with the test, that counts the records of
+// every produce request by key (also records of aborted transactions).
+type kafkaFake struct {
+	*kfake.Cluster
+	mu       sync.Mutex
+	changed  chan struct{}
+	produced map[string]int
+}
+
+func newKafkaFake(t *testing.T) *kafkaFake {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, harnessTopic, "walpost_checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	k := &kafkaFake{Cluster: c, changed: make(chan struct{}), produced: map[string]int{}}
+	c.ControlKey(int16(kmsg.Produce), k.count)
+	return k
+}
+
+// count sees every produce request and lets the broker answer it.
+func (k *kafkaFake) count(kreq kmsg.Request) (kmsg.Response, error, bool) {
+	req := kreq.(*kmsg.ProduceRequest)
+	for _, rt := range req.Topics {
+		if rt.Topic != harnessTopic {
+			continue
+		}
+		for _, rp := range rt.Partitions {
+			var batch kmsg.RecordBatch
+			if err := batch.ReadFrom(rp.Records); err != nil {
+				continue
+			}
+			recs, err := kfake.BatchRecords(batch)
+			if err != nil {
+				continue
+			}
+			k.mu.Lock()
+			for _, r := range recs {
+				k.produced[string(r.Key)]++
+			}
+			close(k.changed)
+			k.changed = make(chan struct{})
+			k.mu.Unlock()
+		}
+	}
+	return nil, nil, false
+}
+
+// times is how many produce requests carried the record with key.
+func (k *kafkaFake) times(key string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.produced[key]
+}
+
+// keys are the keys of the default topic produced so far, with counts.
+func (k *kafkaFake) keys() map[string]int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return maps.Clone(k.produced)
+}
+
+// waitProduced waits until the record with key was produced n times.
+func (k *kafkaFake) waitProduced(ctx context.Context, t *testing.T, key string, n int) {
+	t.Helper()
+	for {
+		k.mu.Lock()
+		got, ch := k.produced[key], k.changed
+		k.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("record %q produced %d times, want %d (produced: %v)", key, got, n, k.keys())
+		}
+	}
+}
+
+// fakeDB is walpost's own tables on the fake server: walpost_position
+// (one row per slot, Save's rules: never backwards on a timeline, never
+// over another system's row) and a poison table that accepts the check
+// and holds nothing.
+type fakeDB struct {
+	mu  sync.Mutex
+	row *position.Row
+}
+
+var (
+	reSavePosition = regexp.MustCompile(`(?s)INSERT INTO walpost_position AS p .*VALUES \(\s*'([^']*)'\s*,\s*'?(-?\d+)'?\s*,\s*'?(-?\d+)'?\s*,\s*'([^']*)'\s*::pg_lsn`)
+	poisonColumns  = []string{"idempotency_key", "outbox_id", "payload", "created_at", "topic", "partition_key", "event_type", "headers",
+		"attempts", "last_error", "error_class", "commit_lsn", "poisoned_at", "replayed_at", "replay_count"}
+	poisonTypes = map[string]string{"outbox_id": "uuid", "payload": "jsonb", "headers": "jsonb", "created_at": "timestamp with time zone",
+		"poisoned_at": "timestamp with time zone", "replayed_at": "timestamp with time zone", "attempts": "integer", "replay_count": "integer", "commit_lsn": "pg_lsn"}
+)
+
+func (d *fakeDB) query(q string) (*replicationtest.Result, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case regexp.MustCompile(`FROM walpost_position WHERE slot =`).MatchString(q):
+		r := replicationtest.Rows([]replicationtest.Col{{Name: "slot", OID: pgtype.TextOID}, {Name: "system_identifier", OID: pgtype.Int8OID},
+			{Name: "timeline", OID: pgtype.Int4OID}, {Name: "confirmed_lsn", OID: pgtype.TextOID}, {Name: "last_commit_at", OID: pgtype.TimestamptzOID},
+			{Name: "updated_at", OID: pgtype.TimestamptzOID}, {Name: "recovering_since", OID: pgtype.TimestamptzOID}})
+		if d.row != nil {
+			r.Add(d.row.Slot, d.row.SystemID, d.row.Timeline, d.row.LSN, nil, time.Now(), nil)
+		}
+		return r, nil
+	case reSavePosition.MatchString(q):
+		m := reSavePosition.FindStringSubmatch(q)
+		sys, _ := strconv.ParseInt(m[2], 10, 64)
+		tl, _ := strconv.ParseInt(m[3], 10, 32)
+		lsn, err := pglogrepl.ParseLSN(m[4])
+		if err != nil {
+			return nil, err
+		}
+		r := position.Row{Slot: m[1], Identity: position.Identity{SystemID: sys, Timeline: int32(tl)}, LSN: lsn}
+		if d.row == nil || (d.row.SystemID == sys && (d.row.LSN < lsn || d.row.Timeline != r.Timeline)) {
+			d.row = &r
+			return replicationtest.Tag("INSERT 0 1"), nil
+		}
+		return replicationtest.Tag("INSERT 0 0"), nil
+	case regexp.MustCompile(`^SELECT coalesce\(to_regclass\(`).MatchString(q):
+		return replicationtest.Rows([]replicationtest.Col{{Name: "oid", OID: pgtype.OIDOID}}, []any{16500}), nil
+	case regexp.MustCompile(`^SELECT attname, format_type\(atttypid, NULL\) FROM pg_attribute`).MatchString(q):
+		r := replicationtest.Rows([]replicationtest.Col{{Name: "attname", OID: pgtype.TextOID}, {Name: "format_type", OID: pgtype.TextOID}})
+		for _, c := range poisonColumns {
+			typ := poisonTypes[c]
+			if typ == "" {
+				typ = "text"
+			}
+			r.Add(c, typ)
+		}
+		return r, nil
+	case regexp.MustCompile(`FROM pg_index i JOIN pg_class c`).MatchString(q):
+		return replicationtest.Rows([]replicationtest.Col{{Name: "relname", OID: pgtype.TextOID}, {Name: "cols", OID: pgtype.TextArrayOID}},
+			[]any{"poison_outbox_pkey", []string{"commit_lsn", "outbox_id"}}), nil
+	case regexp.MustCompile(`FROM "?poison_outbox"?\s+WHERE poisoned_at >`).MatchString(q):
+		return replicationtest.Rows([]replicationtest.Col{{Name: "age", OID: pgtype.Float8OID}}), nil
+	}
+	return nil, nil
+}
+
+// position is the stored row of walpost_position (nil: none).
+func (d *fakeDB) position() *position.Row {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.row == nil {
+		return nil
+	}
+	r := *d.row
+	return &r
+}
+
+// setPosition stores r as walpost_position's row.
+func (d *fakeDB) setPosition(r position.Row) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.row = &r
+}
+
+// heldSink is a scripted sink: it keeps every event and acknowledges one
+// only when the test says so (ack), in any order.
+type heldSink struct {
+	mu      sync.Mutex
+	changed chan struct{}
+	events  []*heldEvent
+}
+
+type heldEvent struct {
+	ev    *outbox.Event
+	a     sink.Acker
+	acked bool
+}
+
+func newHeldSink() *heldSink { return &heldSink{changed: make(chan struct{})} }
+
+func (s *heldSink) Produce(ev *outbox.Event, a sink.Acker) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, &heldEvent{ev: ev, a: a})
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Flush waits until every event produced has been acknowledged.
+func (s *heldSink) Flush(ctx context.Context) error {
+	return s.wait(ctx, func() bool {
+		for _, e := range s.events {
+			if !e.acked {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (s *heldSink) Close() {}
+
+// wait waits, with s.mu held while cond runs, until cond holds.
+func (s *heldSink) wait(ctx context.Context, cond func() bool) error {
+	for {
+		s.mu.Lock()
+		ok, ch := cond(), s.changed
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// waitProduced waits until n events were produced.
+func (s *heldSink) waitProduced(ctx context.Context, t *testing.T, n int) {
+	t.Helper()
+	if err := s.wait(ctx, func() bool { return len(s.events) >= n }); err != nil {
+		t.Fatalf("waiting for %d events produced: %v", n, err)
+	}
+}
+
+// ack acknowledges the produced event with the idempotency key key.
+func (s *heldSink) ack(t *testing.T, key string) {
+	t.Helper()
+	s.mu.Lock()
+	var e *heldEvent
+	for _, x := range s.events {
+		if x.ev.IdempotencyKey == key && !x.acked {
+			e = x
+		}
+	}
+	if e == nil {
+		s.mu.Unlock()
+		t.Fatalf("no unacknowledged event %q produced", key)
+	}
+	e.acked = true
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	e.a.Acked(sink.Result{Topic: harnessTopic, Partition: 0, Offset: 0}, nil)
+}
+
+// row is an outbox row whose id and idempotency key are key.
+func row(n int) []replicationtest.Value {
+	return replicationtest.Row(fmt.Sprintf("00000000-0000-0000-0000-%012d", n), fmt.Sprintf("k%d", n), `{}`)
+}
