@@ -40,8 +40,9 @@ type sessionHarness struct {
 	cfg *config.Config
 	f   *Forwarder
 
-	stop context.CancelFunc
-	done chan error // Run's result
+	stop   context.CancelFunc
+	done   chan error    // Run's result
+	exited chan struct{} // closed when Run returned
 }
 
 // newSessionHarness prepares a forwarder over a fake PostgreSQL; edit changes the
@@ -80,8 +81,11 @@ func (h *sessionHarness) run(deps Deps) {
 	}
 	h.f = f
 	ctx, stop := context.WithCancel(context.Background())
-	h.stop, h.done = stop, make(chan error, 1)
-	go func() { h.done <- f.Run(ctx) }()
+	h.stop, h.done, h.exited = stop, make(chan error, 1), make(chan struct{})
+	go func() {
+		h.done <- f.Run(ctx)
+		close(h.exited)
+	}()
 	h.t.Cleanup(func() {
 		stop()
 		select {
@@ -105,6 +109,18 @@ func (h *sessionHarness) result() error {
 	}
 }
 
+// waitExit waits at most d for Run to return and returns its result.
+func (h *sessionHarness) waitExit(d time.Duration) error {
+	h.t.Helper()
+	select {
+	case <-h.exited:
+		return h.result()
+	case <-time.After(d):
+		h.t.Fatalf("Run still running %s later (START_REPLICATIONs %d, slot %+v)", d, h.pg.Starts(), h.pg.Slot())
+		return nil
+	}
+}
+
 // waitFlush waits for a status update confirming lsn.
 func (h *sessionHarness) waitFlush(lsn pglogrepl.LSN) replicationtest.Status {
 	h.t.Helper()
@@ -117,7 +133,8 @@ func (h *sessionHarness) waitFlush(lsn pglogrepl.LSN) replicationtest.Status {
 
 // kafkaFake is a one-broker kfake cluster with the default topic and
 // the checkpoint topic, closed with the test, that counts the records of
-// every produce request by key (also records of aborted transactions).
+// every produce request by key (also records of aborted transactions and
+// checkpoints; requests name topics by id).
 type kafkaFake struct {
 	*kfake.Cluster
 	mu       sync.Mutex
@@ -141,9 +158,6 @@ func newKafkaFake(t *testing.T) *kafkaFake {
 func (k *kafkaFake) count(kreq kmsg.Request) (kmsg.Response, error, bool) {
 	req := kreq.(*kmsg.ProduceRequest)
 	for _, rt := range req.Topics {
-		if rt.Topic != harnessTopic {
-			continue
-		}
 		for _, rp := range rt.Partitions {
 			var batch kmsg.RecordBatch
 			if err := batch.ReadFrom(rp.Records); err != nil {

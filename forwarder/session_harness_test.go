@@ -1,10 +1,17 @@
 package forwarder
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication/replicationtest"
 )
 
@@ -85,5 +92,81 @@ func TestSessionStopWithinDeadline(t *testing.T) {
 	}
 	if p := h.db.position(); p == nil || p.LSN != acked.End {
 		t.Errorf("walpost_position %+v, want LSN %s", p, acked.End)
+	}
+}
+
+// TestSessionChecksPositionBeforeStart (INV-7, DESIGN.md "Position"): the
+// session compares walpost_position with the slot before
+// START_REPLICATION. A slot missing under a recorded position ends walpost
+// with position.ErrGap, and nothing creates a slot over the gap or starts
+// replication; a slot behind the recorded position (PostgreSQL lost a
+// confirmed position) streams, and the transactions up to the position
+// are skipped, not produced again.
+func TestSessionChecksPositionBeforeStart(t *testing.T) {
+	t.Run("slot missing", func(t *testing.T) {
+		h := newSessionHarness(t, replicationtest.Config{NoSlot: true}, nil)
+		h.db.setPosition(position.Row{Slot: h.cfg.Postgres.Slot, Identity: position.Identity{SystemID: 7, Timeline: 1}, LSN: 0x2000000})
+		h.run(Deps{Sink: newHeldSink()})
+		err := h.waitExit(10 * time.Second)
+		if !errors.Is(err, position.ErrGap) {
+			t.Errorf("Run: %v, want position.ErrGap", err)
+		}
+		if n, sl := h.pg.Starts(), h.pg.Slot(); n > 0 || sl.Exists {
+			t.Errorf("%d START_REPLICATION, slot %+v: want no slot created and no replication over the gap", n, sl)
+		}
+	})
+	t.Run("slot behind", func(t *testing.T) {
+		h := newSessionHarness(t, replicationtest.Config{}, nil)
+		h.pg.Append(row(1))
+		upTo := h.pg.Append(row(2))
+		after := h.pg.Append(row(3))
+		h.db.setPosition(position.Row{Slot: h.cfg.Postgres.Slot, Identity: position.Identity{SystemID: 7, Timeline: 1}, LSN: upTo.End})
+		s := newHeldSink()
+		h.run(Deps{Sink: s})
+		s.waitProduced(h.ctx, t, 1)
+		s.ack(t, "k3")
+		h.waitFlush(after.End)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var keys []string
+		for _, e := range s.events {
+			keys = append(keys, e.ev.IdempotencyKey)
+		}
+		if len(keys) != 1 || keys[0] != "k3" {
+			t.Errorf("produced %v, want [k3]: the transactions up to walpost_position's %s are skipped", keys, upTo.End)
+		}
+	})
+}
+
+// TestSessionDataLossRestartsFromConfirmed (onDataLoss, INV-1, INV-13):
+// Kafka reports data loss (OUT_OF_ORDER_SEQUENCE_NUMBER after an earlier
+// ack); the session confirms nothing past what it confirmed before the
+// loss, ends with ErrDataLoss, and the next one starts from the slot's
+// confirmed position and produces the transaction again.
+func TestSessionDataLossRestartsFromConfirmed(t *testing.T) {
+	k := newKafkaFake(t)
+	h := newSessionHarness(t, replicationtest.Config{}, func(cfg *config.Config) { cfg.Kafka.Brokers = k.ListenAddrs() })
+	h.run(Deps{})
+	before := h.pg.Append(row(1))
+	first := h.waitFlush(before.End).PID
+
+	k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: harnessTopic, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber, Count: 1})
+	lost := h.pg.Append(row(2))
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	defer cancel()
+	if err := h.pg.Wait(ctx, "a second session", func() bool { return h.pg.Starts() >= 2 }); err != nil {
+		t.Fatal(err)
+	}
+	again := h.waitFlush(lost.End)
+	if again.PID == first {
+		t.Errorf("the session that saw the data loss confirmed %s, want it confirmed by the next session", again.Flush)
+	}
+	for _, st := range h.pg.Statuses() {
+		if st.PID == first && st.Flush > before.End {
+			t.Errorf("the session that saw the data loss confirmed %s, past %s, the end of the last transaction before it", st.Flush, before.End)
+		}
+	}
+	if n := k.times("k2"); n < 2 {
+		t.Errorf("k2 produced %d times, want it produced again by the next session", n)
 	}
 }
