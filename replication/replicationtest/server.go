@@ -493,7 +493,7 @@ func (s *Server) replicationCommand(q string) (*Result, error) {
 	return nil, &pgconn.PgError{Code: "42601", Message: "replicationtest: unknown replication command: " + q}
 }
 
-var reSlotName = regexp.MustCompile(`(?i)slot_name = '([^']*)'`)
+var reSlotName = regexp.MustCompile(`(?i)slot_name\s*=\s*'([^']*)'`)
 
 // catalog answers the catalog queries of package replication (and the
 // fenced session's slot holder query) from the fake's state; nil: not
