@@ -20,6 +20,7 @@ import (
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication/replicationtest"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // The session harness runs a whole Forwarder in-process: PostgreSQL is a
@@ -85,6 +86,7 @@ func (h *sessionHarness) run(deps Deps) {
 	go func() {
 		h.done <- f.Run(ctx)
 		close(h.exited)
+		h.pg.SetSlot(func(*replicationtest.Slot) {}) // wakes a Wait on the server
 	}()
 	h.t.Cleanup(func() {
 		stop()
@@ -131,8 +133,9 @@ func (h *sessionHarness) waitFlush(lsn pglogrepl.LSN) replicationtest.Status {
 	return st
 }
 
-// kafkaFake is a one-broker kfake cluster with the default topic and
-// the checkpoint topic, closed with the test, that counts the records of
+// kafkaFake is a one-broker kfake cluster with the default topic (the
+// checkpoint topic is left to kafka.create_topic_partitions), closed with
+// the test, that counts the records of
 // every produce request by key (also records of aborted transactions and
 // checkpoints; requests name topics by id).
 type kafkaFake struct {
@@ -144,7 +147,7 @@ type kafkaFake struct {
 
 func newKafkaFake(t *testing.T) *kafkaFake {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, harnessTopic, "walpost_checkpoints"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, harnessTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +212,41 @@ func (k *kafkaFake) waitProduced(ctx context.Context, t *testing.T, key string, 
 			t.Fatalf("record %q produced %d times, want %d (produced: %v)", key, got, n, k.keys())
 		}
 	}
+}
+
+// exactlyOnce configures delivery.mode exactly-once on k: walpost
+// creates the checkpoint topic, and commits a Kafka transaction every
+// 100 ms.
+func exactlyOnce(k *kafkaFake) func(*config.Config) {
+	return func(cfg *config.Config) {
+		cfg.Kafka.Brokers = k.ListenAddrs()
+		cfg.Kafka.CreateTopicPartitions = 1
+		cfg.Delivery.Mode = config.ExactlyOnce
+		cfg.Delivery.TransactionInterval = 100 * time.Millisecond
+	}
+}
+
+// transactional is a second producer of the harness slot's transactional
+// id, as another walpost of the slot builds it (openTxn), initialised:
+// it fences the producer of a running session.
+func (h *sessionHarness) transactional() *kafka.Sink {
+	h.t.Helper()
+	kcfg, err := kafka.ConfigFrom(h.cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	kcfg.TransactionalID = kafka.TransactionalID(h.cfg.Postgres.Slot, 7)
+	kcfg.TransactionTimeout = h.cfg.Delivery.TransactionTimeout
+	kcfg.CheckpointTopic = h.cfg.Kafka.CheckpointTopic
+	k, err := kafka.New(kcfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(k.Close)
+	if err := k.InitProducer(h.ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	return k
 }
 
 // fakeDB is walpost's own tables on the fake server: walpost_position

@@ -13,6 +13,7 @@ import (
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication/replicationtest"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // Session rules proven in-process: a whole Forwarder (Run) against the
@@ -168,5 +169,99 @@ func TestSessionDataLossRestartsFromConfirmed(t *testing.T) {
 	}
 	if n := k.times("k2"); n < 2 {
 		t.Errorf("k2 produced %d times, want it produced again by the next session", n)
+	}
+}
+
+// TestSessionSkipsUpToCheckpoint (INV-11, exactly-once): the transactions
+// at or before the Kafka checkpoint, whose anchor the WAL shows, are
+// skipped, not produced again, although the slot and walpost_position are
+// behind it (a crash lost them); the one after it is produced and
+// confirmed.
+func TestSessionSkipsUpToCheckpoint(t *testing.T) {
+	k := newKafkaFake(t)
+	h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
+	h.pg.Append(row(1))
+	last := h.pg.Append(row(2))
+	after := h.pg.Append(row(3))
+
+	// The checkpoint of a walpost that committed k1 and k2 to Kafka.
+	cl, err := kafka.NewClient(h.cfg.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kafka.EnsureCheckpointTopic(h.ctx, cl, h.cfg.Kafka.CheckpointTopic, true)
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := h.transactional()
+	if err := w.BeginTxn(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CommitTxn(h.ctx, kafka.Checkpoint{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: last.End,
+		Anchored: true, AnchorCommitLSN: last.Commit, AnchorCommitTime: last.Time}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	h.run(Deps{})
+	h.waitFlush(after.End)
+	if got := k.keys(); got["k1"] != 0 || got["k2"] != 0 || got["k3"] == 0 {
+		t.Errorf("produced %v, want k3 only: k1 and k2 are at or before the checkpoint's %s", got, last.End)
+	}
+}
+
+// TestSessionFenced (exactly-once, exactly.go): another producer of the
+// slot's transactional id fences the session's. When another walsender
+// holds the slot (a walpost took it over) Run ends with kafka.ErrFenced;
+// when nobody does (the fencer lost the race for the slot),
+// the session fails with ErrFencedHoldingSlot and the next one
+// initialises the producer again and goes on.
+func TestSessionFenced(t *testing.T) {
+	for _, taken := range []bool{true, false} {
+		name := "slot free"
+		if taken {
+			name = "slot taken over"
+		}
+		t.Run(name, func(t *testing.T) {
+			k := newKafkaFake(t)
+			h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
+			h.run(Deps{})
+			h.waitFlush(h.pg.Append(row(1)).End)
+
+			h.transactional() // fences the session's producer
+			if taken {
+				h.pg.SetSlot(func(s *replicationtest.Slot) { s.ActivePID = 99999 })
+			}
+			fenced := h.pg.Append(row(2))
+			if taken {
+				err := h.waitExit(10 * time.Second)
+				if !errors.Is(err, kafka.ErrFenced) || errors.Is(err, ErrFencedHoldingSlot) {
+					t.Fatalf("Run: %v, want kafka.ErrFenced (another walpost holds the slot)", err)
+				}
+				if got := h.pg.MaxFlush(); got >= fenced.End {
+					t.Errorf("confirmed %s, past the fenced transaction ending %s", got, fenced.End)
+				}
+				return
+			}
+			ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+			defer cancel()
+			if err := h.pg.Wait(ctx, "a second session", func() bool {
+				select {
+				case <-h.exited:
+					return true
+				default:
+				}
+				return h.pg.Starts() >= 2
+			}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-h.exited:
+				t.Fatalf("Run ended: %v, want the session retried (ErrFencedHoldingSlot)", h.result())
+			default:
+			}
+			h.waitFlush(fenced.End)
+		})
 	}
 }
