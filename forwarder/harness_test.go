@@ -196,24 +196,6 @@ func (k *kafkaFake) keys() map[string]int {
 	return maps.Clone(k.produced)
 }
 
-// waitProduced waits until the record with key was produced n times.
-func (k *kafkaFake) waitProduced(ctx context.Context, t *testing.T, key string, n int) {
-	t.Helper()
-	for {
-		k.mu.Lock()
-		got, ch := k.produced[key], k.changed
-		k.mu.Unlock()
-		if got >= n {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			t.Fatalf("record %q produced %d times, want %d (produced: %v)", key, got, n, k.keys())
-		}
-	}
-}
-
 // exactlyOnce configures delivery.mode exactly-once on k: walpost
 // creates the checkpoint topic, and commits a Kafka transaction every
 // 100 ms.

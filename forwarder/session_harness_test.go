@@ -26,6 +26,7 @@ import (
 // the WAL's end; it moves to the end of both once the first is
 // acknowledged too.
 func TestSessionConfirmsNeverPastUnackedEvent(t *testing.T) {
+	t.Parallel()
 	h := newSessionHarness(t, replicationtest.Config{}, nil)
 	s := newHeldSink()
 	h.run(Deps{Sink: s})
@@ -66,6 +67,7 @@ func TestSessionConfirmsNeverPastUnackedEvent(t *testing.T) {
 // final status update and position write it allows), confirming nothing
 // past them to the walsender or in walpost_position.
 func TestSessionStopWithinDeadline(t *testing.T) {
+	t.Parallel()
 	const flushTimeout = 500 * time.Millisecond
 	h := newSessionHarness(t, replicationtest.Config{}, func(cfg *config.Config) { cfg.Kafka.FlushTimeout = flushTimeout })
 	s := newHeldSink()
@@ -104,7 +106,9 @@ func TestSessionStopWithinDeadline(t *testing.T) {
 // confirmed position) streams, and the transactions up to the position
 // are skipped, not produced again.
 func TestSessionChecksPositionBeforeStart(t *testing.T) {
+	t.Parallel()
 	t.Run("slot missing", func(t *testing.T) {
+		t.Parallel()
 		h := newSessionHarness(t, replicationtest.Config{NoSlot: true}, nil)
 		h.db.setPosition(position.Row{Slot: h.cfg.Postgres.Slot, Identity: position.Identity{SystemID: 7, Timeline: 1}, LSN: 0x2000000})
 		h.run(Deps{Sink: newHeldSink()})
@@ -117,6 +121,7 @@ func TestSessionChecksPositionBeforeStart(t *testing.T) {
 		}
 	})
 	t.Run("slot behind", func(t *testing.T) {
+		t.Parallel()
 		h := newSessionHarness(t, replicationtest.Config{}, nil)
 		h.pg.Append(row(1))
 		upTo := h.pg.Append(row(2))
@@ -145,6 +150,7 @@ func TestSessionChecksPositionBeforeStart(t *testing.T) {
 // loss, ends with ErrDataLoss, and the next one starts from the slot's
 // confirmed position and produces the transaction again.
 func TestSessionDataLossRestartsFromConfirmed(t *testing.T) {
+	t.Parallel()
 	k := newKafkaFake(t)
 	h := newSessionHarness(t, replicationtest.Config{}, func(cfg *config.Config) { cfg.Kafka.Brokers = k.ListenAddrs() })
 	h.run(Deps{})
@@ -178,6 +184,7 @@ func TestSessionDataLossRestartsFromConfirmed(t *testing.T) {
 // behind it (a crash lost them); the one after it is produced and
 // confirmed.
 func TestSessionSkipsUpToCheckpoint(t *testing.T) {
+	t.Parallel()
 	k := newKafkaFake(t)
 	h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
 	h.pg.Append(row(1))
@@ -218,12 +225,14 @@ func TestSessionSkipsUpToCheckpoint(t *testing.T) {
 // the session fails with ErrFencedHoldingSlot and the next one
 // initialises the producer again and goes on.
 func TestSessionFenced(t *testing.T) {
+	t.Parallel()
 	for _, taken := range []bool{true, false} {
 		name := "slot free"
 		if taken {
 			name = "slot taken over"
 		}
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			k := newKafkaFake(t)
 			h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
 			h.run(Deps{})
