@@ -18,6 +18,7 @@ import (
 
 // TestDecodeFromRealSlot decodes outbox inserts from a real logical slot.
 func TestDecodeFromRealSlot(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -86,6 +87,7 @@ func TestDecodeFromRealSlot(t *testing.T) {
 // TestProduceConsumeRealBroker produces through kafka.Sink and reads the
 // record back from the real broker.
 func TestProduceConsumeRealBroker(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	k, err := kafka.New(kafka.Config{Brokers: brokers, DefaultTopic: f.Topic})
 	if err != nil {

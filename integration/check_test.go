@@ -247,6 +247,7 @@ func TestCheck(t *testing.T) {
 // accepts a member of it and tells a role without REPLICATION to GRANT
 // rds_replication instead of ALTER ROLE … REPLICATION.
 func TestCheckRDSReplicationRole(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	ctx := context.Background()
 	mustExec(t, f.Pool, `CREATE ROLE rds_replication NOLOGIN`)
@@ -295,6 +296,7 @@ func TestCheckRDSReplicationRole(t *testing.T) {
 // wal_level = replica whose schema is otherwise complete: wal_level is the
 // only failure.
 func TestCheckWalLevelNotLogical(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	scratchURL := scratchPG(t, "check_replica", 0, "replica")
 	su, err := url.Parse(scratchURL)
@@ -409,6 +411,7 @@ func catalogDump(t *testing.T, q querier) []string {
 // up to date and changes nothing; re-running the migration SQL itself (as
 // when the version table is lost) changes nothing either.
 func TestMigrateTwiceSameSchema(t *testing.T) {
+	t.Parallel()
 	needStack(t)
 	ctx := context.Background()
 	if err := runWalpost(t, nil, "migrate"); err != nil {
@@ -532,6 +535,7 @@ func diffLines(a, b []string) string {
 // runs in a transaction that is rolled back, so the shared table is never
 // touched even if the trigger were missing.
 func TestPoisonOutboxRefusesDeleteAndTruncate(t *testing.T) {
+	t.Parallel()
 	needStack(t)
 	ctx := context.Background()
 	if err := runWalpost(t, nil, "migrate"); err != nil {

@@ -14,6 +14,7 @@ import (
 // documented: RFC 3339 in UTC, exact for historic offsets with seconds,
 // infinity as written, BC and years past 9999 as ISO 8601 expanded years.
 func TestCreatedAtRendering(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	sep := "?"
 	if strings.Contains(pgURL, "?") {
@@ -72,6 +73,7 @@ func TestCreatedAtRendering(t *testing.T) {
 // replayed with the documented created_at header; a key with a comma is
 // replayed whole.
 func TestPoisonListAndReplayUnusualCreatedAt(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	rows := map[string][2]string{ // key → created_at, header
 		"inf,1":  {"infinity", "infinity"},

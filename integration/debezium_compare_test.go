@@ -124,6 +124,7 @@ type deliveryMode struct {
 // It needs a JDK (and Maven for the first install): WALPOST_DEBEZIUM=1
 // (make test-debezium) runs it, otherwise it skips.
 func TestDebeziumBytes(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("WALPOST_DEBEZIUM") != "1" {
 		t.Skip("WALPOST_DEBEZIUM=1 (make test-debezium) runs Kafka Connect with Debezium against walpost")
 	}

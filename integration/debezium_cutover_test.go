@@ -39,6 +39,7 @@ const (
 // It needs a JDK, as TestDebeziumBytes: WALPOST_DEBEZIUM=1 (make
 // test-debezium) runs it, otherwise it skips.
 func TestDebeziumCutover(t *testing.T) {
+	t.Parallel()
 	if os.Getenv("WALPOST_DEBEZIUM") != "1" {
 		t.Skip("WALPOST_DEBEZIUM=1 (make test-debezium) runs Kafka Connect with Debezium against walpost")
 	}

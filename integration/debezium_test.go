@@ -54,6 +54,7 @@ func debeziumTable(t *testing.T, f *fixture) {
 // order per aggregateid. walpost check accepts the table and names
 // mapping.key_column when the key column is missing.
 func TestDebeziumProfile(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{})
 	debeziumTable(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -94,6 +94,7 @@ func (l *load) wait(t testing.TB) []verify.Expected {
 // 50,000 events: each delivered exactly once, per partition in commit
 // order and in insert order within a transaction.
 func TestDeliveryConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 4})
 	p := f.start()
 	if !p.waitLog("msg=streaming", 30*time.Second) {
@@ -115,6 +116,7 @@ func TestDeliveryConcurrentWriters(t *testing.T) {
 // TestBigTransaction: one transaction of 100,000 rows is delivered while
 // walpost's RSS stays under 150 MiB.
 func TestBigTransaction(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	p := f.start()
 	if !p.waitLog("msg=streaming", 30*time.Second) {
@@ -195,6 +197,7 @@ func TestSIGTERMMidStream(t *testing.T) {
 // every duplicate belongs to a transaction at or after the slot's confirmed
 // position at the time of the kill.
 func TestKill9MidStream(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	p := f.start()
 	if !p.waitLog("msg=streaming", 30*time.Second) {
@@ -234,6 +237,7 @@ func TestKill9MidStream(t *testing.T) {
 // table, the slot's confirmed position catches up with the server's WAL
 // within a minute, so the slot does not pin WAL.
 func TestQuietOutboxBusyOtherTable(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	other := randName("busy")
 	mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (id serial PRIMARY KEY, v text)`, other))
@@ -264,6 +268,7 @@ func TestQuietOutboxBusyOtherTable(t *testing.T) {
 // after kill -9 of the first, the second takes over within 30 s and
 // nothing is lost.
 func TestHotStandby(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 2})
 	a := f.start()
 	if !a.waitLog("msg=streaming", 30*time.Second) {

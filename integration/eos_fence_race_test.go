@@ -13,16 +13,17 @@ import (
 // slot; the loser has already run InitProducerID (fencing the winner's
 // producer) when START_REPLICATION tells it the slot is taken, and stands
 // by. Here the loser's InitProducerID is made by a client of the test
-// with the slot's transactional id while walpost streams under 8 writers.
+// with the slot's transactional id while walpost streams under 4 writers.
 // The walpost that holds the slot must not exit: it initialises its
 // producer again, resumes from the checkpoint, and read_committed sees
 // each event once. Before the fix it exited 1 (kafka.ErrFenced is
 // terminal).
 func TestExactlyOnceFencedWhileHoldingSlot(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	p := f.start(f.eosEnv()...)
 	faultStreaming(t, p)
-	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
+	l := newFaultLoad(f, 4, 20, 20*time.Millisecond).start()
 	l.waitWritten(t, 2000, time.Minute)
 
 	var sysid int64

@@ -24,6 +24,7 @@ import (
 // culprit lands in the poison table, after two refusals it got alone,
 // and a read_committed consumer sees the other 99 exactly once, in order.
 func TestExactlyOnceBrokerRefusal(t *testing.T) {
+	t.Parallel()
 	after := "3600000"
 	f := newFixture(t, fixtureOpts{partitions: 1, topicConfig: map[string]*string{"message.timestamp.after.max.ms": &after}})
 	mustExec(t, f.Pool, fmt.Sprintf(`DROP TABLE %s`, f.Table))

@@ -40,6 +40,7 @@ func (f *fixture) sharedEnv(extra ...string) []string {
 // of its topic see every event once. Then W2 runs again and its topic is
 // checked too.
 func TestExactlyOnceSharedCheckpointTopic(t *testing.T) {
+	t.Parallel()
 	f1 := newFixture(t, fixtureOpts{partitions: 3})
 	f2 := newFixture(t, fixtureOpts{partitions: 3})
 	// W1: small Kafka transactions, so the large PostgreSQL transaction

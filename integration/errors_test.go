@@ -179,6 +179,7 @@ func errsSlotExists(t *testing.T, conn *pgx.Conn, slot string) bool {
 // TestRunErrorBadCredentials: a wrong password stops walpost with a message
 // pointing at postgres.url, and the password is not printed.
 func TestRunErrorBadCredentials(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	u, err := url.Parse(pgURL)
 	if err != nil {
@@ -199,6 +200,7 @@ func TestRunErrorBadCredentials(t *testing.T) {
 // TestRunErrorWalLevelNotLogical: on a cluster with wal_level = replica,
 // walpost stops and says to set wal_level = logical and restart.
 func TestRunErrorWalLevelNotLogical(t *testing.T) {
+	t.Parallel()
 	scratch := errsScratchPG(t, "replica")
 	if err := runWalpost(t, []string{"WALPOST_POSTGRES_URL=" + scratch}, "migrate"); err != nil {
 		t.Fatalf("walpost migrate on wal_level=replica: %v", err)
@@ -217,6 +219,7 @@ func TestRunErrorWalLevelNotLogical(t *testing.T) {
 // (a scratch cluster of the Maven build 13.23.0) exit 1 naming the
 // version, before anything else is read: walpost needs 14 or newer.
 func TestRefusesPostgres13(t *testing.T) {
+	t.Parallel()
 	scratch := errsScratchPG(t, "logical", "PG_VERSION=13")
 	topic := errsTopic(t)
 	env := []string{"WALPOST_POSTGRES_URL=" + scratch, "WALPOST_KAFKA_TOPIC=" + topic}
@@ -239,6 +242,7 @@ func TestRefusesPostgres13(t *testing.T) {
 // both when the slot must still be created and when it already exists (the
 // replication connection itself is refused).
 func TestRunErrorRoleWithoutReplication(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	role := randName("norepl")
 	password := "pw" + strings.TrimPrefix(randName("x"), "x_")
@@ -295,6 +299,7 @@ func TestRunErrorRoleWithoutReplication(t *testing.T) {
 // TestRunErrorPublicationMissing: a publication that does not exist stops
 // walpost before it creates the slot, with the CREATE PUBLICATION to run.
 func TestRunErrorPublicationMissing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	out, code := errsRun(t, f.env("WALPOST_POSTGRES_PUBLICATION=does_not_exist"))
 	errsAssertStopped(t, out, code, `publication "does_not_exist" does not exist`,
@@ -309,6 +314,7 @@ func TestRunErrorPublicationMissing(t *testing.T) {
 // (wal_status = lost) stops walpost with the pg_drop_replication_slot to run;
 // walpost neither drops nor re-creates the slot itself.
 func TestRunErrorSlotLost(t *testing.T) {
+	t.Parallel()
 	scratch := errsScratchPG(t, "logical")
 	if err := runWalpost(t, []string{"WALPOST_POSTGRES_URL=" + scratch}, "migrate"); err != nil {
 		t.Fatalf("walpost migrate: %v", err)

@@ -54,6 +54,7 @@ var checkpointReadRE = regexp.MustCompile(`msg="exactly-once: producer initialis
 // partial_commit_lsn and ordinal, and read_committed consumers (franz-go
 // and librdkafka) see every event exactly once and nothing else.
 func TestExactlyOnceKill9(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	// Small Kafka transactions, so the large PostgreSQL transaction spans
 	// several and the kill lands between two of them.
@@ -242,7 +243,7 @@ func eosVerify(t testing.TB, f *fixture, expected []verify.Expected, timeout tim
 }
 
 // TestExactlyOnceKafkaRestart: Kafka is killed (SIGKILL) and started
-// again 10 s later while 8 writers run (30,000 events in all) and a 20,000-row
+// again 10 s later while 4 writers run (15,000 events in all) and a 20,000-row
 // transaction commits during the outage; with kafka.flush_timeout 3s the open
 // transaction's flush and commit fail (their outcome unknown), it is
 // aborted, the session restarts, walpost resumes from the checkpoint, and
@@ -251,16 +252,16 @@ func TestExactlyOnceKafkaRestart(t *testing.T) {
 	f := faultFixture(t, 3)
 	p := f.start(f.eosEnv("WALPOST_KAFKA_FLUSH_TIMEOUT=3s", "WALPOST_DELIVERY_TRANSACTION_RECORDS=2000")...)
 	faultStreaming(t, p)
-	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
+	l := newFaultLoad(f, 4, 20, 20*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
 	faultStack(t, "kafka-stop", "kill")
 	big := eosBigTxn(t, f, "big-kafka")
 	faultSleep(t, p, 10*time.Second, "while Kafka was down")
 	faultStack(t, "kafka-start")
 	t.Log("Kafka started again")
-	eosWaitTotal(t, l, 30_000)
+	eosWaitTotal(t, l, 15_000)
 	expected := append(l.finish(t), big...)
-	t.Logf("%d events from 8 writers and a transaction of %d rows committed during the outage", len(expected)-len(big), len(big))
+	t.Logf("%d events from 4 writers and a transaction of %d rows committed during the outage", len(expected)-len(big), len(big))
 	eosVerify(t, f, expected, 4*time.Minute)
 	faultAlive(t, p, "after the Kafka restart")
 	n := faultCount(p, "session failed")
@@ -298,28 +299,29 @@ func eosWaitTotal(t testing.TB, l *faultLoad, total int64) {
 }
 
 // TestExactlyOncePostgresCrash: PostgreSQL is stopped with immediate (a
-// crash) after a 20,000-row transaction committed, while 8 writers run
-// (30,000 events in all), and started again. The crash comes when the
+// crash) after a 20,000-row transaction committed, while 4 writers run
+// (15,000 events in all), and started again. The crash comes when the
 // slot's confirmed_flush moved in memory past what PostgreSQL 15 wrote of
 // it to disk (eosFreezeUnsaved), so the slot goes back below what walpost
 // had confirmed; the checkpoint does not go back, the session after the
 // crash skips the re-sent events the checkpoint covers, and read_committed
 // sees each event once.
 func TestExactlyOncePostgresCrash(t *testing.T) {
-	f := faultFixture(t, 3)
+	t.Parallel()
+	f := faultOwnFixture(t, 3)
 	p := f.start(f.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=2000")...)
 	faultStreaming(t, p)
-	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
+	l := newFaultLoad(f, 4, 20, 20*time.Millisecond).start()
 	l.waitWritten(t, 4000, time.Minute)
 	big := eosBigTxn(t, f, "big-pg")
 	saved, confirmed := eosFreezeUnsaved(t, f, p)
-	faultStack(t, "pg-stop", "immediate")
+	f.pg(t, "pg-stop", "immediate")
 	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("PostgreSQL stopped (immediate) with the slot confirmed at %s in memory, at most %s on disk", confirmed, saved)
 	faultSleep(t, p, 3*time.Second, "while PostgreSQL was down")
-	faultStack(t, "pg-start")
+	f.pg(t, "pg-start")
 	faultWaitStreamingAgain(t, p, 1, 2*time.Minute)
 
 	// The slot went back, the checkpoint did not, and the session skipped
@@ -348,9 +350,9 @@ func TestExactlyOncePostgresCrash(t *testing.T) {
 		t.Errorf("the session after the crash skipped no event: the slot re-sent nothing the checkpoint covers")
 	}
 
-	eosWaitTotal(t, l, 30_000)
+	eosWaitTotal(t, l, 15_000)
 	expected := append(l.finish(t), big...)
-	t.Logf("%d events from 8 writers and a transaction of %d rows", len(expected)-len(big), len(big))
+	t.Logf("%d events from 4 writers and a transaction of %d rows", len(expected)-len(big), len(big))
 	eosVerify(t, f, expected, 4*time.Minute)
 	faultAlive(t, p, "after the PostgreSQL crash")
 }
@@ -427,12 +429,13 @@ func eosFreezeUnsaved(t testing.TB, f *fixture, p *proc) (saved, confirmed pglog
 var fencedRE = regexp.MustCompile(`kafka fenced this producer: another walpost initialised the same transactional id`)
 
 // TestExactlyOnceTwoWalposts: walpost A streams, B stands by on the same
-// slot, 8 writers run (30,000 events in all). A is frozen (SIGSTOP), a
+// slot, 4 writers run (15,000 events in all). A is frozen (SIGSTOP), a
 // 20,000-row transaction commits, and A's walsender is terminated, so B takes the
 // slot, fences A's producer and resumes from the checkpoint; when A runs
 // again its producer is fenced and it exits 1 with a clear message,
 // without committing anything. read_committed sees each event once.
 func TestExactlyOnceTwoWalposts(t *testing.T) {
+	t.Parallel()
 	f := faultFixture(t, 3)
 	env := f.eosEnv()
 	a := f.start(env...)
@@ -441,7 +444,7 @@ func TestExactlyOnceTwoWalposts(t *testing.T) {
 	if !b.waitLog("slot is held by another process", time.Minute) {
 		t.Fatal("the second walpost did not stand by")
 	}
-	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
+	l := newFaultLoad(f, 4, 20, 20*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
 	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -467,9 +470,9 @@ func TestExactlyOnceTwoWalposts(t *testing.T) {
 		t.Fatalf("the fenced walpost exited %v; want exit 1 with %q:\n%s", a.err, fencedRE, tail(a.log, 30))
 	}
 	t.Logf("fenced walpost: %s", regexp.MustCompile(`.*kafka fenced this producer.*`).Find(log))
-	eosWaitTotal(t, l, 30_000)
+	eosWaitTotal(t, l, 15_000)
 	expected := append(l.finish(t), big...)
-	t.Logf("%d events from 8 writers and a transaction of %d rows", len(expected)-len(big), len(big))
+	t.Logf("%d events from 4 writers and a transaction of %d rows", len(expected)-len(big), len(big))
 	eosVerify(t, f, expected, 4*time.Minute)
 	faultAlive(t, b, "after taking over")
 }
@@ -480,6 +483,7 @@ func TestExactlyOnceTwoWalposts(t *testing.T) {
 // poison row committed before the checkpoint that steps past it), and
 // every other event of its transaction and around it arrives once.
 func TestExactlyOncePoisonInTransaction(t *testing.T) {
+	t.Parallel()
 	maxBytes := "20000"
 	f := newFixture(t, fixtureOpts{partitions: 3, topicConfig: map[string]*string{"max.message.bytes": &maxBytes}})
 	p := f.start(f.eosEnv("WALPOST_POISON_MAX_ATTEMPTS=2")...)
@@ -530,6 +534,7 @@ func TestExactlyOncePoisonInTransaction(t *testing.T) {
 // TestExactlyOnceCheckpointTopicMissing: without kafka.create_topic_partitions
 // a missing checkpoint topic stops walpost with exit 1 and the fix.
 func TestExactlyOnceCheckpointTopicMissing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	p := f.start("WALPOST_DELIVERY_MODE=exactly-once", "WALPOST_KAFKA_CHECKPOINT_TOPIC=missing_"+f.Topic)
 	select {
@@ -545,18 +550,19 @@ func TestExactlyOnceCheckpointTopicMissing(t *testing.T) {
 }
 
 // TestExactlyOncePoisonInLargeTransaction: the refused record is row
-// 10,000 of a 20,000-row transaction, while 8 writers run (30,000 events
+// 10,000 of a 20,000-row transaction, while 4 writers run (15,000 events
 // in all) and the large transaction spans several Kafka transactions:
 // each refusal aborts the open one and the session resumes inside the
 // PostgreSQL transaction from the checkpoint's ordinal; after
 // poison.max_attempts the row is quarantined and every other event
 // arrives once.
 func TestExactlyOncePoisonInLargeTransaction(t *testing.T) {
+	t.Parallel()
 	maxBytes := "20000"
 	f := newFixture(t, fixtureOpts{partitions: 3, topicConfig: map[string]*string{"max.message.bytes": &maxBytes}})
 	p := f.start(f.eosEnv("WALPOST_POISON_MAX_ATTEMPTS=2", "WALPOST_DELIVERY_TRANSACTION_RECORDS=2000")...)
 	faultStreaming(t, p)
-	l := newFaultLoad(f, 8, 20, 5*time.Millisecond).start()
+	l := newFaultLoad(f, 4, 20, 20*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -588,9 +594,9 @@ func TestExactlyOncePoisonInLargeTransaction(t *testing.T) {
 		_ = f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s WHERE idempotency_key = 'poison-big'`, f.PoisonTable)).Scan(&n)
 		return n == 1
 	})
-	eosWaitTotal(t, l, 30_000)
+	eosWaitTotal(t, l, 15_000)
 	expected := append(l.finish(t), big...)
-	t.Logf("%d events from 8 writers and %d of the large transaction (its poison row quarantined)", len(expected)-len(big), len(big))
+	t.Logf("%d events from 4 writers and %d of the large transaction (its poison row quarantined)", len(expected)-len(big), len(big))
 	eosVerify(t, f, expected, 4*time.Minute)
 	if n := faultCount(p, "kafka refused a record inside a transaction"); n != 2 {
 		t.Errorf("%d refusals logged, want poison.max_attempts = 2", n)

@@ -82,11 +82,20 @@ func faultFixture(t testing.TB, partitions int) *fixture {
 	return f
 }
 
-// faultPGProxy starts a proxy to the stack's PostgreSQL and returns it with
-// the URL that goes through it.
-func faultPGProxy(t testing.TB) (*tcpProxy, string) {
+// faultOwnFixture is a fixture on a PostgreSQL cluster of its own, for a
+// test that stops, crashes or reconfigures PostgreSQL (f.pg) beside other
+// tests.
+func faultOwnFixture(t testing.TB, partitions int) *fixture {
 	t.Helper()
-	u, err := url.Parse(pgURL)
+	needStack(t)
+	return newFixture(t, fixtureOpts{partitions: partitions, private: true})
+}
+
+// faultPGProxy starts a proxy to the PostgreSQL of target (a URL) and
+// returns it with the URL that goes through it.
+func faultPGProxy(t testing.TB, target string) (*tcpProxy, string) {
+	t.Helper()
+	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,8 +114,16 @@ func faultKafkaProxy(t testing.TB) (*tcpProxy, string) {
 	if listener == "" || advertised == "" {
 		t.Fatal("WALPOST_STACK_KAFKA_PROXIED_LISTENER / _ADVERTISED unset: source .stack/env of a current scripts/stack.sh up")
 	}
+	// The broker advertises one proxied address, so one test at a time
+	// holds it; parallel tests queue here.
+	kafkaProxyMu.Lock()
+	t.Cleanup(kafkaProxyMu.Unlock)
 	return newTCPProxy(t, advertised, listener), advertised
 }
+
+// kafkaProxyMu is held by the test that owns the Kafka proxy (see
+// faultKafkaProxy).
+var kafkaProxyMu sync.Mutex
 
 // faultThroughProxy checks that walpost's traffic crosses proxy, so
 // cutting it is a real fault.
@@ -378,6 +395,29 @@ func faultWaitStreamingAgain(t testing.TB, p *proc, n int, timeout time.Duration
 	})
 }
 
+// faultArrives reads the fixture's topic from the start until a record
+// with key arrives (true) or timeout passes (false). Unlike faultConsume
+// it does not wait for the topic to go quiet, so writers may go on.
+func faultArrives(t testing.TB, f *fixture, key string, timeout time.Duration) bool {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for ctx.Err() == nil {
+		seen := false
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { seen = seen || string(r.Key) == key })
+		if seen {
+			return true
+		}
+	}
+	return false
+}
+
 // faultWalSenderTimeout sets wal_sender_timeout server-wide until the test
 // ends (then back to its default).
 func faultWalSenderTimeout(t testing.TB, f *fixture, v string) {
@@ -386,7 +426,7 @@ func faultWalSenderTimeout(t testing.TB, f *fixture, v string) {
 	t.Cleanup(func() {
 		// This runs before faultFixture's restoration: bring PostgreSQL
 		// back first if the test left it down.
-		if err := faultStackErr("pg-start"); err != nil {
+		if err := f.pgErr("pg-start"); err != nil {
 			t.Errorf("reset wal_sender_timeout: %v", err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -467,21 +507,22 @@ func TestBrokerDownLongerThanWalSenderTimeout(t *testing.T) {
 // (immediate stop) and starts again, while writers run. walpost reconnects
 // by itself each time; every committed event arrives.
 func TestPostgresRestartDuringLoad(t *testing.T) {
-	f := faultFixture(t, 3)
+	t.Parallel()
+	f := faultOwnFixture(t, 3)
 	p := f.start()
 	faultStreaming(t, p)
 	l := newFaultLoad(f, 4, 20, 5*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
 
-	faultStack(t, "pg-restart")
+	f.pg(t, "pg-restart")
 	t.Log("PostgreSQL restarted (fast)")
 	faultWaitStreamingAgain(t, p, 1, time.Minute)
 	l.waitWritten(t, 3000, time.Minute)
 
-	faultStack(t, "pg-stop", "immediate")
+	f.pg(t, "pg-stop", "immediate")
 	t.Log("PostgreSQL stopped (immediate)")
 	faultSleep(t, p, 3*time.Second, "while PostgreSQL was down")
-	faultStack(t, "pg-start")
+	f.pg(t, "pg-start")
 	t.Log("PostgreSQL started")
 	faultWaitStreamingAgain(t, p, 2, time.Minute)
 	l.waitWritten(t, 3000, time.Minute)
@@ -494,8 +535,9 @@ func TestPostgresRestartDuringLoad(t *testing.T) {
 // TestNetworkCutPostgres20s: every connection between walpost and
 // PostgreSQL is cut for 20 s (and new ones refused) while writers run.
 func TestNetworkCutPostgres20s(t *testing.T) {
+	t.Parallel()
 	f := faultFixture(t, 3)
-	proxy, u := faultPGProxy(t)
+	proxy, u := faultPGProxy(t, f.PGURL)
 	p := f.start("WALPOST_POSTGRES_URL=" + u)
 	faultStreaming(t, p)
 	l := newFaultLoad(f, 4, 20, 10*time.Millisecond).start()
@@ -521,10 +563,11 @@ func TestNetworkCutPostgres20s(t *testing.T) {
 // status_interval 5s, so it notices after ~15-20 s and has the slot once
 // the server let it go (20 s): some 35 s of the minute are margin.
 func TestHalfOpenPostgresConnection(t *testing.T) {
-	f := faultFixture(t, 3)
-	faultWalSenderTimeout(t, f, "20s")
-	proxy, u := faultPGProxy(t)
-	p := f.start("WALPOST_POSTGRES_URL="+u, "WALPOST_POSTGRES_RECEIVE_TIMEOUT=15s", "WALPOST_POSTGRES_STATUS_INTERVAL=5s")
+	t.Parallel()
+	f := faultOwnFixture(t, 3)
+	faultWalSenderTimeout(t, f, "8s")
+	proxy, u := faultPGProxy(t, f.PGURL)
+	p := f.start("WALPOST_POSTGRES_URL="+u, "WALPOST_POSTGRES_RECEIVE_TIMEOUT=6s", "WALPOST_POSTGRES_STATUS_INTERVAL=2s")
 	faultStreaming(t, p)
 	l := newFaultLoad(f, 2, 10, 20*time.Millisecond).start()
 	l.waitWritten(t, 1000, time.Minute)
@@ -535,11 +578,7 @@ func TestHalfOpenPostgresConnection(t *testing.T) {
 	if _, err := f.writeTxn(context.Background(), probe, []string{probe}, `{"probe": true}`); err != nil {
 		t.Fatal(err)
 	}
-	got := faultConsume(t, f, []verify.Expected{{Key: probe}}, 60*time.Second)
-	arrived := false
-	for _, o := range got {
-		arrived = arrived || o.Key == probe
-	}
+	arrived := faultArrives(t, f, probe, 60*time.Second)
 	lsn, active, _ := f.slotState()
 	if !arrived {
 		t.Errorf("an event written after the freeze was not forwarded within %s: walpost still sits on its dead replication connection (sessions started %d, failed %d; slot %s active=%v)",
@@ -612,6 +651,7 @@ func TestPostgresFastShutdownWhileKafkaUnreachable(t *testing.T) {
 // TestNetworkCutKafka20s: every connection between walpost and Kafka is
 // cut for 20 s (and new ones refused) while writers run.
 func TestNetworkCutKafka20s(t *testing.T) {
+	t.Parallel()
 	f := faultFixture(t, 3)
 	proxy, seed := faultKafkaProxy(t)
 	p := f.start("WALPOST_KAFKA_BROKERS=" + seed)
@@ -641,6 +681,7 @@ func TestNetworkCutKafka20s(t *testing.T) {
 // forwarding once Kafka is back, as it does when Kafka goes away while it
 // runs; it must not exit.
 func TestStartWhileKafkaUnreachable(t *testing.T) {
+	t.Parallel()
 	f := faultFixture(t, 3)
 	proxy, seed := faultKafkaProxy(t)
 	proxy.Cut()
@@ -661,8 +702,9 @@ func TestStartWhileKafkaUnreachable(t *testing.T) {
 // TestStartWhilePostgresUnreachable: the same with PostgreSQL unreachable
 // for 15 s at start.
 func TestStartWhilePostgresUnreachable(t *testing.T) {
+	t.Parallel()
 	f := faultFixture(t, 3)
-	proxy, u := faultPGProxy(t)
+	proxy, u := faultPGProxy(t, f.PGURL)
 	proxy.Cut()
 	mustExec(t, f.Pool, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, f.Slot)
 	l := newFaultLoad(f, 2, 10, 10*time.Millisecond).start()
@@ -685,6 +727,7 @@ func TestStartWhilePostgresUnreachable(t *testing.T) {
 // payloads keep that link about full (lz4 halves hex), and everything
 // arrives, in order.
 func TestKafkaLatencyAndBandwidth(t *testing.T) {
+	t.Parallel()
 	f := faultFixture(t, 3)
 	proxy, seed := faultKafkaProxy(t)
 	proxy.SetLatency(20 * time.Millisecond)
@@ -707,6 +750,7 @@ func TestKafkaLatencyAndBandwidth(t *testing.T) {
 // TestColumnAddedMidStream: a column added to the outbox while writers run
 // (then rows that set it) neither stops walpost nor loses anything.
 func TestColumnAddedMidStream(t *testing.T) {
+	t.Parallel()
 	f := faultFixture(t, 3)
 	p := f.start()
 	faultStreaming(t, p)
@@ -745,6 +789,7 @@ func TestColumnAddedMidStream(t *testing.T) {
 // non-zero exit and a message naming the column, and the slot is not
 // confirmed past the transaction it could not forward, so it is re-sent.
 func TestRequiredColumnDropped(t *testing.T) {
+	t.Parallel()
 	f := faultFixture(t, 3)
 	p := f.start()
 	faultStreaming(t, p)

@@ -38,6 +38,10 @@ var (
 	repoRoot  string
 	buildOnce sync.Once
 	buildErr  error
+	// The stack's database is migrated once, by the first fixture: tests
+	// run in parallel, and each owns its tables, made LIKE outbox.
+	migrateOnce sync.Once
+	migrateErr  error
 )
 
 func TestMain(m *testing.M) {
@@ -119,9 +123,12 @@ func randName(prefix string) string {
 }
 
 // fixture is one test's own outbox table, poison table, publication, slot
-// and topic; cleanup drops them all.
+// and topic; cleanup drops them all. It lives on the stack's PostgreSQL, or
+// on a cluster of its own (fixtureOpts.private).
 type fixture struct {
 	t           testing.TB
+	PGURL       string    // the PostgreSQL the fixture lives on
+	Server      *pgServer // nil: the stack's
 	Table       string
 	PoisonTable string
 	Publication string
@@ -136,6 +143,114 @@ type fixture struct {
 type fixtureOpts struct {
 	partitions  int
 	topicConfig map[string]*string
+	// private puts the fixture on a scratch PostgreSQL of its own (the
+	// stack's major), which the test may stop, crash, restart and
+	// reconfigure (f.pg) while other tests run.
+	private bool
+	// server puts the fixture on another fixture's own cluster.
+	server *pgServer
+}
+
+// pgServer is a scratch PostgreSQL cluster (scripts/stack.sh
+// scratch-pg-up) of one test.
+type pgServer struct {
+	name, url, data string
+	port            int
+}
+
+// stackDir is the stack's directory (.stack, or WALPOST_STACK_DIR for a
+// second stack).
+func stackDir() string {
+	if d := os.Getenv("WALPOST_STACK_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(repoRoot, ".stack")
+}
+
+// newScratchServer starts a scratch cluster with wal_level=logical for t,
+// migrated; cleanup removes it.
+func newScratchServer(t testing.TB) *pgServer {
+	t.Helper()
+	s := &pgServer{name: randName("own")}
+	s.data = filepath.Join(stackDir(), "scratch", s.name, "data")
+	t.Cleanup(func() {
+		if out, err := stackScript("scratch-pg-down", s.name); err != nil {
+			t.Errorf("scratch-pg-down %s: %v\n%s", s.name, err, out)
+		}
+	})
+	var stdout string
+	port, errOut, err := retryPort(t, func(port int) (string, error) {
+		out, errOut, err := stackScriptSplit("scratch-pg-up", s.name, strconv.Itoa(port), "logical")
+		stdout = out
+		return errOut, err
+	})
+	if err != nil {
+		t.Fatalf("scratch-pg-up %s %d: %v\n%s", s.name, port, err, errOut)
+	}
+	s.port = port
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	s.url = strings.TrimSpace(lines[len(lines)-1])
+	if !strings.HasPrefix(s.url, "postgres://") {
+		t.Fatalf("scratch-pg-up printed %q, want a URL", stdout)
+	}
+	if err := runWalpost(t, []string{"WALPOST_POSTGRES_URL=" + s.url}, "migrate"); err != nil {
+		t.Fatalf("walpost migrate on the scratch cluster: %v", err)
+	}
+	return s
+}
+
+// stackScript runs scripts/stack.sh with args (at most 3 minutes) and
+// returns its combined output.
+func stackScript(args ...string) (string, error) {
+	out, errOut, err := stackScriptSplit(args...)
+	return out + errOut, err
+}
+
+func stackScriptSplit(args ...string) (stdout, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "scripts", "stack.sh"), args...)
+	cmd.Dir = repoRoot
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// pg stops, starts or restarts the fixture's PostgreSQL as scripts/stack.sh
+// pg-stop [MODE], pg-start and pg-restart do: its own scratch cluster
+// (fixtureOpts.private), else the stack's (which no other test may be
+// using).
+func (f *fixture) pg(t testing.TB, verb string, args ...string) {
+	t.Helper()
+	if err := f.pgErr(verb, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) pgErr(verb string, args ...string) error {
+	s := f.Server
+	if s == nil {
+		return faultStackErr(append([]string{verb}, args...)...)
+	}
+	var steps [][]string
+	up := []string{"scratch-pg-up", s.name, strconv.Itoa(s.port), "logical"}
+	switch verb {
+	case "pg-stop":
+		steps = [][]string{append([]string{"scratch-pg-stop", s.name}, args...)}
+	case "pg-start":
+		steps = [][]string{up}
+	case "pg-restart":
+		steps = [][]string{{"scratch-pg-stop", s.name, "fast"}, up}
+	default:
+		return fmt.Errorf("fixture.pg: unknown verb %q", verb)
+	}
+	for _, st := range steps {
+		if out, err := stackScript(st...); err != nil {
+			return fmt.Errorf("scripts/stack.sh %s: %v\n%s", strings.Join(st, " "), err, out)
+		}
+	}
+	return nil
 }
 
 func newFixture(t testing.TB, o fixtureOpts) *fixture {
@@ -147,13 +262,22 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	ctx := context.Background()
 	id := randName("t")
 	f := &fixture{
-		t: t, Table: "outbox_" + id, PoisonTable: "poison_" + id, Publication: "pub_" + id,
+		t: t, PGURL: pgURL, Table: "outbox_" + id, PoisonTable: "poison_" + id, Publication: "pub_" + id,
 		Slot: "slot_" + id, Topic: "topic_" + id, Partitions: o.partitions,
 	}
-	if err := runWalpost(t, nil, "migrate"); err != nil {
-		t.Fatalf("walpost migrate: %v", err)
+	if o.server != nil {
+		f.Server = o.server
+		f.PGURL = o.server.url
+	} else if o.private {
+		f.Server = newScratchServer(t)
+		f.PGURL = f.Server.url
+	} else {
+		migrateOnce.Do(func() { migrateErr = runWalpost(t, nil, "migrate") })
+		if migrateErr != nil {
+			t.Fatalf("walpost migrate: %v", migrateErr)
+		}
 	}
-	pool, err := pgxpool.New(ctx, pgURL)
+	pool, err := pgxpool.New(ctx, f.PGURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +307,13 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 func (f *fixture) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if f.Server != nil {
+		// The scratch cluster goes with everything on it.
+		_, _ = f.Admin.DeleteTopics(ctx, f.Topic)
+		f.Kafka.Close()
+		f.Pool.Close()
+		return
+	}
 	// The slot may still be held by a walsender that is shutting down; a
 	// slot left behind pins WAL for the rest of the run, so say so.
 	for deadline := time.Now().Add(20 * time.Second); ; {
@@ -216,7 +347,7 @@ func mustExec(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) {
 // env returns the WALPOST_* variables that point walpost at the fixture.
 func (f *fixture) env(extra ...string) []string {
 	return append([]string{
-		"WALPOST_POSTGRES_URL=" + pgURL,
+		"WALPOST_POSTGRES_URL=" + f.PGURL,
 		"WALPOST_KAFKA_BROKERS=" + strings.Join(brokers, ","),
 		"WALPOST_POSTGRES_TABLE=" + f.Table,
 		"WALPOST_POSTGRES_POISON_TABLE=" + f.PoisonTable,

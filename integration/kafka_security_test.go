@@ -157,6 +157,7 @@ func writeKeystore(t testing.TB, certFile, keyFile, out string) {
 // given; verify reports every event delivered. Without the kafka.tls.* or
 // kafka.sasl.* settings verify cannot connect.
 func TestVerifyOverKafkaTLSAndSASL(t *testing.T) {
+	t.Parallel()
 	k := startSecureKafka(t)
 	for _, c := range []struct {
 		name    string

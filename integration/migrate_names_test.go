@@ -16,6 +16,7 @@ import (
 // only the publication over it, the quarantine and walpost's own tables.
 // A second run changes nothing.
 func TestMigrateConfiguredNames(t *testing.T) {
+	t.Parallel()
 	needStack(t)
 	ctx := context.Background()
 	if err := runWalpost(t, nil, "migrate"); err != nil {

@@ -165,7 +165,7 @@ func (n *nemesis) logf(format string, args ...any) {
 // on t.
 func nemesisRound(ctx context.Context, t testing.TB, seed uint64, faults int, dur time.Duration) nemesisTally {
 	f := faultFixture(t, 3)
-	pg, pgURLProxied := faultPGProxy(t)
+	pg, pgURLProxied := faultPGProxy(t, f.PGURL)
 	kp, kafkaSeed := faultKafkaProxy(t)
 	n := &nemesis{
 		t: t, f: f, rng: rand.New(rand.NewPCG(seed, 0x6e656d65)), pg: pg, kafka: kp,

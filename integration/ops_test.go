@@ -168,6 +168,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 // SELECT on the outbox, SELECT/INSERT/UPDATE on the poison table) runs
 // `walpost run` and `walpost poison replay`.
 func TestLeastPrivilegeRole(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1, topicConfig: map[string]*string{"max.message.bytes": ptr("4096")}})
 	role := randName("walpost_app")
 	mustExec(t, f.Pool, fmt.Sprintf(`CREATE ROLE %s LOGIN REPLICATION PASSWORD 'least-priv'`, role))
@@ -215,6 +216,7 @@ func TestLeastPrivilegeRole(t *testing.T) {
 // walpost's logical heartbeat messages reach the slot and the confirmed
 // position follows the server's WAL although the outbox sees no writes.
 func TestHeartbeatAdvancesIdleSlot(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	p := f.start("WALPOST_POSTGRES_HEARTBEAT_INTERVAL=500ms")
 	if !p.waitLog("msg=streaming", 30*time.Second) {

@@ -61,6 +61,7 @@ func oversized(tag string) string {
 // quarantined as two rows, the slot passes both, and `poison replay --key`
 // sends both, in created_at order, each marked replayed on its own row.
 func TestPoisonTwoEventsOneKey(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1, topicConfig: map[string]*string{"max.message.bytes": ptr("4096")}})
 	p := f.start("WALPOST_POISON_MAX_ATTEMPTS=1", "WALPOST_POISON_BACKOFF=10ms")
 	if !p.waitLog("msg=streaming", 30*time.Second) {
@@ -131,6 +132,7 @@ func TestPoisonTwoEventsOneKey(t *testing.T) {
 // commit_lsn is text fails `walpost check` naming the column and the fix,
 // and `walpost run` stops with the same error before streaming.
 func TestPoisonTableColumnTypeFailsCheckAndRun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN commit_lsn TYPE text`, f.PoisonTable))
 	out, err := walpostOutput(t, f.env(), "check")
@@ -173,6 +175,7 @@ func TestPoisonTableColumnTypeFailsCheckAndRun(t *testing.T) {
 // fix instead of retrying forever, with the slot before the event. After
 // the fix, a restart quarantines the event and goes on.
 func TestPoisonInsertRefusedStops(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1, topicConfig: map[string]*string{"max.message.bytes": ptr("4096")}})
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN id DROP DEFAULT, ALTER COLUMN id TYPE text`, f.Table))
 	env := []string{"WALPOST_POISON_MAX_ATTEMPTS=1", "WALPOST_POISON_BACKOFF=10ms"}
@@ -224,6 +227,7 @@ func TestPoisonInsertRefusedStops(t *testing.T) {
 // of the first process and trips on the fourth (more than 3 within the
 // window). A restart after that trips before writing another row.
 func TestPoisonBreakerCountsEarlierQuarantines(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1, topicConfig: map[string]*string{"max.message.bytes": ptr("4096")}})
 	env := []string{"WALPOST_POISON_MAX_ATTEMPTS=1", "WALPOST_POISON_BACKOFF=10ms", "WALPOST_POISON_MAX_RATE=3", "WALPOST_POISON_RATE_WINDOW=1h"}
 	insertBig := func(keys ...string) {
@@ -282,6 +286,7 @@ func TestPoisonBreakerCountsEarlierQuarantines(t *testing.T) {
 // table by (outbox_id, commit_lsn), and a second event with a taken key
 // can then be stored.
 func TestMigrateUpgradesPoisonIdentity(t *testing.T) {
+	t.Parallel()
 	needStack(t)
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, pgURL)

@@ -23,6 +23,7 @@ func ptr(s string) *string { return &s }
 // created_at order; the rows remain with replayed_at; a second replay
 // delivers nothing.
 func TestPoisonOversizedAndReplay(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3, topicConfig: map[string]*string{"max.message.bytes": ptr("4096")}})
 	p := f.start("WALPOST_POISON_MAX_ATTEMPTS=3", "WALPOST_POISON_BACKOFF=10ms")
 	if !p.waitLog("msg=streaming", 30*time.Second) {
@@ -155,6 +156,7 @@ func TestPoisonOversizedAndReplay(t *testing.T) {
 // oversized event holds the slot before it; after the grant it is
 // quarantined and forwarding goes on.
 func TestPoisonTableUnavailable(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1, topicConfig: map[string]*string{"max.message.bytes": ptr("4096")}})
 	role := randName("lp")
 	mustExec(t, f.Pool, fmt.Sprintf(`CREATE ROLE %s LOGIN REPLICATION PASSWORD 'lp-secret'`, role))
@@ -210,6 +212,7 @@ func TestPoisonTableUnavailable(t *testing.T) {
 // poisoned and the slot does not pass it; once the topic exists,
 // forwarding resumes with nothing lost.
 func TestUnknownTopicHaltsAndResumes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	missing := randName("missing")
 	t.Cleanup(func() { _, _ = f.Admin.DeleteTopics(context.Background(), missing) })

@@ -78,6 +78,7 @@ func posForget(t *testing.T, pool *pgxpool.Pool, slot string) {
 // created a new slot at the current position and silently lost every
 // event in the gap); walpost check fails the position check the same way.
 func TestSlotDroppedWhileDownRefuses(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	posForget(t, f.Pool, f.Slot)
 	p := f.start()
@@ -121,6 +122,7 @@ func TestSlotDroppedWhileDownRefuses(t *testing.T) {
 // cluster, as after a logical restore or pg_upgrade. walpost run exits 1
 // with a clear error, creates no slot and leaves the row as it was.
 func TestOtherSystemIdentifierRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	var sysid int64
 	if err := f.Pool.QueryRow(context.Background(), `SELECT system_identifier FROM pg_control_system()`).Scan(&sysid); err != nil {
@@ -193,7 +195,8 @@ var (
 // since PostgreSQL's last checkpoint (about 14,000 events here), without
 // INV-13 up to 9,713.
 func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
-	f := faultFixture(t, 3)
+	t.Parallel()
+	f := faultOwnFixture(t, 3)
 	posForget(t, f.Pool, f.Slot)
 	p := f.start()
 	faultStreaming(t, p)
@@ -201,7 +204,7 @@ func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 	l := newFaultLoad(f, 8, faultCrashMaxTxn, 0).start()
 	l.waitWritten(t, 20000, 3*time.Minute)
 
-	faultStack(t, "pg-stop", "immediate")
+	f.pg(t, "pg-stop", "immediate")
 	crashed := l.written.Load()
 	rate := float64(crashed) / time.Since(loadStart).Seconds()
 	// The bound: what one position interval (postgres.position_interval,
@@ -210,7 +213,7 @@ func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 	bound := max(faultCrashMaxTxn, int(rate*0.2))
 	t.Logf("PostgreSQL crashed (immediate stop) after %d events (%.0f events/s: one position interval is %d events)", crashed, rate, bound)
 	faultSleep(t, p, 2*time.Second, "while PostgreSQL was down")
-	faultStack(t, "pg-start")
+	f.pg(t, "pg-start")
 	// The stored position as the crash left it: read at once, before
 	// walpost's new session can move it (a later read is only larger, which
 	// makes the check below weaker, never wrong).

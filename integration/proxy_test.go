@@ -318,6 +318,7 @@ func (l *proxyLimiter) wait(n int) {
 // both ways, Cut drops live connections and refuses new ones, Restore
 // heals, latency delays a round trip, bandwidth paces a transfer.
 func TestProxy(t *testing.T) {
+	t.Parallel()
 	echo, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ const pruneLoadRows = 1_000_000
 // The insert latencies and prune's batches are logged: README, Runbook,
 // quotes them.
 func TestPruneMillionRowsConcurrentWriter(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	posForget(t, f.Pool, f.Slot)
 	ctx := context.Background()

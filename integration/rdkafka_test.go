@@ -76,6 +76,7 @@ func lastLine(s string) string {
 // event once, keyed by its idempotency_key with the same header, in commit
 // order per partition.
 func TestLibrdkafkaConsumer(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	p := f.start()
 	faultStreaming(t, p)

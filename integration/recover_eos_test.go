@@ -32,6 +32,7 @@ var recTxnsRE = regexp.MustCompile(`exactly-once: +produced in (\d+) Kafka trans
 // read_committed consumer sees every event, twice only the rows the report
 // says it re-sent.
 func TestRecoverExactlyOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	posForget(t, f.Pool, f.Slot)
 	env := f.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=100")

@@ -240,6 +240,7 @@ func recRecoverAndCheck(t *testing.T, f, w *fixture, env []string, before, gap [
 // recover and walpost run, every event is in Kafka exactly as the report
 // says.
 func TestRecoverAfterSlotDropped(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	posForget(t, f.Pool, f.Slot)
 	before := recRunThenStop(t, f, f, nil, "before", 200)
@@ -254,6 +255,7 @@ func TestRecoverAfterSlotDropped(t *testing.T) {
 // walpost recover drops the lost slot, creates it again and produces the
 // rows chosen by commit timestamp.
 func TestRecoverAfterSlotInvalidated(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	name := randName("rec")
 	up := func(port int) string {
@@ -328,6 +330,7 @@ func TestRecoverAfterSlotInvalidated(t *testing.T) {
 // default recover.margin (rows chosen by created_at) it keeps the rows of
 // the last 10 minutes; without a position it refuses.
 func TestPruneOnlyConfirmed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	noRow := append(f.env(), "WALPOST_POSTGRES_SLOT=nothing_recorded_here")
 	if out, code := recCommand(t, noRow, "prune", "--older-than", "1ms"); code != 1 || !strings.Contains(out, "no position is recorded") {

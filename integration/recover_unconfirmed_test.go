@@ -16,6 +16,7 @@ import (
 // transaction ever confirmed it reads from the beginning of the table, not
 // from the row's updated_at.
 func TestRecoverWithoutConfirmedCommit(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	posForget(t, f.Pool, f.Slot)
 	ctx := context.Background()

@@ -23,15 +23,12 @@ import (
 // none of them may be skipped, in either delivery mode. An at-least-once
 // and an exactly-once walpost run side by side on their own slots.
 //
-// It stops and restores the stack's PostgreSQL: it must not run beside
-// other tests (no t.Parallel).
+// It stops and restores a PostgreSQL cluster of its own.
 func TestRestoredServerLosesNothing(t *testing.T) {
-	data := os.Getenv("WALPOST_STACK_PGDATA")
-	if data == "" {
-		t.Skip("WALPOST_STACK_PGDATA unset: source .stack/env of a current scripts/stack.sh up")
-	}
-	alo := faultFixture(t, 3)
-	eos := newFixture(t, fixtureOpts{partitions: 3})
+	t.Parallel()
+	alo := faultOwnFixture(t, 3)
+	eos := newFixture(t, fixtureOpts{partitions: 3, server: alo.Server})
+	data := alo.Server.data
 	eosEnv := eos.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=200")
 	readCommitted := kgo.FetchIsolationLevel(kgo.ReadCommitted())
 	ctx := context.Background()
@@ -80,10 +77,10 @@ func TestRestoredServerLosesNothing(t *testing.T) {
 	stopBoth(a, e)
 
 	// The copy: the slots and walpost_position as they are now.
-	faultStack(t, "pg-stop", "fast")
+	alo.pg(t, "pg-stop", "fast")
 	snap := filepath.Join(t.TempDir(), "data")
 	copyDir(t, data, snap)
-	faultStack(t, "pg-start")
+	alo.pg(t, "pg-start")
 
 	// Sent after the copy: Kafka and the checkpoint move past it.
 	a, e = startBoth()
@@ -93,12 +90,12 @@ func TestRestoredServerLosesNothing(t *testing.T) {
 
 	// Put the copy back: the WAL after it is gone, and the server writes
 	// new transactions over the same LSNs, past the old checkpoint.
-	faultStack(t, "pg-stop", "fast")
+	alo.pg(t, "pg-stop", "fast")
 	if err := os.RemoveAll(data); err != nil {
 		t.Fatal(err)
 	}
 	copyDir(t, snap, data)
-	faultStack(t, "pg-start")
+	alo.pg(t, "pg-start")
 	write("new", 60, 50)
 	a, e = startBoth()
 	forwarded("new", 3000)

@@ -17,6 +17,7 @@ import (
 // deleted, however old they get. A trigger records every deleted row with
 // the time of its deletion; walpost_outbox_pruned_rows_total counts them.
 func TestRetentionPrunesWhileRunning(t *testing.T) {
+	t.Parallel()
 	const retention = 2 * time.Second
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	ctx := context.Background()

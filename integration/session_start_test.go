@@ -25,6 +25,7 @@ import (
 // by itself; TestFirstStatusNotBehindSlotReadAfterStart (replication)
 // covers a server that does not.
 func TestFirstStatusNeverBehindSlot(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -143,7 +144,8 @@ func TestFirstStatusNeverBehindSlot(t *testing.T) {
 // deliver the event written after it, instead of reconnecting into the
 // same replay forever.
 func TestReceiveTimeoutAboveWalSenderTimeout(t *testing.T) {
-	f := faultFixture(t, 1)
+	t.Parallel()
+	f := faultOwnFixture(t, 1)
 	faultWalSenderTimeout(t, f, "90s")
 	big := "unrelated_" + f.Table
 	mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (id int)`, big))

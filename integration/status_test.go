@@ -54,6 +54,7 @@ func parseLSN(t *testing.T, what string, s *string) pglogrepl.LSN {
 // delivered commit, a small lag, the topic's partitions with end offsets
 // summing to the delivered count, and nothing quarantined.
 func TestStatusWhileForwarding(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	p := f.start("WALPOST_POSTGRES_STATUS_INTERVAL=1s")
 	if !p.waitLog("msg=streaming", 30*time.Second) {
@@ -166,6 +167,7 @@ func TestStatusWhileForwarding(t *testing.T) {
 // TestStatusDegraded: no slot yet and Kafka unreachable still print a
 // report (exit 0) that says so; PostgreSQL unreachable exits 1.
 func TestStatusDegraded(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	env := f.env("WALPOST_KAFKA_BROKERS=127.0.0.1:1")
 	s := runStatusJSON(t, env)

@@ -66,6 +66,7 @@ func selfSigned(t testing.TB, dir string) (certFile, keyFile string) {
 // connection verified against a self-signed CA (sslmode=verify-full), and
 // refuses a server whose certificate it cannot verify.
 func TestPostgresTLS(t *testing.T) {
+	t.Parallel()
 	needStack(t)
 	name := randName("tls")
 	t.Cleanup(func() { _ = exec.Command(repoRoot+"/scripts/stack.sh", "scratch-pg-down", name).Run() })

@@ -19,6 +19,7 @@ import (
 // and a NULL payload streamed afterwards is a tombstone with the
 // contract's headers, nothing quarantined.
 func TestNullPayloadTombstone(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN payload DROP NOT NULL`, f.Table))
 	ctx := context.Background()
@@ -98,6 +99,7 @@ func TestNullPayloadTombstone(t *testing.T) {
 // again, not to outbox.event.<kafka.topic>. A row with an aggregatetype
 // is replayed to its outbox.event.<aggregatetype> topic.
 func TestDebeziumReplayNullAggregateType(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1, topicConfig: map[string]*string{"max.message.bytes": ptr("4096")}})
 	debeziumTable(t, f)
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN aggregatetype DROP NOT NULL`, f.Table))

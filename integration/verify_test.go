@@ -39,6 +39,7 @@ func mustMatch(t *testing.T, out string, res ...string) {
 // exits 0 and reports nothing lost; it ignores records already on the topic
 // and deletes its rows afterwards.
 func TestVerifyPasses(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	p := f.start()
 	if !p.waitLog("msg=streaming", 30*time.Second) {
@@ -101,6 +102,7 @@ func TestVerifyPasses(t *testing.T) {
 // TestVerifyNothingForwarding: without a walpost run, verify times out,
 // reports every event lost and says nothing arrived, and exits non-zero.
 func TestVerifyNothingForwarding(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	start := time.Now()
 	out, err := walpostOutput(t, f.env(), "verify", "--events", "500", "--timeout", "5s")
@@ -118,6 +120,7 @@ func TestVerifyNothingForwarding(t *testing.T) {
 // TestVerifyMissingTopic: a topic that does not exist is an error that
 // says so (exit 2), before anything is written.
 func TestVerifyMissingTopic(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	out, err := walpostOutput(t, f.env("WALPOST_KAFKA_TOPIC=no_such_topic_"+strings.ToLower(randName("x"))), "verify", "--events", "10")
 	if code := exitCode(err); code != 2 || !strings.Contains(out, "does not exist") {
@@ -136,6 +139,7 @@ func TestVerifyMissingTopic(t *testing.T) {
 // with read_committed by default and passes with no duplicate; asking it
 // for read_uncommitted in that mode is refused (exit 2).
 func TestVerifyExactlyOnce(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	env := append(f.env(), f.eosEnv()...)
 	p := f.start(f.eosEnv()...)

@@ -21,6 +21,7 @@ import (
 // binaries (.stack/env) are that major's, and scripts/stack.sh status names
 // the version. Run with the PG_VERSION the stack was started with.
 func TestStackPostgresVersion(t *testing.T) {
+	t.Parallel()
 	needStack(t)
 	want := 15
 	if v := os.Getenv("PG_VERSION"); v != "" {
@@ -85,6 +86,7 @@ func TestStackPostgresVersion(t *testing.T) {
 // while a physical standby streams from the primary and
 // synchronized_standby_slots is empty.
 func TestFailoverSlot(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -180,6 +182,7 @@ func TestFailoverSlot(t *testing.T) {
 // made one in place when walpost starts: its position is kept, and it
 // says so in its log.
 func TestFailoverSlotConverted(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

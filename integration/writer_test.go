@@ -17,6 +17,7 @@ import (
 // insert, and again after a commit whose reply the application did not
 // trust, reaches Kafka through walpost run as one record.
 func TestWriterRetriedTransactionOneEvent(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
