@@ -12,15 +12,23 @@ cd "$ROOT"
 GO="${GO:-go}"
 v=${1:-17}
 unset PG_VERSION PG_STANDBY
+# The stack's directory: .stack, or WALPOST_STACK_DIR for a second stack.
+STACK_DIR="${WALPOST_STACK_DIR:-.stack}"
 t0=$(date +%s)
 reset() {
 	scripts/stack.sh down
-	rm -rf ".stack/pg$v" ".stack/standby$v"
+	rm -rf "$STACK_DIR/pg$v" "$STACK_DIR/standby$v"
 }
 reset
 trap reset EXIT
 PG_VERSION=$v PG_STANDBY=1 scripts/stack.sh up
 # shellcheck disable=SC1091
-. .stack/env
-PG_VERSION=$v WALPOST_REQUIRE_STACK=1 $GO test -count=1 -timeout 15m -run '^TestFailoverPromotedStandby$' ./integration
+. "$STACK_DIR/env"
+# With TEST_REPORT_DIR (scripts/test.sh) through gotestsum, its -json kept
+# for the slowest-tests report.
+gotest=($GO test)
+if [[ -n ${TEST_REPORT_DIR:-} ]]; then
+	gotest=($GO run gotest.tools/gotestsum --format standard-quiet --hide-summary=skipped --jsonfile "$TEST_REPORT_DIR/failover$v.json" --)
+fi
+PG_VERSION=$v WALPOST_REQUIRE_STACK=1 "${gotest[@]}" -count=1 -timeout 15m -run '^TestFailoverPromotedStandby$' ./integration
 printf '== failover test on PostgreSQL %s: ok (%ss)\n' "$v" "$(($(date +%s) - t0))" >&2

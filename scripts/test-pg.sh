@@ -13,6 +13,9 @@ GO="${GO:-go}"
 # Each major is chosen per command below; one from make's command line
 # (make test-pg PG_VERSION=17) must not pick the cluster pg-stop stops.
 unset PG_VERSION
+# The stack's directory: .stack, or WALPOST_STACK_DIR for a second stack
+# (scripts/test.sh runs these tests on one beside the main suite).
+STACK_DIR="${WALPOST_STACK_DIR:-.stack}"
 (($#)) || { echo "usage: scripts/test-pg.sh MAJOR... (14 15 16 17 18)" >&2; exit 2; }
 
 # Delivery in commit order, kill -9, PostgreSQL restart and crash, the idle
@@ -28,14 +31,14 @@ for v in "$@"; do
 	scripts/stack.sh pg-stop
 	PG_VERSION=$v scripts/stack.sh up
 	# shellcheck disable=SC1091
-	. .stack/env
+	. "$STACK_DIR/env"
 	# With TEST_REPORT_DIR (scripts/test.sh) through gotestsum, its
 	# -json kept for the slowest-tests report.
 	gotest=($GO test)
 	if [[ -n ${TEST_REPORT_DIR:-} ]]; then
 		gotest=($GO run gotest.tools/gotestsum --format standard-quiet --hide-summary=skipped --jsonfile "$TEST_REPORT_DIR/pg$v.json" --)
 	fi
-	if PG_VERSION=$v WALPOST_REQUIRE_STACK=1 "${gotest[@]}" -count=1 -timeout 20m -run "$CORE" ./integration; then
+	if PG_VERSION=$v WALPOST_REQUIRE_STACK=1 "${gotest[@]}" -count=1 -parallel "${TEST_PARALLEL:-6}" -timeout 20m -run "$CORE" ./integration; then
 		printf '== PostgreSQL %s: ok (%ss)\n' "$v" "$(($(date +%s) - t0))" >&2
 	else
 		printf '== PostgreSQL %s: FAILED (%ss)\n' "$v" "$(($(date +%s) - t0))" >&2

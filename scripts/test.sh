@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite (make test, .ci/run). Starts the local stack, runs
 # static checks, unit tests with the race detector, short fuzz runs and the
-# integration tests on PostgreSQL 15, then the core integration tests on
-# each of WALPOST_TEST_PG_VERSIONS (14 16 17 18; empty skips them), the
-# failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it), and
-# stops the stack even when a step fails. At the end, also on failure, it
+# integration tests on PostgreSQL 15 (with Debezium's); beside those, on a
+# second stack (scripts/stack.sh with WALPOST_STACK_DIR=.stack/second and
+# its own ports, WALPOST_TEST_SECOND_*_PORT), TestNemesis, the core integration tests on
+# each of WALPOST_TEST_PG_VERSIONS (14 16 17 18; empty skips them) and the
+# failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it). It
+# stops both stacks even when a step fails. At the end, also on failure, it
 # prints each step's time and the 20 slowest tests of the steps that run
 # through gotestsum (their go test -json in TEST_REPORT_DIR,
-# .test-report/ by default).
+# .test-report/ by default). TEST_PARALLEL (6) is go test's -parallel.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -16,6 +18,12 @@ GO="${GO:-go}"
 FUZZ_EXECS="${FUZZ_EXECS:-300000x}"
 PG_VERSIONS="${WALPOST_TEST_PG_VERSIONS-14 16 17 18}"
 FAILOVER_VERSION="${WALPOST_TEST_FAILOVER_VERSION-17}"
+# How many integration tests run at once. The tests that stop, restart or
+# reconfigure the stack run alone, first; the others (t.Parallel) after
+# them, this many at a time. Most of their time is waiting for walpost,
+# so more than the cores.
+PARALLEL="${TEST_PARALLEL:-6}"
+export TEST_PARALLEL="$PARALLEL"
 if ! [[ $FUZZ_EXECS =~ ^[0-9]+x$ ]]; then
 	echo "test: FUZZ_EXECS=\"$FUZZ_EXECS\" must be a count such as 300000x; a duration makes the fuzz runs fail at random (use make fuzz FUZZTIME=… for timed runs)" >&2
 	exit 2
@@ -66,11 +74,29 @@ report() {
 	fi
 }
 stack_started=""
+# The PostgreSQL majors and the failover test run on a second stack
+# (WALPOST_STACK_DIR, other ports) beside the main integration tests: they
+# stop and restart their own PostgreSQL and Kafka, never the main ones.
+SECOND_STACK="$ROOT/.stack/second"
+second_env=(
+	WALPOST_STACK_DIR="$SECOND_STACK"
+	WALPOST_STACK_PG_PORT="${WALPOST_TEST_SECOND_PG_PORT:-54339}"
+	WALPOST_STACK_KAFKA_PORT="${WALPOST_TEST_SECOND_KAFKA_PORT:-19192}"
+	WALPOST_STACK_KAFKA_CONTROLLER_PORT="${WALPOST_TEST_SECOND_KAFKA_CONTROLLER_PORT:-19193}"
+	WALPOST_STACK_KAFKA_PROXIED_PORT="${WALPOST_TEST_SECOND_KAFKA_PROXIED_PORT:-19194}"
+	WALPOST_STACK_KAFKA_PROXY_PORT="${WALPOST_TEST_SECOND_KAFKA_PROXY_PORT:-19195}"
+)
+second_pid=""
 on_exit() {
 	local rc=$?
+	if [[ -n $second_pid ]]; then
+		kill -- "$second_pid" 2>/dev/null || true
+		wait "$second_pid" 2>/dev/null || true
+	fi
 	if [[ -n $stack_started ]]; then
 		step "stack down"
 		scripts/stack.sh down || true
+		env "${second_env[@]}" scripts/stack.sh down || true
 	fi
 	report
 	exit "$rc"
@@ -107,18 +133,38 @@ WALPOST_REQUIRE_STACK=1 $GO test -count=1 ./writer ./poison
 step "deploy: Helm chart, plain manifests (module deploy/)"
 (cd deploy && $GO test -count=1 ./...)
 
-step "integration tests"
-WALPOST_REQUIRE_STACK=1 gotest integration -count=1 -timeout 45m ./integration
-
-step "Debezium-compatible records and the cutover against the real Debezium (TestDebeziumBytes, TestDebeziumCutover)"
-WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 gotest debezium -count=1 -timeout 20m -run '^(TestDebeziumBytes|TestDebeziumCutover)$' ./integration
-
-if [[ -n $PG_VERSIONS ]]; then
-	step "core integration tests on PostgreSQL $PG_VERSIONS"
-	# shellcheck disable=SC2086
-	scripts/test-pg.sh $PG_VERSIONS
-fi
-if [[ -n $FAILOVER_VERSION ]]; then
-	step "failover test on PostgreSQL $FAILOVER_VERSION"
-	scripts/test-failover.sh "$FAILOVER_VERSION"
+step "integration tests with Debezium's (PostgreSQL 15); beside them on a second stack the nemesis (PostgreSQL 15), the core tests on PostgreSQL ${PG_VERSIONS:-(none)} and the failover test on ${FAILOVER_VERSION:-(none)}"
+second_log="$REPORT_DIR/second-stack.log"
+(
+	export "${second_env[@]}"
+	rc=0
+	t0=$SECONDS
+	# The nemesis (it stops and restarts both servers for minutes) on
+	# PostgreSQL 15 first.
+	scripts/stack.sh up
+	# shellcheck disable=SC1091
+	. "$SECOND_STACK/env"
+	WALPOST_REQUIRE_STACK=1 gotest nemesis -count=1 -timeout 20m -run '^TestNemesis$' ./integration || rc=1
+	if [[ -n $PG_VERSIONS ]]; then
+		# shellcheck disable=SC2086
+		scripts/test-pg.sh $PG_VERSIONS || rc=1
+	fi
+	if [[ -n $FAILOVER_VERSION ]]; then
+		scripts/test-failover.sh "$FAILOVER_VERSION" || rc=1
+	fi
+	scripts/stack.sh down || true
+	printf '== second stack: the nemesis, PostgreSQL %s and failover on %s took %ss (exit %s)\n' "${PG_VERSIONS:-(none)}" "${FAILOVER_VERSION:-(none)}" $((SECONDS - t0)) "$rc" >&2
+	exit "$rc"
+) >"$second_log" 2>&1 &
+second_pid=$!
+main_rc=0
+WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 gotest integration -count=1 -parallel "$PARALLEL" -timeout 45m -skip '^TestNemesis$' ./integration || main_rc=$?
+second_rc=0
+wait "$second_pid" || second_rc=$?
+second_pid=""
+printf '\n== the second stack (%s)\n' "$second_log" >&2
+cat "$second_log" >&2
+if ((main_rc != 0 || second_rc != 0)); then
+	echo "test: integration tests failed (main stack exit $main_rc, second stack exit $second_rc)" >&2
+	exit 1
 fi
