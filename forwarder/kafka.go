@@ -106,8 +106,10 @@ func (f *Forwarder) watchDataLoss() (wait func(context.Context) error, stop func
 	return wait, func() { f.lost.CompareAndSwap(&lost, nil) }
 }
 
-// topicGrace is how long a missing topic is looked for again at start.
-const topicGrace = 2 * time.Second
+// topicGrace is how long a missing topic is looked for again at start:
+// a busy broker's metadata has been seen to list a topic more than 2 s
+// after CreateTopics returned.
+const topicGrace = 10 * time.Second
 
 // checkTopic checks that the default topic exists, creating it when
 // kafka.create_topic_partitions asks for it.
