@@ -39,14 +39,14 @@ import (
 // The tests create their fixture first (walpost migrate is not run
 // concurrently), then run in parallel.
 
-// catPoisonEnv keeps quarantine fast.
-var catPoisonEnv = []string{"WALPOST_POISON_MAX_ATTEMPTS=2", "WALPOST_POISON_BACKOFF=10ms"}
+// poisonTableEnv keeps quarantine fast.
+var poisonTableEnv = []string{"WALPOST_POISON_MAX_ATTEMPTS=2", "WALPOST_POISON_BACKOFF=10ms"}
 
-const catPassword = "catSecretPw9"
+const wrongPassword = "secretPw9"
 
-// catRun runs `walpost run` with env until it exits or timeout passes and
+// runToStop runs `walpost run` with env until it exits or timeout passes and
 // returns its output, exit code and run time.
-func catRun(t *testing.T, env []string, timeout time.Duration) (string, int, time.Duration) {
+func runToStop(t *testing.T, env []string, timeout time.Duration) (string, int, time.Duration) {
 	t.Helper()
 	needStack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -75,28 +75,28 @@ func catRun(t *testing.T, env []string, timeout time.Duration) (string, int, tim
 	return out, ee.ExitCode(), took
 }
 
-// catNoSlot asserts walpost did not create the fixture's slot.
-func catNoSlot(t *testing.T, f *fixture) {
+// noSlot asserts walpost did not create the fixture's slot.
+func noSlot(t *testing.T, f *fixture) {
 	t.Helper()
 	if _, _, ok := f.slotState(); ok {
 		t.Errorf("slot %s was created although walpost refused to start", f.Slot)
 	}
 }
 
-// catStart starts `walpost run` on the fixture with fast quarantine and
+// startCatalogue starts `walpost run` on the fixture with fast quarantine and
 // waits until it streams.
-func catStart(t *testing.T, f *fixture, extra ...string) *proc {
+func startCatalogue(t *testing.T, f *fixture, extra ...string) *proc {
 	t.Helper()
-	p := f.start(append(append([]string{}, catPoisonEnv...), extra...)...)
+	p := f.start(append(append([]string{}, poisonTableEnv...), extra...)...)
 	if !p.waitLog("msg=streaming", 30*time.Second) {
 		t.Fatal("walpost did not stream")
 	}
 	return p
 }
 
-// catRow is one outbox row to insert. A nil field is NULL (payload and
+// outboxRow is one outbox row to insert. A nil field is NULL (payload and
 // headers) or left to the column default.
-type catRow struct {
+type outboxRow struct {
 	key       string
 	payload   *string // SQL expression for the payload; nil: payloadTx
 	payloadTx string  // jsonb text, bound as a parameter
@@ -104,9 +104,9 @@ type catRow struct {
 	headers   *string // jsonb text
 }
 
-// catInsertTxn inserts rows in one transaction; payload may be a SQL
+// insertTxn inserts rows in one transaction; payload may be a SQL
 // expression (payload != nil).
-func catInsertTxn(t *testing.T, f *fixture, rows []catRow) {
+func insertTxn(t *testing.T, f *fixture, rows []outboxRow) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := f.Pool.Begin(ctx)
@@ -132,9 +132,9 @@ func catInsertTxn(t *testing.T, f *fixture, rows []catRow) {
 	}
 }
 
-// catRecord is a consumed record with its headers in order (duplicates
+// fullRecord is a consumed record with its headers in order (duplicates
 // kept).
-type catRecord struct {
+type fullRecord struct {
 	verify.Observed
 	Key     []byte
 	Value   []byte
@@ -142,7 +142,7 @@ type catRecord struct {
 	IsNull  bool // Value == nil (a tombstone)
 }
 
-func (r catRecord) header(name string) []string {
+func (r fullRecord) header(name string) []string {
 	var out []string
 	for _, h := range r.Headers {
 		if h.Key == name {
@@ -152,59 +152,34 @@ func (r catRecord) header(name string) []string {
 	return out
 }
 
-// catConsume reads the fixture's topic from the start until want records
+// consumeRecords reads the fixture's topic from the start until want records
 // arrived and the topic stayed quiet for 1.5 s, or timeout passes.
-func catConsume(t *testing.T, f *fixture, want int, timeout time.Duration) []catRecord {
+func consumeRecords(t *testing.T, f *fixture, want int, timeout time.Duration) []fullRecord {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var out []catRecord
-	deadline := time.Now().Add(timeout)
-	quietSince := time.Now()
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		fetches := cl.PollFetches(ctx)
-		cancel()
-		n := 0
-		fetches.EachRecord(func(r *kgo.Record) {
-			n++
-			rec := catRecord{Observed: verify.Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset},
-				Key: r.Key, Value: r.Value, Headers: r.Headers, IsNull: r.Value == nil}
-			if v := rec.header("commit_lsn"); len(v) == 1 {
-				rec.CommitLSN, _ = pglogrepl.ParseLSN(v[0])
-			}
-			out = append(out, rec)
-		})
-		if n > 0 {
-			quietSince = time.Now()
-		}
-		if len(out) >= want && time.Since(quietSince) > 1500*time.Millisecond {
-			break
-		}
-	}
+	var out []fullRecord
+	f.read(t, timeout, 1500*time.Millisecond, func(r *kgo.Record) bool {
+		out = append(out, fullRecord{Observed: observe(r), Key: r.Key, Value: r.Value, Headers: r.Headers, IsNull: r.Value == nil})
+		return len(out) >= want
+	})
 	return out
 }
 
-// catPoison is a row of the fixture's poison table.
-type catPoison struct {
+// poisonRow is a row of the fixture's poison table.
+type poisonRow struct {
 	Key, Class, LastError string
 	Attempts              int
 	Payload, Headers      *string
 }
 
-func catPoisonRows(t *testing.T, f *fixture) []catPoison {
+func poisonRows(t *testing.T, f *fixture) []poisonRow {
 	t.Helper()
 	rows, err := f.Pool.Query(context.Background(), fmt.Sprintf(
 		`SELECT idempotency_key, error_class, last_error, attempts, payload::text, headers::text FROM %s ORDER BY commit_lsn, poisoned_at`, f.PoisonTable))
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (catPoison, error) {
-		var p catPoison
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (poisonRow, error) {
+		var p poisonRow
 		err := r.Scan(&p.Key, &p.Class, &p.LastError, &p.Attempts, &p.Payload, &p.Headers)
 		return p, err
 	})
@@ -214,22 +189,22 @@ func catPoisonRows(t *testing.T, f *fixture) []catPoison {
 	return out
 }
 
-// catWaitPoison waits until the poison table has n rows.
-func catWaitPoison(t *testing.T, f *fixture, n int) []catPoison {
+// waitPoison waits until the poison table has n rows.
+func waitPoison(t *testing.T, f *fixture, n int) []poisonRow {
 	t.Helper()
-	var got []catPoison
+	var got []poisonRow
 	waitFor(t, 60*time.Second, fmt.Sprintf("%d poison rows", n), func() bool {
-		got = catPoisonRows(t, f)
+		got = poisonRows(t, f)
 		return len(got) >= n
 	})
 	return got
 }
 
-// catExpectDelivered checks that the delivered records are exactly the
+// expectDelivered checks that the delivered records are exactly the
 // rows with keys want (one record each, nothing else, commit and insert
 // order per partition) and that each is byte-exact: key, value = payload
 // as PostgreSQL renders it, and the contract's headers.
-func catExpectDelivered(t *testing.T, f *fixture, recs []catRecord, want []verify.Expected) {
+func expectDelivered(t *testing.T, f *fixture, recs []fullRecord, want []verify.Expected) {
 	t.Helper()
 	obs := make([]verify.Observed, len(recs))
 	for i, r := range recs {
@@ -239,7 +214,7 @@ func catExpectDelivered(t *testing.T, f *fixture, recs []catRecord, want []verif
 	if !rep.OK() || rep.Unexpected != 0 || rep.Duplicates() != 0 || len(recs) != len(want) {
 		t.Errorf("delivery: %s (%d records for %d expected)", rep, len(recs), len(want))
 	}
-	byKey := map[string]catRecord{}
+	byKey := map[string]fullRecord{}
 	for _, r := range recs {
 		if r.IsNull {
 			t.Errorf("record %.40q is a tombstone (NULL value)", r.Key)
@@ -251,12 +226,12 @@ func catExpectDelivered(t *testing.T, f *fixture, recs []catRecord, want []verif
 		if !ok {
 			continue // reported by Validate
 		}
-		catCheckRecord(t, f, e.Key, r)
+		checkRecord(t, f, e.Key, r)
 	}
 }
 
-// catCheckRecord compares one record with its outbox row.
-func catCheckRecord(t *testing.T, f *fixture, key string, r catRecord) {
+// checkRecord compares one record with its outbox row.
+func checkRecord(t *testing.T, f *fixture, key string, r fullRecord) {
 	t.Helper()
 	var id, payload string
 	var eventType, headers *string
@@ -322,8 +297,8 @@ func catCheckRecord(t *testing.T, f *fixture, key string, r catRecord) {
 	}
 }
 
-// catSlotPast waits until the slot's confirmed position reaches lsn.
-func catSlotPast(t *testing.T, f *fixture, lsn pglogrepl.LSN) {
+// slotPast waits until the slot's confirmed position reaches lsn.
+func slotPast(t *testing.T, f *fixture, lsn pglogrepl.LSN) {
 	t.Helper()
 	waitFor(t, 30*time.Second, fmt.Sprintf("slot confirmed past %s", lsn), func() bool {
 		got, _, _ := f.slotState()
@@ -331,10 +306,8 @@ func catSlotPast(t *testing.T, f *fixture, lsn pglogrepl.LSN) {
 	})
 }
 
-func catPtr(s string) *string { return &s }
-
-// catExpected lists keys as verify.Expected of one transaction each.
-func catExpected(txn string, keys ...string) []verify.Expected {
+// expectedKeys lists keys as verify.Expected of one transaction each.
+func expectedKeys(txn string, keys ...string) []verify.Expected {
 	out := make([]verify.Expected, len(keys))
 	for i, k := range keys {
 		out[i] = verify.Expected{Key: k, Txn: txn, Index: i}
@@ -353,8 +326,8 @@ func catExpected(txn string, keys ...string) []verify.Expected {
 func TestCataloguePostgresUnreachable(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	t.Parallel()
-	bad := "postgres://walpost:" + catPassword + "@127.0.0.1:1/walpost?sslmode=disable"
-	p := f.start(append(catPoisonEnv, "WALPOST_POSTGRES_URL="+bad)...)
+	bad := "postgres://walpost:" + wrongPassword + "@127.0.0.1:1/walpost?sslmode=disable"
+	p := f.start(append(poisonTableEnv, "WALPOST_POSTGRES_URL="+bad)...)
 	started := time.Now()
 	attempts := func() int {
 		b, _ := os.ReadFile(p.log)
@@ -377,7 +350,7 @@ func TestCataloguePostgresUnreachable(t *testing.T) {
 			t.Errorf("log lacks %q", want)
 		}
 	}
-	if strings.Contains(string(log), catPassword) {
+	if strings.Contains(string(log), wrongPassword) {
 		t.Errorf("log contains the password")
 	}
 	took, err := p.signal(syscall.SIGTERM, 15*time.Second)
@@ -385,11 +358,11 @@ func TestCataloguePostgresUnreachable(t *testing.T) {
 		t.Fatalf("after SIGTERM: %v (after %s)", err, took)
 	}
 	t.Logf("exit 0 %s after SIGTERM", took.Round(time.Millisecond))
-	catNoSlot(t, f)
+	noSlot(t, f)
 
 	r := runCheck(t, f.env("WALPOST_POSTGRES_URL="+bad))
 	expectFailures(t, r, map[string][]string{"postgres": {"cannot connect", "127.0.0.1", "postgres.url", "WALPOST_POSTGRES_URL"}})
-	if strings.Contains(r.Output, catPassword) {
+	if strings.Contains(r.Output, wrongPassword) {
 		t.Errorf("check output contains the password")
 	}
 }
@@ -417,7 +390,7 @@ func TestCatalogueKafkaUnreachable(t *testing.T) {
 		if !strings.Contains(log, addr) {
 			t.Errorf("the log does not name the brokers %s", addr)
 		}
-		catNoSlot(t, f)
+		noSlot(t, f)
 		if took, err := p.signal(syscall.SIGTERM, 15*time.Second); err != nil {
 			t.Fatalf("after SIGTERM (%s): %v", took, err)
 		}
@@ -471,15 +444,15 @@ func TestCatalogueSlotOtherDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.Path = "/postgres"
-	other := errsConnect(t, u.String())
-	errsExec(t, other, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, f.Slot)
+	other := connect(t, u.String())
+	execConn(t, other, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, f.Slot)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_, _ = other.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, f.Slot)
 	})
-	out, code := errsRun(t, f.env(catPoisonEnv...))
-	errsAssertStopped(t, out, code, "belongs to database", `"postgres"`, `not "walpost"`, f.Slot, "postgres.slot")
+	out, code := runToExit(t, f.env(poisonTableEnv...))
+	assertStopped(t, out, code, "belongs to database", `"postgres"`, `not "walpost"`, f.Slot, "postgres.slot")
 	var db string
 	if err := other.QueryRow(context.Background(), `SELECT database FROM pg_replication_slots WHERE slot_name = $1`, f.Slot).Scan(&db); err != nil || db != "postgres" {
 		t.Errorf("the other database's slot: database %q, %v; walpost must leave it alone", db, err)
@@ -491,9 +464,9 @@ func TestCatalogueSlotOtherDatabase(t *testing.T) {
 func TestCatalogueOutboxTableMissing(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	t.Parallel()
-	out, code := errsRun(t, f.env("WALPOST_POSTGRES_TABLE=nope"))
-	errsAssertStopped(t, out, code, `table "nope" does not exist`, "walpost migrate", "postgres.table")
-	catNoSlot(t, f)
+	out, code := runToExit(t, f.env("WALPOST_POSTGRES_TABLE=nope"))
+	assertStopped(t, out, code, `table "nope" does not exist`, "walpost migrate", "postgres.table")
+	noSlot(t, f)
 }
 
 // TestCataloguePublicationCoversOtherTable: a publication that covers
@@ -506,10 +479,10 @@ func TestCataloguePublicationCoversOtherTable(t *testing.T) {
 	mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (id int PRIMARY KEY)`, other))
 	t.Cleanup(func() { _, _ = f.Pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s`, other)) })
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER PUBLICATION %s ADD TABLE %s`, f.Publication, other))
-	out, code := errsRun(t, f.env())
-	errsAssertStopped(t, out, code, fmt.Sprintf(`also covers "public".%q`, other), "must cover only the outbox",
+	out, code := runToExit(t, f.env())
+	assertStopped(t, out, code, fmt.Sprintf(`also covers "public".%q`, other), "must cover only the outbox",
 		fmt.Sprintf(`ALTER PUBLICATION %s DROP TABLE "public".%q`, f.Publication, other))
-	catNoSlot(t, f)
+	noSlot(t, f)
 }
 
 // TestCatalogueTopicMissing: kafka.topic missing and
@@ -519,10 +492,10 @@ func TestCatalogueTopicMissing(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	t.Parallel()
 	missing := randName("cat_missing")
-	out, code := errsRun(t, f.env("WALPOST_KAFKA_TOPIC="+missing))
-	errsAssertStopped(t, out, code, "kafka.topic", fmt.Sprintf("%q", missing), "does not exist",
+	out, code := runToExit(t, f.env("WALPOST_KAFKA_TOPIC="+missing))
+	assertStopped(t, out, code, "kafka.topic", fmt.Sprintf("%q", missing), "does not exist",
 		"kafka.create_topic_partitions", "kafka-topics.sh --create")
-	catNoSlot(t, f)
+	noSlot(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tds, err := f.Admin.ListTopics(ctx, missing)
@@ -541,7 +514,7 @@ func TestCatalogueTopicMissing(t *testing.T) {
 func TestCatalogueInvalidConfig(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	t.Parallel()
-	out, code, took := catRun(t, f.env("WALPOST_POISON_MAX_ATTEMPTS=-1"), 30*time.Second)
+	out, code, took := runToStop(t, f.env("WALPOST_POISON_MAX_ATTEMPTS=-1"), 30*time.Second)
 	if code != 1 {
 		t.Errorf("exit code %d, want 1", code)
 	}
@@ -553,7 +526,7 @@ func TestCatalogueInvalidConfig(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	catNoSlot(t, f)
+	noSlot(t, f)
 }
 
 // ---------------------------------------------------------------------
@@ -567,21 +540,21 @@ func TestCatalogueInvalidConfig(t *testing.T) {
 func TestCatalogueInvalidHeaders(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	t.Parallel()
-	catStart(t, f)
-	catInsertTxn(t, f, []catRow{
-		{key: "h-before", payloadTx: `{"n": 1}`, headers: catPtr(`{"trace": "t-1"}`)},
-		{key: "h-number", payloadTx: `{"n": 2}`, headers: catPtr(`{"a": 1}`)},
+	startCatalogue(t, f)
+	insertTxn(t, f, []outboxRow{
+		{key: "h-before", payloadTx: `{"n": 1}`, headers: ptr(`{"trace": "t-1"}`)},
+		{key: "h-number", payloadTx: `{"n": 2}`, headers: ptr(`{"a": 1}`)},
 		{key: "h-mid", payloadTx: `{"n": 3}`},
-		{key: "h-array", payloadTx: `{"n": 4}`, headers: catPtr(`[1,2]`)},
-		{key: "h-jsonnull", payloadTx: `{"n": 5}`, headers: catPtr(`null`)},
+		{key: "h-array", payloadTx: `{"n": 4}`, headers: ptr(`[1,2]`)},
+		{key: "h-jsonnull", payloadTx: `{"n": 5}`, headers: ptr(`null`)},
 	})
-	catInsertTxn(t, f, []catRow{{key: "h-nullvalue", payloadTx: `{"n": 6}`, headers: catPtr(`{"a": null, "b": "ok"}`)}})
-	catInsertTxn(t, f, []catRow{{key: "h-after", payloadTx: `{"n": 7}`, headers: catPtr(`{}`)}})
+	insertTxn(t, f, []outboxRow{{key: "h-nullvalue", payloadTx: `{"n": 6}`, headers: ptr(`{"a": null, "b": "ok"}`)}})
+	insertTxn(t, f, []outboxRow{{key: "h-after", payloadTx: `{"n": 7}`, headers: ptr(`{}`)}})
 	end := f.currentWAL()
 
-	want := append(catExpected("1", "h-before", "h-mid", "h-jsonnull"), catExpected("3", "h-after")...)
-	catExpectDelivered(t, f, catConsume(t, f, len(want), 60*time.Second), want)
-	rows := catWaitPoison(t, f, 3)
+	want := append(expectedKeys("1", "h-before", "h-mid", "h-jsonnull"), expectedKeys("3", "h-after")...)
+	expectDelivered(t, f, consumeRecords(t, f, len(want), 60*time.Second), want)
+	rows := waitPoison(t, f, 3)
 	wantPoison := map[string]string{"h-number": `{"a": 1}`, "h-array": `[1, 2]`, "h-nullvalue": `{"a": null, "b": "ok"}`}
 	if len(rows) != len(wantPoison) {
 		t.Errorf("poison rows %+v, want %d", rows, len(wantPoison))
@@ -590,10 +563,10 @@ func TestCatalogueInvalidHeaders(t *testing.T) {
 		h, ok := wantPoison[r.Key]
 		if !ok || r.Class != "INVALID_HEADERS" || r.Attempts != 2 || r.Headers == nil || *r.Headers != h ||
 			!strings.Contains(r.LastError, "headers must be a JSON object of strings") {
-			t.Errorf("poison row %+v (headers %v), want INVALID_HEADERS, 2 attempts, headers %s", r, catDeref(r.Headers), h)
+			t.Errorf("poison row %+v (headers %v), want INVALID_HEADERS, 2 attempts, headers %s", r, deref(r.Headers), h)
 		}
 	}
-	catSlotPast(t, f, end)
+	slotPast(t, f, end)
 }
 
 // TestCatalogueNullPayload: where the payload column allows NULL, a NULL
@@ -604,24 +577,24 @@ func TestCatalogueNullPayload(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s ALTER COLUMN payload DROP NOT NULL`, f.Table))
 	t.Parallel()
-	catStart(t, f)
-	catInsertTxn(t, f, []catRow{
+	startCatalogue(t, f)
+	insertTxn(t, f, []outboxRow{
 		{key: "n-before", payloadTx: `{"n": 1}`},
-		{key: "n-null", payload: catPtr("NULL")},
+		{key: "n-null", payload: ptr("NULL")},
 		{key: "n-after", payloadTx: `{"n": 3}`},
 	})
 	// A JSON null is a value, not a NULL: delivered as the 4 bytes "null".
-	catInsertTxn(t, f, []catRow{{key: "n-jsonnull", payloadTx: `null`}})
+	insertTxn(t, f, []outboxRow{{key: "n-jsonnull", payloadTx: `null`}})
 	end := f.currentWAL()
 
-	want := append(catExpected("1", "n-before", "n-after"), catExpected("2", "n-jsonnull")...)
-	catExpectDelivered(t, f, catConsume(t, f, len(want), 60*time.Second), want)
-	rows := catWaitPoison(t, f, 1)
+	want := append(expectedKeys("1", "n-before", "n-after"), expectedKeys("2", "n-jsonnull")...)
+	expectDelivered(t, f, consumeRecords(t, f, len(want), 60*time.Second), want)
+	rows := waitPoison(t, f, 1)
 	if len(rows) != 1 || rows[0].Key != "n-null" || rows[0].Class != "NULL_PAYLOAD" || rows[0].Attempts != 2 ||
 		rows[0].Payload != nil || !strings.Contains(rows[0].LastError, "tombstone") {
 		t.Errorf("poison rows %+v, want n-null with NULL_PAYLOAD, 2 attempts, payload NULL", rows)
 	}
-	catSlotPast(t, f, end)
+	slotPast(t, f, end)
 }
 
 // TestCatalogueDeeplyNestedPayload: a jsonb nested 500 levels deep is
@@ -629,24 +602,24 @@ func TestCatalogueNullPayload(t *testing.T) {
 func TestCatalogueDeeplyNestedPayload(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	t.Parallel()
-	catStart(t, f)
-	catInsertTxn(t, f, []catRow{
-		{key: "d-arrays", payload: catPtr(`(repeat('[', 500) || repeat(']', 500))::jsonb`)},
-		{key: "d-objects", payload: catPtr(`(repeat('{"a": ', 500) || '"leaf"' || repeat('}', 500))::jsonb`)},
+	startCatalogue(t, f)
+	insertTxn(t, f, []outboxRow{
+		{key: "d-arrays", payload: ptr(`(repeat('[', 500) || repeat(']', 500))::jsonb`)},
+		{key: "d-objects", payload: ptr(`(repeat('{"a": ', 500) || '"leaf"' || repeat('}', 500))::jsonb`)},
 	})
 	end := f.currentWAL()
-	want := catExpected("1", "d-arrays", "d-objects")
-	recs := catConsume(t, f, len(want), 60*time.Second)
-	catExpectDelivered(t, f, recs, want)
+	want := expectedKeys("1", "d-arrays", "d-objects")
+	recs := consumeRecords(t, f, len(want), 60*time.Second)
+	expectDelivered(t, f, recs, want)
 	for _, r := range recs {
 		if string(r.Key) == "d-arrays" && string(r.Value) != strings.Repeat("[", 500)+strings.Repeat("]", 500) {
 			t.Errorf("d-arrays value %.60q…", r.Value)
 		}
 	}
-	if n := len(catPoisonRows(t, f)); n != 0 {
+	if n := len(poisonRows(t, f)); n != 0 {
 		t.Errorf("%d poison rows, want 0", n)
 	}
-	catSlotPast(t, f, end)
+	slotPast(t, f, end)
 }
 
 // TestCatalogueHugeIdempotencyKey: a 10 KB idempotency_key is delivered,
@@ -656,13 +629,13 @@ func TestCatalogueDeeplyNestedPayload(t *testing.T) {
 func TestCatalogueHugeIdempotencyKey(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	t.Parallel()
-	catStart(t, f)
+	startCatalogue(t, f)
 	var b strings.Builder
 	for i := 0; b.Len() < 10*1024; i++ {
 		fmt.Fprintf(&b, "order-%06d|", i)
 	}
 	key := b.String()[:10*1024]
-	catInsertTxn(t, f, []catRow{{key: "k-small", payloadTx: `{}`}, {key: key, payloadTx: `{"big": "key"}`}})
+	insertTxn(t, f, []outboxRow{{key: "k-small", payloadTx: `{}`}, {key: key, payloadTx: `{"big": "key"}`}})
 
 	raw := make([]byte, 5*1024)
 	_, _ = rand.Read(raw)
@@ -673,18 +646,18 @@ func TestCatalogueHugeIdempotencyKey(t *testing.T) {
 		t.Errorf("insert of an incompressible 10 KB key: %v, want SQLSTATE 54000 (index row size)", err)
 	}
 	end := f.currentWAL()
-	recs := catConsume(t, f, 2, 60*time.Second)
+	recs := consumeRecords(t, f, 2, 60*time.Second)
 	// Different partitions: Validate checks order within each.
-	catExpectDelivered(t, f, recs, []verify.Expected{{Key: "k-small", Txn: "1", Index: 0}, {Key: key, Txn: "1", Index: 1}})
+	expectDelivered(t, f, recs, []verify.Expected{{Key: "k-small", Txn: "1", Index: 0}, {Key: key, Txn: "1", Index: 1}})
 	for _, r := range recs {
 		if h := r.header("idempotency_key"); len(r.Key) == len(key) && (string(r.Key) != key || len(h) != 1 || h[0] != key) {
 			t.Errorf("10 KB key or header altered")
 		}
 	}
-	if n := len(catPoisonRows(t, f)); n != 0 {
+	if n := len(poisonRows(t, f)); n != 0 {
 		t.Errorf("%d poison rows, want 0", n)
 	}
-	catSlotPast(t, f, end)
+	slotPast(t, f, end)
 }
 
 // TestCatalogueNonUTF8Text: PostgreSQL (UTF8 database) refuses invalid
@@ -696,7 +669,7 @@ func TestCatalogueHugeIdempotencyKey(t *testing.T) {
 func TestCatalogueNonUTF8Text(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	t.Parallel()
-	catStart(t, f)
+	startCatalogue(t, f)
 	ctx := context.Background()
 	refused := []struct {
 		name string
@@ -717,24 +690,24 @@ func TestCatalogueNonUTF8Text(t *testing.T) {
 		}
 	}
 	key := "キー-😀-e\u0301-עברית-鍵"
-	catInsertTxn(t, f, []catRow{
+	insertTxn(t, f, []outboxRow{
 		{key: "u-ascii", payloadTx: `{"a": "plain"}`},
 		{key: key, payloadTx: "{\"emoji\": \"😀👍🏽\", \"cjk\": \"漢字かなカナ한글\", \"combining\": \"e\u0301 n\u0303 a\u0308\", \"escaped\": \"\\u00e9\\ud83d\\ude00\", \"rtl\": \"مرحبا\"}",
-			eventType: catPtr("ordre.créé-注文"), headers: catPtr(`{"trace": "🧵-スレッド", "名前": "é"}`)},
+			eventType: ptr("ordre.créé-注文"), headers: ptr(`{"trace": "🧵-スレッド", "名前": "é"}`)},
 	})
 	end := f.currentWAL()
-	want := catExpected("1", "u-ascii", key)
-	recs := catConsume(t, f, len(want), 60*time.Second)
-	catExpectDelivered(t, f, recs, want)
+	want := expectedKeys("1", "u-ascii", key)
+	recs := consumeRecords(t, f, len(want), 60*time.Second)
+	expectDelivered(t, f, recs, want)
 	for _, r := range recs {
 		if string(r.Key) == key && !bytes.Contains(r.Value, []byte("\"escaped\": \"é😀\"")) {
 			t.Errorf("JSON escapes not rendered as PostgreSQL does: %s", r.Value)
 		}
 	}
-	if n := len(catPoisonRows(t, f)); n != 0 {
+	if n := len(poisonRows(t, f)); n != 0 {
 		t.Errorf("%d poison rows, want 0", n)
 	}
-	catSlotPast(t, f, end)
+	slotPast(t, f, end)
 }
 
 // TestCatalogueEmptyIdempotencyKey: an empty idempotency_key (the empty string passes
@@ -742,21 +715,21 @@ func TestCatalogueNonUTF8Text(t *testing.T) {
 func TestCatalogueEmptyIdempotencyKey(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	t.Parallel()
-	catStart(t, f)
-	catInsertTxn(t, f, []catRow{
+	startCatalogue(t, f)
+	insertTxn(t, f, []outboxRow{
 		{key: "e-before", payloadTx: `{"n": 1}`},
-		{key: "", payloadTx: `{"n": 2}`, eventType: catPtr("empty.key")},
+		{key: "", payloadTx: `{"n": 2}`, eventType: ptr("empty.key")},
 		{key: "e-after", payloadTx: `{"n": 3}`},
 	})
 	end := f.currentWAL()
-	want := catExpected("1", "e-before", "e-after")
-	catExpectDelivered(t, f, catConsume(t, f, len(want), 60*time.Second), want)
-	rows := catWaitPoison(t, f, 1)
+	want := expectedKeys("1", "e-before", "e-after")
+	expectDelivered(t, f, consumeRecords(t, f, len(want), 60*time.Second), want)
+	rows := waitPoison(t, f, 1)
 	if len(rows) != 1 || rows[0].Key != "" || rows[0].Class != "EMPTY_KEY" || rows[0].Attempts != 2 ||
 		rows[0].Payload == nil || *rows[0].Payload != `{"n": 2}` {
 		t.Errorf("poison rows %+v, want the empty key with EMPTY_KEY, 2 attempts and its payload", rows)
 	}
-	catSlotPast(t, f, end)
+	slotPast(t, f, end)
 }
 
 // TestCatalogueForgedContractHeader: a row header named like one of the
@@ -768,17 +741,17 @@ func TestCatalogueEmptyIdempotencyKey(t *testing.T) {
 func TestCatalogueForgedContractHeader(t *testing.T) {
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	t.Parallel()
-	catStart(t, f)
-	catInsertTxn(t, f, []catRow{
-		{key: "f-key", payloadTx: `{"n": 1}`, headers: catPtr(`{"idempotency_key": "forged"}`)},
-		{key: "f-all", payloadTx: `{"n": 2}`, eventType: catPtr("real.type"),
-			headers: catPtr(`{"idempotency_key": "forged", "outbox_id": "forged", "commit_lsn": "0/0", "created_at": "forged", "event_type": "forged", "x": "y"}`)},
-		{key: "f-evtype", payloadTx: `{"n": 3}`, headers: catPtr(`{"event_type": "from.header"}`)},
+	startCatalogue(t, f)
+	insertTxn(t, f, []outboxRow{
+		{key: "f-key", payloadTx: `{"n": 1}`, headers: ptr(`{"idempotency_key": "forged"}`)},
+		{key: "f-all", payloadTx: `{"n": 2}`, eventType: ptr("real.type"),
+			headers: ptr(`{"idempotency_key": "forged", "outbox_id": "forged", "commit_lsn": "0/0", "created_at": "forged", "event_type": "forged", "x": "y"}`)},
+		{key: "f-evtype", payloadTx: `{"n": 3}`, headers: ptr(`{"event_type": "from.header"}`)},
 	})
 	end := f.currentWAL()
-	want := catExpected("1", "f-key", "f-all", "f-evtype")
-	recs := catConsume(t, f, len(want), 60*time.Second)
-	catExpectDelivered(t, f, recs, want)
+	want := expectedKeys("1", "f-key", "f-all", "f-evtype")
+	recs := consumeRecords(t, f, len(want), 60*time.Second)
+	expectDelivered(t, f, recs, want)
 	for _, r := range recs {
 		for _, h := range r.Headers {
 			if string(h.Value) == "forged" {
@@ -794,13 +767,13 @@ func TestCatalogueForgedContractHeader(t *testing.T) {
 			}
 		}
 	}
-	if n := len(catPoisonRows(t, f)); n != 0 {
+	if n := len(poisonRows(t, f)); n != 0 {
 		t.Errorf("%d poison rows, want 0", n)
 	}
-	catSlotPast(t, f, end)
+	slotPast(t, f, end)
 }
 
-func catDeref(s *string) string {
+func deref(s *string) string {
 	if s == nil {
 		return "<NULL>"
 	}

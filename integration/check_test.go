@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"net/url"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -298,7 +297,7 @@ func TestCheckRDSReplicationRole(t *testing.T) {
 func TestCheckWalLevelNotLogical(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
-	scratchURL := scratchPG(t, "check_replica", 0, "replica")
+	scratchURL := scratchServer(t, "replica").url
 	su, err := url.Parse(scratchURL)
 	if err != nil {
 		t.Fatal(err)
@@ -319,43 +318,6 @@ func TestCheckWalLevelNotLogical(t *testing.T) {
 	if d := r.byStatus("OK")["postgres"]; !strings.Contains(d, ":"+su.Port()+"/") {
 		t.Errorf("check did not connect to the scratch cluster: %q", d)
 	}
-}
-
-// scratchPG starts a throwaway cluster with scripts/stack.sh and returns
-// its URL; cleanup removes it. Port 0 picks a free port (another one when
-// it is taken before the server binds it).
-func scratchPG(t *testing.T, name string, port int, walLevel string) string {
-	t.Helper()
-	script := filepath.Join(repoRoot, "scripts", "stack.sh")
-	var out []byte
-	up := func(port int) (string, error) {
-		cmd := exec.Command(script, "scratch-pg-up", name, fmt.Sprint(port), walLevel)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		var err error
-		out, err = cmd.Output()
-		return stderr.String(), err
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command(script, "scratch-pg-down", name).CombinedOutput(); err != nil {
-			t.Errorf("scratch-pg-down %s: %v\n%s", name, err, out)
-		}
-	})
-	var errOut string
-	var err error
-	if port == 0 {
-		port, errOut, err = retryPort(t, up)
-	} else {
-		errOut, err = up(port)
-	}
-	if err != nil {
-		t.Fatalf("scratch-pg-up %s %d %s: %v\n%s", name, port, walLevel, err, errOut)
-	}
-	lines := strings.Fields(strings.TrimSpace(string(out)))
-	if len(lines) == 0 {
-		t.Fatalf("scratch-pg-up printed no URL; stderr:\n%s", errOut)
-	}
-	return lines[len(lines)-1]
 }
 
 // querier is what catalogDump reads through: a pool or a transaction.

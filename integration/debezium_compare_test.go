@@ -153,7 +153,7 @@ func TestDebeziumBytes(t *testing.T) {
 	}
 	modes := []deliveryMode{
 		{"at-least-once", "wp.", nil},
-		{"exactly-once", "wpx.", f.eosEnv()},
+		{"exactly-once", "wpx.", f.exactlyOnceEnv()},
 	}
 	var topics []string
 	for _, src := range sources {

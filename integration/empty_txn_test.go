@@ -33,9 +33,9 @@ const (
 // with its RSS flat, not confirm past the event (INV-1), and once Kafka is
 // back deliver it and confirm past the whole flood.
 func TestEmptyTransactionsDuringKafkaOutage(t *testing.T) {
-	f := faultFixture(t, 1)
+	f := stackFixture(t, 1)
 	p := f.start("WALPOST_POSTGRES_STATUS_INTERVAL=1s")
-	faultStreaming(t, p)
+	waitStreaming(t, p)
 	ctx := context.Background()
 
 	// One event delivered first: walpost has the topic's metadata (it
@@ -48,7 +48,7 @@ func TestEmptyTransactionsDuringKafkaOutage(t *testing.T) {
 		lsn, _, _ := f.slotState()
 		return lsn >= f.currentWAL()
 	})
-	faultStack(t, "kafka-stop")
+	stackCtl(t, "kafka-stop")
 	outageStart := time.Now()
 	inflight, err := f.writeTxn(ctx, "inflight", []string{"inflight-0"}, `{"data": "x"}`)
 	if err != nil {
@@ -99,14 +99,14 @@ func TestEmptyTransactionsDuringKafkaOutage(t *testing.T) {
 	t.Logf("flood: %d transactions in %s, WAL %s → %s", emptyTxnFlood, time.Since(start).Round(time.Millisecond), eventLSN, floodEnd)
 	waitFor(t, 90*time.Second, "walpost to read the whole flood", func() bool { return f.replicaWrite() >= floodEnd })
 	t.Logf("walpost read the flood %s after it started", time.Since(start).Round(time.Millisecond))
-	faultAlive(t, p, "after the flood")
+	alive(t, p, "after the flood")
 	// Kafka stays down until walpost, idle behind the unacknowledged
 	// event, sent emptyTxnIdleUpdates status updates after reading the
 	// flood (keepalives, the heartbeat: it keeps reading).
 	readAt := time.Now()
 	replies := map[time.Time]bool{}
 	waitFor(t, time.Minute, fmt.Sprintf("%d status updates with the stream idle behind the event", emptyTxnIdleUpdates), func() bool {
-		faultAlive(t, p, "while idle behind the event")
+		alive(t, p, "while idle behind the event")
 		var reply *time.Time
 		_ = f.Pool.QueryRow(ctx, `SELECT r.reply_time FROM pg_stat_replication r JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = $1`, f.Slot).Scan(&reply)
 		if reply != nil && reply.After(readAt) {
@@ -114,7 +114,7 @@ func TestEmptyTransactionsDuringKafkaOutage(t *testing.T) {
 		}
 		return len(replies) >= emptyTxnIdleUpdates
 	})
-	faultAlive(t, p, "at the end of the outage")
+	alive(t, p, "at the end of the outage")
 	stopSampling()
 	outage := time.Since(outageStart)
 	growth := peak() - int64(base)
@@ -127,13 +127,13 @@ func TestEmptyTransactionsDuringKafkaOutage(t *testing.T) {
 		t.Errorf("slot confirmed at %s with the event below %s unacknowledged", lsn, eventLSN)
 	}
 
-	faultStack(t, "kafka-start")
-	faultVerify(t, f, expected, 2*time.Minute)
+	stackCtl(t, "kafka-start")
+	verifyDelivery(t, f, expected, 2*time.Minute)
 	waitFor(t, time.Minute, "the slot to confirm past the flood", func() bool {
 		lsn, _, _ := f.slotState()
 		return lsn >= floodEnd
 	})
-	faultAlive(t, p, "after Kafka came back")
+	alive(t, p, "after Kafka came back")
 }
 
 // replicaWrite returns the write position walpost last reported for the

@@ -21,27 +21,27 @@ import (
 // It stops the stack's Kafka and PostgreSQL: it must not run beside
 // other tests (no t.Parallel).
 func TestExactlyOnceEveryFault(t *testing.T) {
-	f := faultFixture(t, 3)
-	env := f.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=500", "WALPOST_DELIVERY_TRANSACTION_TIMEOUT=10s", "WALPOST_KAFKA_FLUSH_TIMEOUT=5s")
+	f := stackFixture(t, 3)
+	env := f.exactlyOnceEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=500", "WALPOST_DELIVERY_TRANSACTION_TIMEOUT=10s", "WALPOST_KAFKA_FLUSH_TIMEOUT=5s")
 	a := f.start(env...)
-	faultStreaming(t, a)
+	waitStreaming(t, a)
 	b := f.start(env...)
 	if !b.waitLog("slot is held by another process", time.Minute) {
 		t.Fatal("the second walpost did not stand by")
 	}
-	l := newFaultLoad(f, 8, 20, 100*time.Millisecond).start()
+	l := newWriterLoad(f, 8, 20, 100*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
 
 	// 1. kill -9 inside the large transaction; the standby takes over.
 	base := f.stableOffsets(t)
-	big := eosBigTxn(t, f, "big-every")
+	big := bigTxn(t, f, "big-every")
 	// Most of what commits now is the large transaction (the writers add
 	// about 800 events/s).
 	waitForFast(t, 2*time.Minute, "part of the large transaction committed", func() bool { return f.stableOffsets(t) > base+2000 })
 	if _, err := a.signal(syscall.SIGKILL, 10*time.Second); err == nil {
 		t.Fatal("walpost exited cleanly after SIGKILL?")
 	}
-	t.Logf("fault 1: A killed -9 with %d more offsets committed since the large transaction was written (it has %d rows)", f.stableOffsets(t)-base, eosBigRows)
+	t.Logf("fault 1: A killed -9 with %d more offsets committed since the large transaction was written (it has %d rows)", f.stableOffsets(t)-base, bigTxnRows)
 	if !b.waitLog("msg=streaming", 2*time.Minute) {
 		t.Fatalf("the standby did not take the slot after kill -9:\n%s", tail(b.log, 30))
 	}
@@ -57,13 +57,13 @@ func TestExactlyOnceEveryFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	frozen := time.Now()
-	mustExec(t, f.Pool, `SELECT pg_terminate_backend($1)`, faultSlotPID(f))
+	mustExec(t, f.Pool, `SELECT pg_terminate_backend($1)`, slotPID(f))
 	if !a.waitLog("msg=streaming", 2*time.Minute) {
 		t.Fatalf("the standby did not take the slot from the frozen walpost:\n%s", tail(a.log, 30))
 	}
 	// The property is the broker's transaction timeout (10 s): B stays
 	// frozen past it, so the broker aborts B's open transaction.
-	faultSleep(t, a, time.Until(frozen.Add(12*time.Second)), "while the other walpost was frozen")
+	sleepAlive(t, a, time.Until(frozen.Add(12*time.Second)), "while the other walpost was frozen")
 	if err := b.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -71,25 +71,25 @@ func TestExactlyOnceEveryFault(t *testing.T) {
 
 	// 3. Kafka killed and started.
 	l.waitWritten(t, 3000, time.Minute)
-	faultStack(t, "kafka-stop", "kill")
-	faultSleep(t, a, 3*time.Second, "while Kafka was down")
-	faultStack(t, "kafka-start")
-	waitFor(t, 2*time.Minute, "a new session after the Kafka kill", func() bool { return faultCount(a, "msg=streaming") > 1 || a.exited() })
+	stackCtl(t, "kafka-stop", "kill")
+	sleepAlive(t, a, 3*time.Second, "while Kafka was down")
+	stackCtl(t, "kafka-start")
+	waitFor(t, 2*time.Minute, "a new session after the Kafka kill", func() bool { return logCount(a, "msg=streaming") > 1 || a.exited() })
 	t.Log("fault 3: Kafka killed and started")
 
 	// 4. PostgreSQL crashed and started.
 	l.waitWritten(t, 3000, time.Minute)
-	faultStack(t, "pg-stop", "immediate")
-	faultSleep(t, a, 2*time.Second, "while PostgreSQL was down")
-	faultStack(t, "pg-start")
-	waitFor(t, 2*time.Minute, "a new session after the PostgreSQL crash", func() bool { return faultCount(a, "msg=streaming") > 2 || a.exited() })
+	stackCtl(t, "pg-stop", "immediate")
+	sleepAlive(t, a, 2*time.Second, "while PostgreSQL was down")
+	stackCtl(t, "pg-start")
+	waitFor(t, 2*time.Minute, "a new session after the PostgreSQL crash", func() bool { return logCount(a, "msg=streaming") > 2 || a.exited() })
 	t.Log("fault 4: PostgreSQL crashed and started")
 
-	eosWaitTotal(t, l, 30_000)
+	waitTotal(t, l, 30_000)
 	expected := append(l.finish(t), big...)
 	t.Logf("%d events from 8 writers and a transaction of %d rows", len(expected)-len(big), len(big))
-	eosVerify(t, f, expected, 4*time.Minute)
-	faultAlive(t, a, "after every fault")
+	verifyReadCommitted(t, f, expected, 4*time.Minute)
+	alive(t, a, "after every fault")
 	// The frozen walpost either exited 1, fenced, or stands by: it
 	// committed nothing after the fence (the validator saw no duplicate).
 	if b.exited() {

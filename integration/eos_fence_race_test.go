@@ -21,9 +21,9 @@ import (
 func TestExactlyOnceFencedWhileHoldingSlot(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
-	p := f.start(f.eosEnv()...)
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 4, 20, 20*time.Millisecond).start()
+	p := f.start(f.exactlyOnceEnv()...)
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 4, 20, 20*time.Millisecond).start()
 	l.waitWritten(t, 2000, time.Minute)
 
 	var sysid int64
@@ -46,13 +46,13 @@ func TestExactlyOnceFencedWhileHoldingSlot(t *testing.T) {
 	// The fence ends the session (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH
 	// on brokers that bump the epoch per transaction): a new one starts.
 	waitFor(t, time.Minute, "walpost to start a new session after the fence", func() bool {
-		return faultCount(p, "msg=streaming") > 1 || p.exited()
+		return logCount(p, "msg=streaming") > 1 || p.exited()
 	})
-	faultAlive(t, p, "after another producer initialised its transactional id")
+	alive(t, p, "after another producer initialised its transactional id")
 	t.Logf("sessions ended by the fence: %d (fenced while holding the slot), %d (reconnecting)",
-		faultCount(p, "kafka fenced this producer while this walpost held the slot"), faultCount(p, "session failed; reconnecting"))
-	eosWaitTotal(t, l, 6000)
+		logCount(p, "kafka fenced this producer while this walpost held the slot"), logCount(p, "session failed; reconnecting"))
+	waitTotal(t, l, 6000)
 	expected := l.finish(t)
-	eosVerify(t, f, expected, 2*time.Minute)
-	faultAlive(t, p, "at the end")
+	verifyReadCommitted(t, f, expected, 2*time.Minute)
+	alive(t, p, "at the end")
 }

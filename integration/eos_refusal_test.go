@@ -36,9 +36,9 @@ func TestExactlyOnceBrokerRefusal(t *testing.T) {
 		payload jsonb,
 		ts timestamptz NOT NULL DEFAULT now())`, f.Table))
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER PUBLICATION %s ADD TABLE %s`, f.Publication, f.Table))
-	p := f.start(f.eosEnv("WALPOST_MAPPING_PROFILE=debezium", "WALPOST_MAPPING_TOPIC_TEMPLATE=${routedByValue}",
+	p := f.start(f.exactlyOnceEnv("WALPOST_MAPPING_PROFILE=debezium", "WALPOST_MAPPING_TOPIC_TEMPLATE=${routedByValue}",
 		"WALPOST_MAPPING_TIMESTAMP_COLUMN=ts", "WALPOST_KAFKA_LINGER=20ms", "WALPOST_POISON_MAX_ATTEMPTS=2")...)
-	faultStreaming(t, p)
+	waitStreaming(t, p)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -86,15 +86,15 @@ func TestExactlyOnceBrokerRefusal(t *testing.T) {
 	want := []string{fmt.Sprintf("row-%d", bad)}
 	committed := time.Now()
 	waitFor(t, 2*time.Minute, "a poison row", func() bool {
-		faultAlive(t, p, "while Kafka refused a record")
+		alive(t, p, "while Kafka refused a record")
 		return len(poisoned()) > 0
 	})
 	if got := poisoned(); !slices.Equal(got, want) {
 		t.Fatalf("poison rows of %v, want only the culprit %v", got, want)
 	}
 	t.Logf("the culprit quarantined %s after its transaction committed, after %d failed sessions",
-		time.Since(committed).Round(time.Millisecond), faultCount(p, "session failed"))
-	eosVerify(t, f, expected, 2*time.Minute)
+		time.Since(committed).Round(time.Millisecond), logCount(p, "session failed"))
+	verifyReadCommitted(t, f, expected, 2*time.Minute)
 	if got := poisoned(); !slices.Equal(got, want) {
 		t.Fatalf("poison rows of %v, want only the culprit %v", got, want)
 	}
@@ -106,11 +106,11 @@ func TestExactlyOnceBrokerRefusal(t *testing.T) {
 	if id != culprit || attempts != 2 || class != "INVALID_TIMESTAMP" {
 		t.Errorf("poison row: id %s, %d attempts, %s; want %s, 2, INVALID_TIMESTAMP", id, attempts, class, culprit)
 	}
-	if n := faultCount(p, "kafka refused a batch inside a transaction"); n == 0 {
+	if n := logCount(p, "kafka refused a batch inside a transaction"); n == 0 {
 		t.Errorf("no refused batch logged: the culprit was never in a batch with others, so the test did not exercise franz-go failing the partition's records together")
 	}
-	if n := faultCount(p, "kafka refused a record inside a transaction"); n != 2 {
+	if n := logCount(p, "kafka refused a record inside a transaction"); n != 2 {
 		t.Errorf("%d refusals counted, want poison.max_attempts = 2 (the culprit's alone)", n)
 	}
-	faultAlive(t, p, "after the quarantine")
+	alive(t, p, "after the quarantine")
 }

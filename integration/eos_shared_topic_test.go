@@ -51,13 +51,13 @@ func TestExactlyOnceSharedCheckpointTopic(t *testing.T) {
 	env2 := f2.sharedEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=1", "WALPOST_DELIVERY_TRANSACTION_TIMEOUT=5m")
 	w1 := f1.start(env1...)
 	w2 := f2.start(env2...)
-	faultStreaming(t, w1)
-	faultStreaming(t, w2)
+	waitStreaming(t, w1)
+	waitStreaming(t, w2)
 	txn2 := kafka.TransactionalID(f2.Slot, systemID(t, f2))
 
 	// W1 commits checkpoints before the freeze as well.
-	l1 := newFaultLoad(f1, 4, 20, 2*time.Millisecond).start()
-	l2 := newFaultLoad(f2, 1, 2, 5*time.Millisecond).start()
+	l1 := newWriterLoad(f1, 4, 20, 2*time.Millisecond).start()
+	l2 := newWriterLoad(f2, 1, 2, 5*time.Millisecond).start()
 	l1.waitWritten(t, 2000, time.Minute)
 	expected1 := l1.finish(t)
 	waitFor(t, time.Minute, "W1's events committed in Kafka", func() bool {
@@ -106,7 +106,7 @@ func TestExactlyOnceSharedCheckpointTopic(t *testing.T) {
 
 	waitFor(t, 30*time.Second, "W1's slot inactive", func() bool { _, active, _ := f1.slotState(); return !active })
 	w1b := f1.start(env1...)
-	faultStreaming(t, w1b)
+	waitStreaming(t, w1b)
 	cp := checkpointReads(t, w1b)[0]
 	t.Logf("W1 restarted from: %s", cp.Line)
 	stillPinned(t, f2, txn2, pin) // the read above was behind W2's open transaction
@@ -114,14 +114,14 @@ func TestExactlyOnceSharedCheckpointTopic(t *testing.T) {
 		t.Errorf("W1 resumed from partial_commit_lsn %s ordinal %d; want the large transaction as partial, ordinal in [%d, %d) (%d of its rows committed)",
 			cp.Partial, cp.Ordinal, committed, big, committed)
 	}
-	eosVerify(t, f1, append(expected1, bigExp...), 4*time.Minute)
-	faultAlive(t, w1b, "after its restart")
+	verifyReadCommitted(t, f1, append(expected1, bigExp...), 4*time.Minute)
+	alive(t, w1b, "after its restart")
 
 	if err := w2.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	eosVerify(t, f2, expected2, 4*time.Minute)
-	faultAlive(t, w2, "after it was frozen")
+	verifyReadCommitted(t, f2, expected2, 4*time.Minute)
+	alive(t, w2, "after it was frozen")
 }
 
 // systemID is the PostgreSQL cluster's system identifier.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,17 +20,17 @@ import (
 // check that it stops at once (no reconnect loop) with a non-zero exit code
 // and a message that says what is wrong and how to fix it (DESIGN.md, PostgreSQL facts).
 
-// errsRunTimeout bounds one `walpost run`; a fatal setup error must stop it
+// runTimeout bounds one `walpost run`; a fatal setup error must stop it
 // well within this.
-const errsRunTimeout = 30 * time.Second
+const runTimeout = 30 * time.Second
 
-// errsRun runs `walpost run` with the stack's environment plus env until it
-// exits, failing the test if it does not exit within errsRunTimeout or exits
+// runToExit runs `walpost run` with the stack's environment plus env until it
+// exits, failing the test if it does not exit within runTimeout or exits
 // 0. It returns the combined output and the exit code.
-func errsRun(t *testing.T, env []string) (string, int) {
+func runToExit(t *testing.T, env []string) (string, int) {
 	t.Helper()
 	needStack(t)
-	ctx, cancel := context.WithTimeout(context.Background(), errsRunTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "run")
 	cmd.SysProcAttr = childAttr()
@@ -44,7 +43,7 @@ func errsRun(t *testing.T, env []string) (string, int) {
 	out := buf.String()
 	t.Logf("walpost run exited after %s (%v); output:\n%s", time.Since(start).Round(time.Millisecond), err, out)
 	if ctx.Err() != nil {
-		t.Fatalf("walpost run did not exit within %s", errsRunTimeout)
+		t.Fatalf("walpost run did not exit within %s", runTimeout)
 	}
 	if err == nil {
 		t.Fatal("walpost run exited 0; want a non-zero exit code")
@@ -56,9 +55,9 @@ func errsRun(t *testing.T, env []string) (string, int) {
 	return out, ee.ExitCode()
 }
 
-// errsAssertStopped checks a fatal stop: non-zero exit, no retry loop, and
+// assertStopped checks a fatal stop: non-zero exit, no retry loop, and
 // every want in the output.
-func errsAssertStopped(t *testing.T, out string, code int, wants ...string) {
+func assertStopped(t *testing.T, out string, code int, wants ...string) {
 	t.Helper()
 	if code <= 0 {
 		t.Errorf("exit code = %d, want > 0", code)
@@ -76,49 +75,9 @@ func errsAssertStopped(t *testing.T, out string, code int, wants ...string) {
 	}
 }
 
-// errsScratchPG starts a throwaway PostgreSQL cluster with walLevel and
-// returns its URL; cleanup removes it. env is added to scripts/stack.sh's
-// environment (PG_VERSION=13 for another major).
-func errsScratchPG(t *testing.T, walLevel string, env ...string) string {
-	t.Helper()
-	needStack(t)
-	name := randName("errs_" + walLevel)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "scripts/stack.sh", "scratch-pg-down", name)
-		cmd.Dir = repoRoot
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("scratch-pg-down %s: %v\n%s", name, err, out)
-		}
-	})
-	var stdout []byte
-	port, errOut, err := retryPort(t, func(port int) (string, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "scripts/stack.sh", "scratch-pg-up", name, fmt.Sprint(port), walLevel)
-		cmd.Dir = repoRoot
-		cmd.Env = append(os.Environ(), env...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		var err error
-		stdout, err = cmd.Output()
-		return stderr.String(), err
-	})
-	if err != nil {
-		t.Fatalf("scratch-pg-up %s %d %s: %v\n%s", name, port, walLevel, err, errOut)
-	}
-	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
-	u := strings.TrimSpace(lines[len(lines)-1])
-	if !strings.HasPrefix(u, "postgres://") {
-		t.Fatalf("scratch-pg-up printed %q, want a URL", stdout)
-	}
-	return u
-}
-
-// errsTopic returns a unique topic name for `walpost run` to create
+// newTopicName returns a unique topic name for `walpost run` to create
 // (kafka.create_topic_partitions) and deletes it in cleanup.
-func errsTopic(t *testing.T) string {
+func newTopicName(t *testing.T) string {
 	t.Helper()
 	topic := randName("errs_topic")
 	t.Cleanup(func() {
@@ -134,8 +93,8 @@ func errsTopic(t *testing.T) string {
 	return topic
 }
 
-// errsConnect opens a connection that cleanup closes.
-func errsConnect(t *testing.T, connString string) *pgx.Conn {
+// connect opens a connection that cleanup closes.
+func connect(t *testing.T, connString string) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -147,7 +106,7 @@ func errsConnect(t *testing.T, connString string) *pgx.Conn {
 	return conn
 }
 
-func errsExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
+func execConn(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -156,8 +115,8 @@ func errsExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 	}
 }
 
-// errsWithUser returns base with its user and password replaced.
-func errsWithUser(t *testing.T, base, user, password string) string {
+// withUser returns base with its user and password replaced.
+func withUser(t *testing.T, base, user, password string) string {
 	t.Helper()
 	u, err := url.Parse(base)
 	if err != nil {
@@ -167,7 +126,7 @@ func errsWithUser(t *testing.T, base, user, password string) string {
 	return u.String()
 }
 
-func errsSlotExists(t *testing.T, conn *pgx.Conn, slot string) bool {
+func slotExists(t *testing.T, conn *pgx.Conn, slot string) bool {
 	t.Helper()
 	var n int
 	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&n); err != nil {
@@ -186,9 +145,9 @@ func TestRunErrorBadCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	password := "wrongPw" + strings.TrimPrefix(randName("x"), "x_")
-	bad := errsWithUser(t, pgURL, u.User.Username(), password)
-	out, code := errsRun(t, f.env("WALPOST_POSTGRES_URL="+bad))
-	errsAssertStopped(t, out, code, "password authentication failed", "postgres.url", "WALPOST_POSTGRES_URL")
+	bad := withUser(t, pgURL, u.User.Username(), password)
+	out, code := runToExit(t, f.env("WALPOST_POSTGRES_URL="+bad))
+	assertStopped(t, out, code, "password authentication failed", "postgres.url", "WALPOST_POSTGRES_URL")
 	if strings.Contains(out, password) {
 		t.Errorf("output contains the password %q", password)
 	}
@@ -201,18 +160,18 @@ func TestRunErrorBadCredentials(t *testing.T) {
 // walpost stops and says to set wal_level = logical and restart.
 func TestRunErrorWalLevelNotLogical(t *testing.T) {
 	t.Parallel()
-	scratch := errsScratchPG(t, "replica")
+	scratch := scratchServer(t, "replica").url
 	if err := runWalpost(t, []string{"WALPOST_POSTGRES_URL=" + scratch}, "migrate"); err != nil {
 		t.Fatalf("walpost migrate on wal_level=replica: %v", err)
 	}
-	topic := errsTopic(t)
-	out, code := errsRun(t, []string{
+	topic := newTopicName(t)
+	out, code := runToExit(t, []string{
 		"WALPOST_POSTGRES_URL=" + scratch,
 		"WALPOST_KAFKA_TOPIC=" + topic,
 		"WALPOST_KAFKA_CREATE_TOPIC_PARTITIONS=1",
 		"WALPOST_HTTP_LISTEN=",
 	})
-	errsAssertStopped(t, out, code, `wal_level is "replica"`, "wal_level = logical", "restart PostgreSQL")
+	assertStopped(t, out, code, `wal_level is "replica"`, "wal_level = logical", "restart PostgreSQL")
 }
 
 // TestRefusesPostgres13: walpost check and walpost run on PostgreSQL 13
@@ -220,15 +179,15 @@ func TestRunErrorWalLevelNotLogical(t *testing.T) {
 // version, before anything else is read: walpost needs 14 or newer.
 func TestRefusesPostgres13(t *testing.T) {
 	t.Parallel()
-	scratch := errsScratchPG(t, "logical", "PG_VERSION=13")
-	topic := errsTopic(t)
+	scratch := scratchServer(t, "logical", "PG_VERSION=13").url
+	topic := newTopicName(t)
 	env := []string{"WALPOST_POSTGRES_URL=" + scratch, "WALPOST_KAFKA_TOPIC=" + topic}
 	// run creates the topic before it connects to PostgreSQL.
-	out, code := errsRun(t, append(env, "WALPOST_KAFKA_CREATE_TOPIC_PARTITIONS=1", "WALPOST_HTTP_LISTEN="))
+	out, code := runToExit(t, append(env, "WALPOST_KAFKA_CREATE_TOPIC_PARTITIONS=1", "WALPOST_HTTP_LISTEN="))
 	if code != 1 {
 		t.Errorf("walpost run exit code %d, want 1", code)
 	}
-	errsAssertStopped(t, out, code, "PostgreSQL 13.23", "walpost needs PostgreSQL 14 or newer")
+	assertStopped(t, out, code, "PostgreSQL 13.23", "walpost needs PostgreSQL 14 or newer")
 	// check: the version fails, the other PostgreSQL checks are moot.
 	r := runCheck(t, env)
 	expectFailures(t, r, map[string][]string{"postgres": {"PostgreSQL 13.23", "server_version_num 1300", "walpost needs PostgreSQL 14 or newer"}})
@@ -270,11 +229,11 @@ func TestRunErrorRoleWithoutReplication(t *testing.T) {
 	})
 	mustExec(t, f.Pool, fmt.Sprintf(`GRANT USAGE ON SCHEMA public TO %s`, role))
 	mustExec(t, f.Pool, fmt.Sprintf(`GRANT SELECT ON %s TO %s`, f.Table, role))
-	env := f.env("WALPOST_POSTGRES_URL=" + errsWithUser(t, pgURL, role, password))
+	env := f.env("WALPOST_POSTGRES_URL=" + withUser(t, pgURL, role, password))
 
 	check := func(t *testing.T) {
-		out, code := errsRun(t, env)
-		errsAssertStopped(t, out, code, "SQLSTATE 42501", "ALTER ROLE", "REPLICATION")
+		out, code := runToExit(t, env)
+		assertStopped(t, out, code, "SQLSTATE 42501", "ALTER ROLE", "REPLICATION")
 		if strings.Contains(out, password) {
 			t.Errorf("output contains the role's password")
 		}
@@ -301,8 +260,8 @@ func TestRunErrorRoleWithoutReplication(t *testing.T) {
 func TestRunErrorPublicationMissing(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
-	out, code := errsRun(t, f.env("WALPOST_POSTGRES_PUBLICATION=does_not_exist"))
-	errsAssertStopped(t, out, code, `publication "does_not_exist" does not exist`,
+	out, code := runToExit(t, f.env("WALPOST_POSTGRES_PUBLICATION=does_not_exist"))
+	assertStopped(t, out, code, `publication "does_not_exist" does not exist`,
 		"CREATE PUBLICATION does_not_exist FOR TABLE", f.Table, "publish = 'insert'")
 	// The slot must come after the publication (DESIGN.md, PostgreSQL facts).
 	if _, _, ok := f.slotState(); ok {
@@ -315,15 +274,15 @@ func TestRunErrorPublicationMissing(t *testing.T) {
 // walpost neither drops nor re-creates the slot itself.
 func TestRunErrorSlotLost(t *testing.T) {
 	t.Parallel()
-	scratch := errsScratchPG(t, "logical")
+	scratch := scratchServer(t, "logical").url
 	if err := runWalpost(t, []string{"WALPOST_POSTGRES_URL=" + scratch}, "migrate"); err != nil {
 		t.Fatalf("walpost migrate: %v", err)
 	}
-	conn := errsConnect(t, scratch)
+	conn := connect(t, scratch)
 	slot := randName("lost")
-	errsExec(t, conn, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
-	errsExec(t, conn, `ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'`)
-	errsExec(t, conn, `SELECT pg_reload_conf()`)
+	execConn(t, conn, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+	execConn(t, conn, `ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'`)
+	execConn(t, conn, `SELECT pg_reload_conf()`)
 
 	walStatus := func() string {
 		var s *string
@@ -344,25 +303,25 @@ func TestRunErrorSlotLost(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("slot %s still has wal_status %q after %d rounds of WAL", slot, walStatus(), round)
 		}
-		errsExec(t, conn, `CREATE TABLE IF NOT EXISTS junk AS SELECT generate_series(1, 50000) g`)
-		errsExec(t, conn, `INSERT INTO junk SELECT generate_series(1, 50000)`)
-		errsExec(t, conn, `SELECT pg_switch_wal()`)
-		errsExec(t, conn, `CHECKPOINT`)
+		execConn(t, conn, `CREATE TABLE IF NOT EXISTS junk AS SELECT generate_series(1, 50000) g`)
+		execConn(t, conn, `INSERT INTO junk SELECT generate_series(1, 50000)`)
+		execConn(t, conn, `SELECT pg_switch_wal()`)
+		execConn(t, conn, `CHECKPOINT`)
 	}
 
-	topic := errsTopic(t)
-	out, code := errsRun(t, []string{
+	topic := newTopicName(t)
+	out, code := runToExit(t, []string{
 		"WALPOST_POSTGRES_URL=" + scratch,
 		"WALPOST_POSTGRES_SLOT=" + slot,
 		"WALPOST_KAFKA_TOPIC=" + topic,
 		"WALPOST_KAFKA_CREATE_TOPIC_PARTITIONS=1",
 		"WALPOST_HTTP_LISTEN=",
 	})
-	errsAssertStopped(t, out, code, "lost", fmt.Sprintf("pg_drop_replication_slot('%s')", slot))
+	assertStopped(t, out, code, "lost", fmt.Sprintf("pg_drop_replication_slot('%s')", slot))
 	if got := walStatus(); got != "lost" {
 		t.Errorf("after walpost run the slot's wal_status is %s; walpost must leave the lost slot alone", got)
 	}
-	if !errsSlotExists(t, conn, slot) {
+	if !slotExists(t, conn, slot) {
 		t.Errorf("walpost dropped the lost slot %s", slot)
 	}
 }

@@ -37,8 +37,8 @@ func TestFailoverPromotedStandby(t *testing.T) {
 	}
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	p := f.start()
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 8, 10, 5*time.Millisecond).start()
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 8, 10, 5*time.Millisecond).start()
 	l.waitWritten(t, 2000, 2*time.Minute)
 
 	// The standby's copy of the slot must be usable before the primary
@@ -59,14 +59,14 @@ func TestFailoverPromotedStandby(t *testing.T) {
 	sb.Close(context.Background())
 	l.waitWritten(t, 1000, 2*time.Minute)
 	failedOver := time.Now()
-	faultStack(t, "pg-failover")
+	stackCtl(t, "pg-failover")
 	t.Logf("pg-failover took %s", time.Since(failedOver).Round(time.Millisecond))
-	faultWaitStreamingAgain(t, p, 1, 2*time.Minute)
+	waitStreamingAgain(t, p, 1, 2*time.Minute)
 	t.Logf("walpost streaming from the new primary %s after the failover began", time.Since(failedOver).Round(time.Millisecond))
 	// The position recorded on timeline 1 is compared across the switch:
 	// nothing past the switch point is skipped (the new primary's WAL
 	// there is other data).
-	tl := failoverTimelineRE.FindStringSubmatch(posLog(p))
+	tl := failoverTimelineRE.FindStringSubmatch(positionLog(p))
 	if tl == nil {
 		t.Fatalf("walpost did not log the timeline change after the promotion\n%s", tail(p.log, 40))
 	}
@@ -87,7 +87,7 @@ func TestFailoverPromotedStandby(t *testing.T) {
 	for i, e := range committed {
 		keys[i] = e.Key
 	}
-	rows, err := faultExisting(ctx, f, keys)
+	rows, err := existingKeys(ctx, f, keys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +107,6 @@ func TestFailoverPromotedStandby(t *testing.T) {
 		t.Fatalf("the new primary has only %d of %d committed events", len(expected), len(committed))
 	}
 	// Lost, out of order or extra (a key the new primary lacks) fails.
-	faultVerify(t, f, expected, 3*time.Minute)
-	faultAlive(t, p, "after the failover")
+	verifyDelivery(t, f, expected, 3*time.Minute)
+	alive(t, p, "after the failover")
 }

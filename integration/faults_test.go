@@ -29,71 +29,50 @@ import (
 // change server-wide state (the broker, PostgreSQL, wal_sender_timeout):
 // other test runs against the same stack at the same time see it too.
 
-// faultStack runs scripts/stack.sh with args, failing the test on error.
-func faultStack(t testing.TB, args ...string) {
-	t.Helper()
-	if err := faultStackErr(args...); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func faultStackErr(args ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "scripts/stack.sh", args...)
-	cmd.Dir = repoRoot
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("scripts/stack.sh %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
-// faultRestoreStack makes sure Kafka and PostgreSQL run again when the test
+// restoreStack makes sure Kafka and PostgreSQL run again when the test
 // ends, whatever happened. Register it after newFixture, so it runs before
 // the fixture's cleanup (which needs both).
-func faultRestoreStack(t testing.TB) {
+func restoreStack(t testing.TB) {
 	t.Helper()
 	t.Cleanup(func() {
 		for _, cmd := range []string{"pg-start", "kafka-start"} {
-			if err := faultStackErr(cmd); err != nil {
+			if err := stackCtlErr(cmd); err != nil {
 				t.Errorf("restoring the stack: %v", err)
 			}
 		}
 	})
 }
 
-// faultFixture waits until both servers answer (another test of the
+// stackFixture waits until both servers answer (another test of the
 // package, or of a concurrent run on the same stack, may have stopped one),
 // then creates the fixture and registers the stack's restoration.
-func faultFixture(t testing.TB, partitions int) *fixture {
+func stackFixture(t testing.TB, partitions int) *fixture {
 	t.Helper()
 	needStack(t)
 	deadline := time.Now().Add(2 * time.Minute)
-	for faultStackErr("status") != nil {
+	for stackCtlErr("status") != nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("the stack is not up: %v", faultStackErr("status"))
+			t.Fatalf("the stack is not up: %v", stackCtlErr("status"))
 		}
 		time.Sleep(time.Second)
 	}
 	f := newFixture(t, fixtureOpts{partitions: partitions})
-	faultRestoreStack(t)
+	restoreStack(t)
 	return f
 }
 
-// faultOwnFixture is a fixture on a PostgreSQL cluster of its own, for a
+// ownFixture is a fixture on a PostgreSQL cluster of its own, for a
 // test that stops, crashes or reconfigures PostgreSQL (f.pg) beside other
 // tests.
-func faultOwnFixture(t testing.TB, partitions int) *fixture {
+func ownFixture(t testing.TB, partitions int) *fixture {
 	t.Helper()
 	needStack(t)
 	return newFixture(t, fixtureOpts{partitions: partitions, private: true})
 }
 
-// faultPGProxy starts a proxy to the PostgreSQL of target (a URL) and
+// pgProxy starts a proxy to the PostgreSQL of target (a URL) and
 // returns it with the URL that goes through it.
-func faultPGProxy(t testing.TB, target string) (*tcpProxy, string) {
+func pgProxy(t testing.TB, target string) (*tcpProxy, string) {
 	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
@@ -104,10 +83,10 @@ func faultPGProxy(t testing.TB, target string) (*tcpProxy, string) {
 	return p, u.String()
 }
 
-// faultKafkaProxy starts the proxy on the broker's PROXIED listener's
+// kafkaProxy starts the proxy on the broker's PROXIED listener's
 // advertised address and returns it with the seed broker that makes every
 // connection of a client cross it.
-func faultKafkaProxy(t testing.TB) (*tcpProxy, string) {
+func kafkaProxy(t testing.TB) (*tcpProxy, string) {
 	t.Helper()
 	listener := os.Getenv("WALPOST_STACK_KAFKA_PROXIED_LISTENER")
 	advertised := os.Getenv("WALPOST_STACK_KAFKA_PROXIED_ADVERTISED")
@@ -122,23 +101,23 @@ func faultKafkaProxy(t testing.TB) (*tcpProxy, string) {
 }
 
 // kafkaProxyMu is held by the test that owns the Kafka proxy (see
-// faultKafkaProxy).
+// kafkaProxy).
 var kafkaProxyMu sync.Mutex
 
-// faultThroughProxy checks that walpost's traffic crosses proxy, so
+// throughProxy checks that walpost's traffic crosses proxy, so
 // cutting it is a real fault.
-func faultThroughProxy(t testing.TB, proxy *tcpProxy) {
+func throughProxy(t testing.TB, proxy *tcpProxy) {
 	t.Helper()
 	if proxy.Bytes.Load() == 0 {
 		t.Fatal("no traffic crossed the proxy: walpost bypasses it")
 	}
 }
 
-// faultLoad is a load of concurrent writers that survives database faults:
+// writerLoad is a load of concurrent writers that survives database faults:
 // a transaction that fails is not retried (its keys are never reused) and
 // counts as "maybe committed" (a failed COMMIT is ambiguous); finish
 // settles each maybe transaction by looking for its rows.
-type faultLoad struct {
+type writerLoad struct {
 	f       *fixture
 	writers int
 	maxTxn  int
@@ -156,11 +135,11 @@ type faultLoad struct {
 	failed   atomic.Int64 // failed transactions
 }
 
-func newFaultLoad(f *fixture, writers, maxTxn int, pause time.Duration) *faultLoad {
-	return &faultLoad{f: f, writers: writers, maxTxn: maxTxn, pause: pause}
+func newWriterLoad(f *fixture, writers, maxTxn int, pause time.Duration) *writerLoad {
+	return &writerLoad{f: f, writers: writers, maxTxn: maxTxn, pause: pause}
 }
 
-func (l *faultLoad) start() *faultLoad {
+func (l *writerLoad) start() *writerLoad {
 	base := `{"data": "` + strings.Repeat("x", 150) + `"}`
 	// Writer w draws from PCG(w, seed).
 	seed := uint64(time.Now().UnixNano())
@@ -212,7 +191,7 @@ func (l *faultLoad) start() *faultLoad {
 }
 
 // waitWritten waits until n more events than now are committed.
-func (l *faultLoad) waitWritten(t testing.TB, n int64, timeout time.Duration) {
+func (l *writerLoad) waitWritten(t testing.TB, n int64, timeout time.Duration) {
 	t.Helper()
 	target := l.written.Load() + n
 	waitFor(t, timeout, fmt.Sprintf("%d events committed", target), func() bool { return l.written.Load() >= target })
@@ -221,7 +200,7 @@ func (l *faultLoad) waitWritten(t testing.TB, n int64, timeout time.Duration) {
 // finish stops the writers and returns every committed event: those whose
 // commit succeeded, plus the maybe transactions whose rows exist (a
 // transaction is atomic: all its rows exist or none).
-func (l *faultLoad) finish(t testing.TB) []verify.Expected {
+func (l *writerLoad) finish(t testing.TB) []verify.Expected {
 	t.Helper()
 	l.stop.Store(true)
 	l.wg.Wait()
@@ -244,7 +223,7 @@ func (l *faultLoad) finish(t testing.TB) []verify.Expected {
 	var err error
 	for try := 0; try < 30; try++ { // PostgreSQL may still be coming up
 		var rows []string
-		rows, err = faultExisting(ctx, l.f, keys)
+		rows, err = existingKeys(ctx, l.f, keys)
 		if err == nil {
 			for _, k := range rows {
 				present[k] = true
@@ -278,7 +257,7 @@ func (l *faultLoad) finish(t testing.TB) []verify.Expected {
 	return expected
 }
 
-func faultExisting(ctx context.Context, f *fixture, keys []string) ([]string, error) {
+func existingKeys(ctx context.Context, f *fixture, keys []string) ([]string, error) {
 	rows, err := f.Pool.Query(ctx, fmt.Sprintf(`SELECT idempotency_key FROM %s WHERE idempotency_key = ANY($1)`, f.Table), keys)
 	if err != nil {
 		return nil, err
@@ -295,57 +274,32 @@ func faultExisting(ctx context.Context, f *fixture, keys []string) ([]string, er
 	return out, rows.Err()
 }
 
-// faultConsume reads the fixture's topic from the start until every
+// consumeExpected reads the fixture's topic from the start until every
 // expected key has arrived and the topic has been quiet for 2 s, or
 // timeout passes.
-func faultConsume(t testing.TB, f *fixture, expected []verify.Expected, timeout time.Duration) []verify.Observed {
+func consumeExpected(t testing.TB, f *fixture, expected []verify.Expected, timeout time.Duration) []verify.Observed {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	missing := make(map[string]bool, len(expected))
 	for _, e := range expected {
 		missing[e.Key] = true
 	}
 	var out []verify.Observed
-	deadline := time.Now().Add(timeout)
-	quietSince := time.Now()
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		fetches := cl.PollFetches(ctx)
-		cancel()
-		n := 0
-		fetches.EachRecord(func(r *kgo.Record) {
-			n++
-			o := verify.Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset}
-			for _, h := range r.Headers {
-				if h.Key == "commit_lsn" {
-					o.CommitLSN, _ = pglogrepl.ParseLSN(string(h.Value))
-				}
-			}
-			delete(missing, o.Key)
-			out = append(out, o)
-		})
-		if n > 0 {
-			quietSince = time.Now()
-		}
-		if len(missing) == 0 && time.Since(quietSince) > 2*time.Second {
-			break
-		}
-	}
+	f.read(t, timeout, 2*time.Second, func(r *kgo.Record) bool {
+		o := observe(r)
+		delete(missing, o.Key)
+		out = append(out, o)
+		return len(missing) == 0
+	})
 	return out
 }
 
-// faultVerify consumes the topic and checks that every committed event
+// verifyDelivery consumes the topic and checks that every committed event
 // arrived, in order per partition, and nothing else (no event of a
 // transaction that did not commit). Duplicates are allowed.
-func faultVerify(t testing.TB, f *fixture, expected []verify.Expected, timeout time.Duration) *verify.Report {
+func verifyDelivery(t testing.TB, f *fixture, expected []verify.Expected, timeout time.Duration) *verify.Report {
 	t.Helper()
 	start := time.Now()
-	obs := faultConsume(t, f, expected, timeout)
+	obs := consumeExpected(t, f, expected, timeout)
 	rep := verify.Validate(expected, obs)
 	t.Logf("validator (%s to consume): %s", time.Since(start).Round(time.Millisecond), rep)
 	if !rep.OK() || rep.Unexpected != 0 {
@@ -354,77 +308,67 @@ func faultVerify(t testing.TB, f *fixture, expected []verify.Expected, timeout t
 	return rep
 }
 
-// faultAlive fails the test when walpost exited.
-func faultAlive(t testing.TB, p *proc, when string) {
+// alive fails the test when walpost exited.
+func alive(t testing.TB, p *proc, when string) {
 	t.Helper()
 	if p.exited() {
 		t.Fatalf("walpost exited %s (%v); it must recover by itself:\n%s", when, p.err, tail(p.log, 40))
 	}
 }
 
-// faultCount counts the occurrences of s in walpost's log.
-func faultCount(p *proc, s string) int {
+// logCount counts the occurrences of s in walpost's log.
+func logCount(p *proc, s string) int {
 	b, _ := os.ReadFile(p.log)
 	return strings.Count(string(b), s)
 }
 
-// faultSleep sleeps d, failing the test at once if walpost exits meanwhile.
-func faultSleep(t testing.TB, p *proc, d time.Duration, when string) {
+// sleepAlive sleeps d, failing the test at once if walpost exits meanwhile.
+func sleepAlive(t testing.TB, p *proc, d time.Duration, when string) {
 	t.Helper()
 	select {
 	case <-p.done:
-		faultAlive(t, p, when)
+		alive(t, p, when)
 	case <-time.After(d):
 	}
 }
 
-func faultStreaming(t testing.TB, p *proc) {
+func waitStreaming(t testing.TB, p *proc) {
 	t.Helper()
 	if !p.waitLog("msg=streaming", 30*time.Second) {
 		t.Fatalf("walpost did not start streaming:\n%s", tail(p.log, 30))
 	}
 }
 
-// faultWaitStreamingAgain waits until walpost logged "streaming" more than
+// waitStreamingAgain waits until walpost logged "streaming" more than
 // n times (it reconnected).
-func faultWaitStreamingAgain(t testing.TB, p *proc, n int, timeout time.Duration) {
+func waitStreamingAgain(t testing.TB, p *proc, n int, timeout time.Duration) {
 	t.Helper()
 	waitFor(t, timeout, "walpost streaming again", func() bool {
-		faultAlive(t, p, "while reconnecting")
-		return faultCount(p, "msg=streaming") > n
+		alive(t, p, "while reconnecting")
+		return logCount(p, "msg=streaming") > n
 	})
 }
 
-// faultArrives reads the fixture's topic from the start until a record
-// with key arrives (true) or timeout passes (false). Unlike faultConsume
+// arrives reads the fixture's topic from the start until a record
+// with key arrives (true) or timeout passes (false). Unlike consumeExpected
 // it does not wait for the topic to go quiet, so writers may go on.
-func faultArrives(t testing.TB, f *fixture, key string, timeout time.Duration) bool {
+func arrives(t testing.TB, f *fixture, key string, timeout time.Duration) bool {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for ctx.Err() == nil {
-		seen := false
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { seen = seen || string(r.Key) == key })
-		if seen {
-			return true
-		}
-	}
-	return false
+	seen := false
+	f.read(t, timeout, 0, func(r *kgo.Record) bool {
+		seen = seen || string(r.Key) == key
+		return seen
+	})
+	return seen
 }
 
-// faultWalSenderTimeout sets wal_sender_timeout server-wide until the test
+// setWalSenderTimeout sets wal_sender_timeout server-wide until the test
 // ends (then back to its default).
-func faultWalSenderTimeout(t testing.TB, f *fixture, v string) {
+func setWalSenderTimeout(t testing.TB, f *fixture, v string) {
 	t.Helper()
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER SYSTEM SET wal_sender_timeout = '%s'`, v))
 	t.Cleanup(func() {
-		// This runs before faultFixture's restoration: bring PostgreSQL
+		// This runs before stackFixture's restoration: bring PostgreSQL
 		// back first if the test left it down.
 		if err := f.pgErr("pg-start"); err != nil {
 			t.Errorf("reset wal_sender_timeout: %v", err)
@@ -439,9 +383,9 @@ func faultWalSenderTimeout(t testing.TB, f *fixture, v string) {
 	mustExec(t, f.Pool, `SELECT pg_reload_conf()`)
 }
 
-// faultSlotPID returns the walsender pid holding the fixture's slot (0
+// slotPID returns the walsender pid holding the fixture's slot (0
 // when inactive).
-func faultSlotPID(f *fixture) int {
+func slotPID(f *fixture) int {
 	var pid *int32
 	_ = f.Pool.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, f.Slot).Scan(&pid)
 	if pid == nil {
@@ -457,17 +401,17 @@ func faultSlotPID(f *fixture) int {
 // the slot before and after), quarantine nothing (broker outages never
 // poison), not exit, and deliver everything once the broker is back.
 func TestBrokerDownLongerThanWalSenderTimeout(t *testing.T) {
-	f := faultFixture(t, 3)
+	f := stackFixture(t, 3)
 	// A short wal_sender_timeout, so the outage passes it three times
 	// over in seconds (the property, not the clock, ends the outage).
 	const senderTimeout = 3 * time.Second
-	faultWalSenderTimeout(t, f, senderTimeout.String())
+	setWalSenderTimeout(t, f, senderTimeout.String())
 	p := f.start("WALPOST_PIPELINE_MAX_INFLIGHT_EVENTS=2000", "WALPOST_POSTGRES_STATUS_INTERVAL=1s")
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 2, 10, 25*time.Millisecond).start()
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 2, 10, 25*time.Millisecond).start()
 	l.waitWritten(t, 2000, time.Minute)
-	pidBefore := faultSlotPID(f)
-	faultStack(t, "kafka-stop")
+	pidBefore := slotPID(f)
+	stackCtl(t, "kafka-stop")
 	down := time.Now()
 	atStop := l.written.Load()
 	// The outage ends once the walsender that held the slot before it has
@@ -475,23 +419,23 @@ func TestBrokerDownLongerThanWalSenderTimeout(t *testing.T) {
 	// Kafka went down, with more events written than the in-flight limit
 	// (the reader paused behind unacknowledged events all that time).
 	waitFor(t, 2*time.Minute, "a status update three wal_sender_timeouts into the outage, past the in-flight limit", func() bool {
-		faultAlive(t, p, "while Kafka was down")
+		alive(t, p, "while Kafka was down")
 		var reply *time.Time
 		_ = f.Pool.QueryRow(context.Background(), `SELECT reply_time FROM pg_stat_replication WHERE pid = $1`, pidBefore).Scan(&reply)
 		return reply != nil && reply.After(down.Add(3*senderTimeout)) && l.written.Load()-atStop > 3000
 	})
 	t.Logf("Kafka down for %s; %d events committed meanwhile", time.Since(down).Round(time.Second), l.written.Load()-atStop)
-	pidDuring := faultSlotPID(f)
-	faultStack(t, "kafka-start")
+	pidDuring := slotPID(f)
+	stackCtl(t, "kafka-start")
 	t.Logf("Kafka back after %s", time.Since(down).Round(time.Second))
 	l.waitWritten(t, 1000, time.Minute)
 	expected := l.finish(t)
-	faultVerify(t, f, expected, 3*time.Minute)
-	faultAlive(t, p, "after the broker outage")
+	verifyDelivery(t, f, expected, 3*time.Minute)
+	alive(t, p, "after the broker outage")
 	if pidBefore == 0 || pidDuring != pidBefore {
 		t.Errorf("walsender holding the slot: pid %d before the outage, %d after it: the replication session did not survive (status updates must go on while Kafka is down)", pidBefore, pidDuring)
 	}
-	if n := faultCount(p, "session failed"); n != 0 {
+	if n := logCount(p, "session failed"); n != 0 {
 		t.Logf("walpost restarted its session %d times", n)
 	}
 	var poisoned int
@@ -508,50 +452,50 @@ func TestBrokerDownLongerThanWalSenderTimeout(t *testing.T) {
 // by itself each time; every committed event arrives.
 func TestPostgresRestartDuringLoad(t *testing.T) {
 	t.Parallel()
-	f := faultOwnFixture(t, 3)
+	f := ownFixture(t, 3)
 	p := f.start()
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 4, 20, 5*time.Millisecond).start()
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 4, 20, 5*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
 
 	f.pg(t, "pg-restart")
 	t.Log("PostgreSQL restarted (fast)")
-	faultWaitStreamingAgain(t, p, 1, time.Minute)
+	waitStreamingAgain(t, p, 1, time.Minute)
 	l.waitWritten(t, 3000, time.Minute)
 
 	f.pg(t, "pg-stop", "immediate")
 	t.Log("PostgreSQL stopped (immediate)")
-	faultSleep(t, p, 3*time.Second, "while PostgreSQL was down")
+	sleepAlive(t, p, 3*time.Second, "while PostgreSQL was down")
 	f.pg(t, "pg-start")
 	t.Log("PostgreSQL started")
-	faultWaitStreamingAgain(t, p, 2, time.Minute)
+	waitStreamingAgain(t, p, 2, time.Minute)
 	l.waitWritten(t, 3000, time.Minute)
 
 	expected := l.finish(t)
-	faultVerify(t, f, expected, 3*time.Minute)
-	faultAlive(t, p, "after the PostgreSQL restarts")
+	verifyDelivery(t, f, expected, 3*time.Minute)
+	alive(t, p, "after the PostgreSQL restarts")
 }
 
 // TestNetworkCutPostgres20s: every connection between walpost and
 // PostgreSQL is cut for 20 s (and new ones refused) while writers run.
 func TestNetworkCutPostgres20s(t *testing.T) {
 	t.Parallel()
-	f := faultFixture(t, 3)
-	proxy, u := faultPGProxy(t, f.PGURL)
+	f := stackFixture(t, 3)
+	proxy, u := pgProxy(t, f.PGURL)
 	p := f.start("WALPOST_POSTGRES_URL=" + u)
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 4, 20, 10*time.Millisecond).start()
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 4, 20, 10*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
-	faultThroughProxy(t, proxy)
+	throughProxy(t, proxy)
 	proxy.Cut()
-	faultSleep(t, p, 20*time.Second, "while PostgreSQL was cut off")
+	sleepAlive(t, p, 20*time.Second, "while PostgreSQL was cut off")
 	proxy.Restore()
 	t.Log("network to PostgreSQL restored")
-	faultWaitStreamingAgain(t, p, 1, time.Minute)
+	waitStreamingAgain(t, p, 1, time.Minute)
 	l.waitWritten(t, 3000, time.Minute)
 	expected := l.finish(t)
-	faultVerify(t, f, expected, 3*time.Minute)
-	faultAlive(t, p, "after the network cut")
+	verifyDelivery(t, f, expected, 3*time.Minute)
+	alive(t, p, "after the network cut")
 }
 
 // TestHalfOpenPostgresConnection: walpost's connections to PostgreSQL go
@@ -564,39 +508,41 @@ func TestNetworkCutPostgres20s(t *testing.T) {
 // the server let it go (20 s): some 35 s of the minute are margin.
 func TestHalfOpenPostgresConnection(t *testing.T) {
 	t.Parallel()
-	f := faultOwnFixture(t, 3)
-	faultWalSenderTimeout(t, f, "8s")
-	proxy, u := faultPGProxy(t, f.PGURL)
+	f := ownFixture(t, 3)
+	setWalSenderTimeout(t, f, "8s")
+	proxy, u := pgProxy(t, f.PGURL)
 	p := f.start("WALPOST_POSTGRES_URL="+u, "WALPOST_POSTGRES_RECEIVE_TIMEOUT=6s", "WALPOST_POSTGRES_STATUS_INTERVAL=2s")
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 2, 10, 20*time.Millisecond).start()
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 2, 10, 20*time.Millisecond).start()
 	l.waitWritten(t, 1000, time.Minute)
-	faultThroughProxy(t, proxy)
+	throughProxy(t, proxy)
 	proxy.Freeze()
 	frozen := time.Now()
 	probe := fmt.Sprintf("probe-%d", frozen.UnixNano())
 	if _, err := f.writeTxn(context.Background(), probe, []string{probe}, `{"probe": true}`); err != nil {
 		t.Fatal(err)
 	}
-	arrived := faultArrives(t, f, probe, 60*time.Second)
+	// The effective receive timeout is wal_sender_timeout + 10 s (18 s);
+	// a session start under load takes seconds more.
+	arrived := arrives(t, f, probe, 90*time.Second)
 	lsn, active, _ := f.slotState()
 	if !arrived {
 		t.Errorf("an event written after the freeze was not forwarded within %s: walpost still sits on its dead replication connection (sessions started %d, failed %d; slot %s active=%v)",
-			time.Since(frozen).Round(time.Second), faultCount(p, "msg=streaming"), faultCount(p, "session failed"), lsn, active)
+			time.Since(frozen).Round(time.Second), logCount(p, "msg=streaming"), logCount(p, "session failed"), lsn, active)
 	} else {
 		t.Logf("walpost forwarded again %s after the freeze", time.Since(frozen).Round(time.Second))
 	}
 	proxy.Restore()
 	expected := append(l.finish(t), verify.Expected{Key: probe, Txn: probe})
-	faultVerify(t, f, expected, 2*time.Minute)
-	faultAlive(t, p, "after the half-open connection")
+	verifyDelivery(t, f, expected, 2*time.Minute)
+	alive(t, p, "after the half-open connection")
 }
 
-// faultPGStopFast asks PostgreSQL for a fast shutdown and waits up to
+// pgStopFast asks PostgreSQL for a fast shutdown and waits up to
 // timeout (scripts/stack.sh pg-stop waits 60 s). It returns how long it
 // took, or an error when the server was still up at the timeout; the
 // shutdown then goes on.
-func faultPGStopFast(timeout time.Duration) (time.Duration, error) {
+func pgStopFast(timeout time.Duration) (time.Duration, error) {
 	data, bin := os.Getenv("WALPOST_STACK_PGDATA"), os.Getenv("WALPOST_STACK_PG_BIN")
 	args := []string{bin + "/pg_ctl", "-D", data, "stop", "-m", "fast", "-w", "-t", fmt.Sprint(int(timeout.Seconds()))}
 	if os.Getuid() == 0 {
@@ -621,52 +567,52 @@ func faultPGStopFast(timeout time.Duration) (time.Duration, error) {
 // can drop the session (nothing is confirmed, nothing lost) when the
 // server shuts down.
 func TestPostgresFastShutdownWhileKafkaUnreachable(t *testing.T) {
-	f := faultFixture(t, 3)
+	f := stackFixture(t, 3)
 	if os.Getenv("WALPOST_STACK_PGDATA") == "" || os.Getenv("WALPOST_STACK_PG_BIN") == "" {
 		t.Fatal("WALPOST_STACK_PGDATA / WALPOST_STACK_PG_BIN unset: source .stack/env")
 	}
-	proxy, seed := faultKafkaProxy(t)
+	proxy, seed := kafkaProxy(t)
 	p := f.start("WALPOST_KAFKA_BROKERS=" + seed)
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 2, 10, 20*time.Millisecond).start()
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 2, 10, 20*time.Millisecond).start()
 	l.waitWritten(t, 500, time.Minute)
 	proxy.Cut()
 	l.waitWritten(t, 500, time.Minute)
 	expected := l.finish(t)
-	took, err := faultPGStopFast(20 * time.Second)
+	took, err := pgStopFast(20 * time.Second)
 	if err != nil {
 		t.Errorf("fast shutdown with Kafka unreachable did not finish in %s (walsender waits for walpost's confirmation; sessions failed so far %d): %v",
-			took.Round(time.Second), faultCount(p, "session failed"), err)
-		proxy.Restore()          // walpost confirms, the walsender exits, the shutdown ends
-		faultStack(t, "pg-stop") // waits for the end of the shutdown
+			took.Round(time.Second), logCount(p, "session failed"), err)
+		proxy.Restore()        // walpost confirms, the walsender exits, the shutdown ends
+		stackCtl(t, "pg-stop") // waits for the end of the shutdown
 	} else {
 		t.Logf("fast shutdown took %s", took.Round(100*time.Millisecond))
 		proxy.Restore()
 	}
-	faultStack(t, "pg-start")
-	faultVerify(t, f, expected, 3*time.Minute)
-	faultAlive(t, p, "after the PostgreSQL restart")
+	stackCtl(t, "pg-start")
+	verifyDelivery(t, f, expected, 3*time.Minute)
+	alive(t, p, "after the PostgreSQL restart")
 }
 
 // TestNetworkCutKafka20s: every connection between walpost and Kafka is
 // cut for 20 s (and new ones refused) while writers run.
 func TestNetworkCutKafka20s(t *testing.T) {
 	t.Parallel()
-	f := faultFixture(t, 3)
-	proxy, seed := faultKafkaProxy(t)
+	f := stackFixture(t, 3)
+	proxy, seed := kafkaProxy(t)
 	p := f.start("WALPOST_KAFKA_BROKERS=" + seed)
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 4, 20, 10*time.Millisecond).start()
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 4, 20, 10*time.Millisecond).start()
 	l.waitWritten(t, 3000, time.Minute)
-	faultThroughProxy(t, proxy)
+	throughProxy(t, proxy)
 	proxy.Cut()
-	faultSleep(t, p, 20*time.Second, "while Kafka was cut off")
+	sleepAlive(t, p, 20*time.Second, "while Kafka was cut off")
 	proxy.Restore()
 	t.Log("network to Kafka restored")
 	l.waitWritten(t, 3000, time.Minute)
 	expected := l.finish(t)
-	faultVerify(t, f, expected, 3*time.Minute)
-	faultAlive(t, p, "after the network cut")
+	verifyDelivery(t, f, expected, 3*time.Minute)
+	alive(t, p, "after the network cut")
 	var poisoned int
 	if err := f.Pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT count(*) FROM %s`, f.PoisonTable)).Scan(&poisoned); err != nil {
 		t.Fatal(err)
@@ -682,44 +628,44 @@ func TestNetworkCutKafka20s(t *testing.T) {
 // runs; it must not exit.
 func TestStartWhileKafkaUnreachable(t *testing.T) {
 	t.Parallel()
-	f := faultFixture(t, 3)
-	proxy, seed := faultKafkaProxy(t)
+	f := stackFixture(t, 3)
+	proxy, seed := kafkaProxy(t)
 	proxy.Cut()
 	// The slot exists before the writers start (walpost would create it
 	// only once it runs, and misses what is written before).
 	mustExec(t, f.Pool, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, f.Slot)
-	l := newFaultLoad(f, 2, 10, 10*time.Millisecond).start()
+	l := newWriterLoad(f, 2, 10, 10*time.Millisecond).start()
 	p := f.start("WALPOST_KAFKA_BROKERS=" + seed)
-	faultSleep(t, p, 15*time.Second, "started while Kafka was unreachable")
+	sleepAlive(t, p, 15*time.Second, "started while Kafka was unreachable")
 	proxy.Restore()
-	faultStreaming(t, p)
+	waitStreaming(t, p)
 	l.waitWritten(t, 1000, time.Minute)
 	expected := l.finish(t)
-	faultVerify(t, f, expected, 2*time.Minute)
-	faultAlive(t, p, "after Kafka became reachable")
+	verifyDelivery(t, f, expected, 2*time.Minute)
+	alive(t, p, "after Kafka became reachable")
 }
 
 // TestStartWhilePostgresUnreachable: the same with PostgreSQL unreachable
 // for 15 s at start.
 func TestStartWhilePostgresUnreachable(t *testing.T) {
 	t.Parallel()
-	f := faultFixture(t, 3)
-	proxy, u := faultPGProxy(t, f.PGURL)
+	f := stackFixture(t, 3)
+	proxy, u := pgProxy(t, f.PGURL)
 	proxy.Cut()
 	mustExec(t, f.Pool, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, f.Slot)
-	l := newFaultLoad(f, 2, 10, 10*time.Millisecond).start()
+	l := newWriterLoad(f, 2, 10, 10*time.Millisecond).start()
 	p := f.start("WALPOST_POSTGRES_URL=" + u)
-	faultSleep(t, p, 15*time.Second, "started while PostgreSQL was unreachable")
+	sleepAlive(t, p, 15*time.Second, "started while PostgreSQL was unreachable")
 	proxy.Restore()
 	// After 15 s of refused attempts the back-off (1 s doubling, jittered,
 	// ≤ 30 s) may be ~16 s before the next one: a minute for it.
 	restored := time.Now()
-	faultWaitStreamingAgain(t, p, 0, time.Minute)
+	waitStreamingAgain(t, p, 0, time.Minute)
 	t.Logf("streaming %s after PostgreSQL became reachable", time.Since(restored).Round(time.Millisecond))
 	l.waitWritten(t, 1000, time.Minute)
 	expected := l.finish(t)
-	faultVerify(t, f, expected, 2*time.Minute)
-	faultAlive(t, p, "after PostgreSQL became reachable")
+	verifyDelivery(t, f, expected, 2*time.Minute)
+	alive(t, p, "after PostgreSQL became reachable")
 }
 
 // TestKafkaLatencyAndBandwidth: every Kafka connection crosses a link with
@@ -728,33 +674,33 @@ func TestStartWhilePostgresUnreachable(t *testing.T) {
 // arrives, in order.
 func TestKafkaLatencyAndBandwidth(t *testing.T) {
 	t.Parallel()
-	f := faultFixture(t, 3)
-	proxy, seed := faultKafkaProxy(t)
+	f := stackFixture(t, 3)
+	proxy, seed := kafkaProxy(t)
 	proxy.SetLatency(20 * time.Millisecond)
 	proxy.SetBandwidth(1 << 20)
 	p := f.start("WALPOST_KAFKA_BROKERS=" + seed)
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 4, 20, 5*time.Millisecond)
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 4, 20, 5*time.Millisecond)
 	l.randomPayload = 400
 	l.start()
-	faultSleep(t, p, 15*time.Second, "under latency")
+	sleepAlive(t, p, 15*time.Second, "under latency")
 	expected := l.finish(t)
 	t.Logf("%d events of ~%d bytes in 15 s", len(expected), l.randomPayload+12)
 	start := time.Now()
-	faultVerify(t, f, expected, 3*time.Minute)
+	verifyDelivery(t, f, expected, 3*time.Minute)
 	t.Logf("%d connections, %d bytes through the proxy; delivered %s after the writers stopped", proxy.accepted.Load(), proxy.Bytes.Load(), time.Since(start).Round(time.Millisecond))
-	faultThroughProxy(t, proxy)
-	faultAlive(t, p, "under latency")
+	throughProxy(t, proxy)
+	alive(t, p, "under latency")
 }
 
 // TestColumnAddedMidStream: a column added to the outbox while writers run
 // (then rows that set it) neither stops walpost nor loses anything.
 func TestColumnAddedMidStream(t *testing.T) {
 	t.Parallel()
-	f := faultFixture(t, 3)
+	f := stackFixture(t, 3)
 	p := f.start()
-	faultStreaming(t, p)
-	l := newFaultLoad(f, 4, 20, 5*time.Millisecond).start()
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 4, 20, 5*time.Millisecond).start()
 	l.waitWritten(t, 2000, time.Minute)
 	mustExec(t, f.Pool, fmt.Sprintf(`ALTER TABLE %s ADD COLUMN extra text`, f.Table))
 	ctx := context.Background()
@@ -778,9 +724,9 @@ func TestColumnAddedMidStream(t *testing.T) {
 	}
 	l.waitWritten(t, 2000, time.Minute)
 	expected := append(l.finish(t), extra...)
-	faultVerify(t, f, expected, 3*time.Minute)
-	faultAlive(t, p, "after ADD COLUMN")
-	if n := faultCount(p, "session failed"); n != 0 {
+	verifyDelivery(t, f, expected, 3*time.Minute)
+	alive(t, p, "after ADD COLUMN")
+	if n := logCount(p, "session failed"); n != 0 {
 		t.Errorf("walpost restarted its session %d times after ADD COLUMN; it must go on", n)
 	}
 }
@@ -790,9 +736,9 @@ func TestColumnAddedMidStream(t *testing.T) {
 // confirmed past the transaction it could not forward, so it is re-sent.
 func TestRequiredColumnDropped(t *testing.T) {
 	t.Parallel()
-	f := faultFixture(t, 3)
+	f := stackFixture(t, 3)
 	p := f.start()
-	faultStreaming(t, p)
+	waitStreaming(t, p)
 	ctx := context.Background()
 	var before []verify.Expected
 	for i := 0; i < 20; i++ {
@@ -870,7 +816,7 @@ func TestRequiredColumnDropped(t *testing.T) {
 	if confirmed >= postCommit {
 		t.Errorf("slot confirmed %s, past the transaction walpost could not forward (ends by %s)", confirmed, postCommit)
 	}
-	obs := faultConsume(t, f, before, time.Minute)
+	obs := consumeExpected(t, f, before, time.Minute)
 	rep := verify.Validate(before, obs)
 	t.Logf("validator: %s", rep)
 	if !rep.OK() {

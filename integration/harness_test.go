@@ -156,6 +156,8 @@ type fixtureOpts struct {
 type pgServer struct {
 	name, url, data string
 	port            int
+	walLevel        string
+	env             []string // added to scripts/stack.sh's environment
 }
 
 // stackDir is the stack's directory (.stack, or WALPOST_STACK_DIR for a
@@ -167,25 +169,29 @@ func stackDir() string {
 	return filepath.Join(repoRoot, ".stack")
 }
 
-// newScratchServer starts a scratch cluster with wal_level=logical for t,
-// migrated; cleanup removes it.
-func newScratchServer(t testing.TB) *pgServer {
+// scratchServer starts a throwaway PostgreSQL cluster with walLevel for t
+// (scripts/stack.sh scratch-pg-up; env is added to the script's
+// environment, PG_VERSION=13 for another major); cleanup removes it.
+func scratchServer(t testing.TB, walLevel string, env ...string) *pgServer {
 	t.Helper()
-	s := &pgServer{name: randName("own")}
+	needStack(t)
+	s := &pgServer{name: randName("scratch"), walLevel: walLevel, env: env}
 	s.data = filepath.Join(stackDir(), "scratch", s.name, "data")
 	t.Cleanup(func() {
-		if out, err := stackScript("scratch-pg-down", s.name); err != nil {
+		// Without s.env: PG_VERSION=13 is refused by every command but
+		// scratch-pg-up; a cluster stops with the binaries that started it.
+		if out, err := stackScript(nil, "scratch-pg-down", s.name); err != nil {
 			t.Errorf("scratch-pg-down %s: %v\n%s", s.name, err, out)
 		}
 	})
 	var stdout string
 	port, errOut, err := retryPort(t, func(port int) (string, error) {
-		out, errOut, err := stackScriptSplit("scratch-pg-up", s.name, strconv.Itoa(port), "logical")
+		out, errOut, err := stackScriptSplit(s.env, "scratch-pg-up", s.name, strconv.Itoa(port), walLevel)
 		stdout = out
 		return errOut, err
 	})
 	if err != nil {
-		t.Fatalf("scratch-pg-up %s %d: %v\n%s", s.name, port, err, errOut)
+		t.Fatalf("scratch-pg-up %s %d %s: %v\n%s", s.name, port, walLevel, err, errOut)
 	}
 	s.port = port
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
@@ -193,24 +199,78 @@ func newScratchServer(t testing.TB) *pgServer {
 	if !strings.HasPrefix(s.url, "postgres://") {
 		t.Fatalf("scratch-pg-up printed %q, want a URL", stdout)
 	}
+	return s
+}
+
+// ownServer is a scratch cluster with wal_level=logical, migrated, for a
+// fixture of its own (fixtureOpts.private).
+func ownServer(t testing.TB) *pgServer {
+	t.Helper()
+	s := scratchServer(t, "logical")
 	if err := runWalpost(t, []string{"WALPOST_POSTGRES_URL=" + s.url}, "migrate"); err != nil {
 		t.Fatalf("walpost migrate on the scratch cluster: %v", err)
 	}
 	return s
 }
 
-// stackScript runs scripts/stack.sh with args (at most 3 minutes) and
-// returns its combined output.
-func stackScript(args ...string) (string, error) {
-	out, errOut, err := stackScriptSplit(args...)
+// ctl stops, starts or restarts the cluster as scripts/stack.sh pg-stop
+// [MODE], pg-start and pg-restart do for the stack's.
+func (s *pgServer) ctl(verb string, args ...string) error {
+	var steps [][]string
+	up := []string{"scratch-pg-up", s.name, strconv.Itoa(s.port), s.walLevel}
+	switch verb {
+	case "pg-stop":
+		steps = [][]string{append([]string{"scratch-pg-stop", s.name}, args...)}
+	case "pg-start":
+		steps = [][]string{up}
+	case "pg-restart":
+		steps = [][]string{{"scratch-pg-stop", s.name, "fast"}, up}
+	default:
+		return fmt.Errorf("pgServer.ctl: unknown verb %q", verb)
+	}
+	for _, st := range steps {
+		var env []string
+		if st[0] == "scratch-pg-up" {
+			env = s.env
+		}
+		if out, err := stackScript(env, st...); err != nil {
+			return fmt.Errorf("scripts/stack.sh %s: %v\n%s", strings.Join(st, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// stackCtl runs scripts/stack.sh with args on the stack (the one thing a
+// test may change only when it runs alone: no t.Parallel), failing the test
+// on error.
+func stackCtl(t testing.TB, args ...string) {
+	t.Helper()
+	if err := stackCtlErr(args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func stackCtlErr(args ...string) error {
+	if out, err := stackScript(nil, args...); err != nil {
+		return fmt.Errorf("scripts/stack.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// stackScript runs scripts/stack.sh with args (at most 3 minutes, env
+// added to its environment) and returns its combined output.
+func stackScript(env []string, args ...string) (string, error) {
+	out, errOut, err := stackScriptSplit(env, args...)
 	return out + errOut, err
 }
 
-func stackScriptSplit(args ...string) (stdout, stderr string, err error) {
+func stackScriptSplit(env []string, args ...string) (stdout, stderr string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "scripts", "stack.sh"), args...)
 	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), env...)
+	cmd.WaitDelay = 5 * time.Second
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err = cmd.Run()
@@ -229,28 +289,10 @@ func (f *fixture) pg(t testing.TB, verb string, args ...string) {
 }
 
 func (f *fixture) pgErr(verb string, args ...string) error {
-	s := f.Server
-	if s == nil {
-		return faultStackErr(append([]string{verb}, args...)...)
+	if f.Server == nil {
+		return stackCtlErr(append([]string{verb}, args...)...)
 	}
-	var steps [][]string
-	up := []string{"scratch-pg-up", s.name, strconv.Itoa(s.port), "logical"}
-	switch verb {
-	case "pg-stop":
-		steps = [][]string{append([]string{"scratch-pg-stop", s.name}, args...)}
-	case "pg-start":
-		steps = [][]string{up}
-	case "pg-restart":
-		steps = [][]string{{"scratch-pg-stop", s.name, "fast"}, up}
-	default:
-		return fmt.Errorf("fixture.pg: unknown verb %q", verb)
-	}
-	for _, st := range steps {
-		if out, err := stackScript(st...); err != nil {
-			return fmt.Errorf("scripts/stack.sh %s: %v\n%s", strings.Join(st, " "), err, out)
-		}
-	}
-	return nil
+	return f.Server.ctl(verb, args...)
 }
 
 func newFixture(t testing.TB, o fixtureOpts) *fixture {
@@ -269,7 +311,7 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 		f.Server = o.server
 		f.PGURL = o.server.url
 	} else if o.private {
-		f.Server = newScratchServer(t)
+		f.Server = ownServer(t)
 		f.PGURL = f.Server.url
 	} else {
 		migrateOnce.Do(func() { migrateErr = runWalpost(t, nil, "migrate") })
@@ -301,6 +343,25 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 		t.Fatalf("create topic: %v", err)
 	}
 	t.Cleanup(f.cleanup)
+	// The broker answers CreateTopics once the controller has the topic;
+	// its metadata follows a moment later (longer under load), and
+	// walpost refuses a topic its metadata request does not list.
+	waitFor(t, 30*time.Second, "the broker's metadata to list topic "+f.Topic, func() bool {
+		td, err := f.Admin.ListTopics(cctx, f.Topic)
+		if err != nil {
+			return false
+		}
+		d, ok := td[f.Topic]
+		if !ok || d.Err != nil || len(d.Partitions) != o.partitions {
+			return false
+		}
+		for _, p := range d.Partitions {
+			if p.Err != nil || p.Leader < 0 {
+				return false
+			}
+		}
+		return true
+	})
 	return f
 }
 
@@ -421,7 +482,7 @@ func (f *fixture) start(extraEnv ...string) *proc {
 	f.t.Cleanup(func() {
 		p.kill()
 		if f.t.Failed() {
-			f.t.Logf("walpost log %s:\n%s", p.log, tail(p.log, 60))
+			f.t.Logf("walpost log %s, without the Kafka client's debug lines:\n%s", p.log, tailOwn(p.log, 60))
 		}
 	})
 	return p
@@ -430,6 +491,22 @@ func (f *fixture) start(extraEnv ...string) *proc {
 func tail(path string, n int) string {
 	b, _ := os.ReadFile(path)
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// tailOwn is tail without the Kafka client's debug lines (every request
+// it writes and reads), which otherwise fill the tail of a busy walpost.
+func tailOwn(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if !(strings.Contains(l, "level=DEBUG") && strings.Contains(l, "component=kafka")) {
+			lines = append(lines, l)
+		}
+	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
@@ -560,40 +637,63 @@ func (f *fixture) consumeAll(t testing.TB, want int, timeout time.Duration) []re
 // read_committed isolation).
 func (f *fixture) consumeAllWith(t testing.TB, want int, timeout time.Duration, opts ...kgo.Opt) []record {
 	t.Helper()
+	distinct := map[string]bool{}
+	var out []record
+	f.read(t, timeout, 2*time.Second, func(r *kgo.Record) bool {
+		rec := record{Observed: observe(r), Value: r.Value, Headers: map[string]string{}, Time: r.Timestamp}
+		for _, h := range r.Headers {
+			rec.Headers[h.Key] = string(h.Value)
+		}
+		distinct[rec.Key] = true
+		out = append(out, rec)
+		return len(distinct) >= want
+	}, opts...)
+	return out
+}
+
+// read is the one consumer of the integration tests: it reads the
+// fixture's topic from the start (with opts added), handing each record to
+// each, until each has returned true and the topic then stayed quiet for
+// quiet, or timeout passes.
+func (f *fixture) read(t testing.TB, timeout, quiet time.Duration, each func(*kgo.Record) bool, opts ...kgo.Opt) {
+	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var out []record
-	distinct := map[string]bool{}
+	done := false
 	deadline := time.Now().Add(timeout)
 	quietSince := time.Now()
 	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), min(time.Second, time.Until(deadline)))
 		fetches := cl.PollFetches(ctx)
 		cancel()
 		n := 0
 		fetches.EachRecord(func(r *kgo.Record) {
 			n++
-			rec := record{Observed: verify.Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset},
-				Value: r.Value, Headers: map[string]string{}, Time: r.Timestamp}
-			for _, h := range r.Headers {
-				rec.Headers[h.Key] = string(h.Value)
-			}
-			rec.CommitLSN, _ = pglogrepl.ParseLSN(rec.Headers["commit_lsn"])
-			distinct[rec.Key] = true
-			out = append(out, rec)
+			done = each(r)
 		})
 		if n > 0 {
 			quietSince = time.Now()
 		}
-		if len(distinct) >= want && time.Since(quietSince) > 2*time.Second {
-			break
+		if done && time.Since(quietSince) >= quiet {
+			return
 		}
 	}
-	return out
+}
+
+// observe is what the validator needs of a record: key, partition,
+// offset, commit_lsn.
+func observe(r *kgo.Record) verify.Observed {
+	o := verify.Observed{Key: string(r.Key), Partition: r.Partition, Offset: r.Offset}
+	for _, h := range r.Headers {
+		if h.Key == "commit_lsn" {
+			o.CommitLSN, _ = pglogrepl.ParseLSN(string(h.Value))
+		}
+	}
+	return o
 }
 
 func observed(recs []record) []verify.Observed {

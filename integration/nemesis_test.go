@@ -164,9 +164,9 @@ func (n *nemesis) logf(format string, args ...any) {
 // cut short when ctx ends), heal, drain, validate. Failures are reported
 // on t.
 func nemesisRound(ctx context.Context, t testing.TB, seed uint64, faults int, dur time.Duration) nemesisTally {
-	f := faultFixture(t, 3)
-	pg, pgURLProxied := faultPGProxy(t, f.PGURL)
-	kp, kafkaSeed := faultKafkaProxy(t)
+	f := stackFixture(t, 3)
+	pg, pgURLProxied := pgProxy(t, f.PGURL)
+	kp, kafkaSeed := kafkaProxy(t)
 	n := &nemesis{
 		t: t, f: f, rng: rand.New(rand.NewPCG(seed, 0x6e656d65)), pg: pg, kafka: kp,
 		env:  []string{"WALPOST_POSTGRES_URL=" + pgURLProxied, "WALPOST_KAFKA_BROKERS=" + kafkaSeed},
@@ -178,8 +178,8 @@ func nemesisRound(ctx context.Context, t testing.TB, seed uint64, faults int, du
 		}
 	})
 	n.p = f.start(n.env...)
-	faultStreaming(t, n.p)
-	l := newFaultLoad(f, 3, 10, 20*time.Millisecond).start()
+	waitStreaming(t, n.p)
+	l := newWriterLoad(f, 3, 10, 20*time.Millisecond).start()
 	t.Cleanup(func() { l.stop.Store(true); l.wg.Wait() })
 	n.begin = time.Now()
 	deadline := n.begin.Add(dur)
@@ -204,7 +204,7 @@ func nemesisRound(ctx context.Context, t testing.TB, seed uint64, faults int, du
 	expected := l.finish(t)
 	walEnd := f.currentWAL()
 	n.logf("writers stopped; %d events committed; draining", len(expected))
-	rep := faultVerify(t, f, expected, 3*time.Minute)
+	rep := verifyDelivery(t, f, expected, 3*time.Minute)
 	n.checkExit()
 	// Liveness: the slot catches up, so a healed walpost does not pin WAL.
 	deadlineSlot := time.Now().Add(60 * time.Second)
@@ -291,7 +291,7 @@ func (n *nemesis) apply(k nemesisFault, d time.Duration, variant int, deadline t
 // wal_sender_timeout, as for any replication client). Then every fault is
 // healed so the shutdown can finish and the round goes on.
 func (n *nemesis) stopFast() {
-	took, err := faultPGStopFast(15 * time.Second)
+	took, err := pgStopFast(15 * time.Second)
 	if err == nil {
 		return
 	}
@@ -379,7 +379,7 @@ func (n *nemesis) checkExit() {
 }
 
 func (n *nemesis) stack(args ...string) bool {
-	if err := faultStackErr(args...); err != nil {
+	if err := stackCtlErr(args...); err != nil {
 		n.t.Errorf("nemesis: %v", err)
 		return false
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -51,14 +50,6 @@ func readyz(addr string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(b))
-}
-
-func stackCmd(t testing.TB, args ...string) {
-	t.Helper()
-	cmd := exec.Command(repoRoot+"/scripts/stack.sh", args...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("stack.sh %v: %v\n%s", args, err, out)
-	}
 }
 
 // TestMetricsAndReadiness scrapes /metrics under load and sees the named
@@ -137,8 +128,8 @@ func TestMetricsAndReadiness(t *testing.T) {
 	}
 
 	// Broker down: events pile up, the confirmed LSN stalls, /readyz fails.
-	stackCmd(t, "kafka-stop")
-	t.Cleanup(func() { stackCmd(t, "kafka-start") })
+	stackCtl(t, "kafka-stop")
+	t.Cleanup(func() { stackCtl(t, "kafka-start") })
 	more, err := f.writeTxn(ctx, "outage", []string{"o-1", "o-2", "o-3"}, `{}`)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +144,7 @@ func TestMetricsAndReadiness(t *testing.T) {
 	if !strings.Contains(reason, "confirmed LSN has not moved") {
 		t.Fatalf("readyz reason %q", reason)
 	}
-	stackCmd(t, "kafka-start")
+	stackCtl(t, "kafka-start")
 	waitFor(t, 90*time.Second, "/readyz 200 after the outage", func() bool { c, _ := readyz(addr); return c == 200 })
 	recs = f.consumeAll(t, len(expected)+len(more), 2*time.Minute)
 	if rep := verify.Validate(append(expected, more...), observed(recs)); !rep.OK() {

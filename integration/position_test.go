@@ -20,8 +20,8 @@ import (
 
 // Tests of walpost's own position (walpost_position, DESIGN.md "Position").
 
-// posWriteEvents commits n events in transactions of 10 and returns them.
-func posWriteEvents(t *testing.T, f *fixture, prefix string, n int) []verify.Expected {
+// writeEvents commits n events in transactions of 10 and returns them.
+func writeEvents(t *testing.T, f *fixture, prefix string, n int) []verify.Expected {
 	t.Helper()
 	var out []verify.Expected
 	for i := 0; i < n; i += 10 {
@@ -39,9 +39,9 @@ func posWriteEvents(t *testing.T, f *fixture, prefix string, n int) []verify.Exp
 	return out
 }
 
-// posWaitExit waits up to timeout for p to exit and returns its exit code
+// waitExit waits up to timeout for p to exit and returns its exit code
 // (-1: still running, then killed).
-func posWaitExit(p *proc, timeout time.Duration) int {
+func waitExit(p *proc, timeout time.Duration) int {
 	select {
 	case <-p.done:
 	case <-time.After(timeout):
@@ -58,13 +58,13 @@ func posWaitExit(p *proc, timeout time.Duration) int {
 	return -2
 }
 
-func posLog(p *proc) string {
+func positionLog(p *proc) string {
 	b, _ := os.ReadFile(p.log)
 	return string(b)
 }
 
-// posForget deletes the fixture's position row when the test ends.
-func posForget(t *testing.T, pool *pgxpool.Pool, slot string) {
+// forgetPosition deletes the fixture's position row when the test ends.
+func forgetPosition(t *testing.T, pool *pgxpool.Pool, slot string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -80,10 +80,10 @@ func posForget(t *testing.T, pool *pgxpool.Pool, slot string) {
 func TestSlotDroppedWhileDownRefuses(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
-	posForget(t, f.Pool, f.Slot)
+	forgetPosition(t, f.Pool, f.Slot)
 	p := f.start()
-	faultStreaming(t, p)
-	posWriteEvents(t, f, "before", 200)
+	waitStreaming(t, p)
+	writeEvents(t, f, "before", 200)
 	target := f.currentWAL()
 	waitFor(t, time.Minute, "the slot to confirm the first events", func() bool {
 		lsn, _, ok := f.slotState()
@@ -97,11 +97,11 @@ func TestSlotDroppedWhileDownRefuses(t *testing.T) {
 		return !active
 	})
 	mustExec(t, f.Pool, `SELECT pg_drop_replication_slot($1)`, f.Slot)
-	posWriteEvents(t, f, "gap", 300)
+	writeEvents(t, f, "gap", 300)
 
 	p2 := f.start()
-	code := posWaitExit(p2, time.Minute)
-	log := posLog(p2)
+	code := waitExit(p2, time.Minute)
+	log := positionLog(p2)
 	if code != 1 {
 		t.Errorf("walpost run after the slot was dropped: exit code %d, want 1 (-1: still running)\n%s", code, tail(p2.log, 20))
 	}
@@ -128,7 +128,7 @@ func TestOtherSystemIdentifierRefused(t *testing.T) {
 	if err := f.Pool.QueryRow(context.Background(), `SELECT system_identifier FROM pg_control_system()`).Scan(&sysid); err != nil {
 		t.Fatal(err)
 	}
-	scratchURL := errsScratchPG(t, "logical")
+	scratchURL := scratchServer(t, "logical").url
 	env := []string{
 		"WALPOST_POSTGRES_URL=" + scratchURL,
 		"WALPOST_POSTGRES_TABLE=outbox",
@@ -150,8 +150,8 @@ VALUES ('walpost', $1, 1, '0/5000000', '2026-12-01 10:00:00+00', now())`, sysid)
 	mustExec(t, scratch, `INSERT INTO outbox (idempotency_key, payload) VALUES ('k1', '{}')`)
 
 	p := f.start(env...)
-	code := posWaitExit(p, time.Minute)
-	log := posLog(p)
+	code := waitExit(p, time.Minute)
+	log := positionLog(p)
 	if code != 1 {
 		t.Errorf("walpost run against another cluster: exit code %d, want 1 (-1: still running)\n%s", code, tail(p.log, 20))
 	}
@@ -180,8 +180,8 @@ VALUES ('walpost', $1, 1, '0/5000000', '2026-12-01 10:00:00+00', now())`, sysid)
 }
 
 var (
-	posBehindRE    = regexp.MustCompile(`position_lsn=(\S+)`)
-	posConfirmedRE = regexp.MustCompile(`msg=confirmed slot=\S+ lsn=(\S+)`)
+	behindRE    = regexp.MustCompile(`position_lsn=(\S+)`)
+	confirmedRE = regexp.MustCompile(`msg=confirmed slot=\S+ lsn=(\S+)`)
 )
 
 // TestPostgresCrashResendsOnlyUnrecorded: PostgreSQL 15 crashes (immediate
@@ -196,12 +196,12 @@ var (
 // INV-13 up to 9,713.
 func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 	t.Parallel()
-	f := faultOwnFixture(t, 3)
-	posForget(t, f.Pool, f.Slot)
+	f := ownFixture(t, 3)
+	forgetPosition(t, f.Pool, f.Slot)
 	p := f.start()
-	faultStreaming(t, p)
+	waitStreaming(t, p)
 	loadStart := time.Now()
-	l := newFaultLoad(f, 8, faultCrashMaxTxn, 0).start()
+	l := newWriterLoad(f, 8, crashMaxTxn, 0).start()
 	l.waitWritten(t, 20000, 3*time.Minute)
 
 	f.pg(t, "pg-stop", "immediate")
@@ -210,9 +210,9 @@ func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 	// The bound: what one position interval (postgres.position_interval,
 	// 200 ms by default) confirms at the load's rate, and at least one
 	// transaction (a session that ends inside one sends it again).
-	bound := max(faultCrashMaxTxn, int(rate*0.2))
+	bound := max(crashMaxTxn, int(rate*0.2))
 	t.Logf("PostgreSQL crashed (immediate stop) after %d events (%.0f events/s: one position interval is %d events)", crashed, rate, bound)
-	faultSleep(t, p, 2*time.Second, "while PostgreSQL was down")
+	sleepAlive(t, p, 2*time.Second, "while PostgreSQL was down")
 	f.pg(t, "pg-start")
 	// The stored position as the crash left it: read at once, before
 	// walpost's new session can move it (a later read is only larger, which
@@ -230,23 +230,23 @@ func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	faultWaitStreamingAgain(t, p, 1, time.Minute)
+	waitStreamingAgain(t, p, 1, time.Minute)
 	l.waitWritten(t, 5000, 2*time.Minute)
 	expected := l.finish(t)
-	recs := faultConsume(t, f, expected, 5*time.Minute)
+	recs := consumeExpected(t, f, expected, 5*time.Minute)
 	rep := verify.Validate(expected, recs)
 	t.Logf("validator: %s", rep)
 	if !rep.OK() || rep.Unexpected != 0 {
 		t.Errorf("delivery failed: %s", rep)
 	}
-	faultAlive(t, p, "after the crash")
+	alive(t, p, "after the crash")
 	if storedErr != nil {
 		t.Fatalf("reading walpost's stored position after the restart: %v", storedErr)
 	}
 	// The session may have read an older row than the one read above only
 	// if walpost moved it first; the skip boundary it logged is the one it
 	// used.
-	if m := posBehindRE.FindStringSubmatch(posLog(p)); m != nil {
+	if m := behindRE.FindStringSubmatch(positionLog(p)); m != nil {
 		if lsn, err := pglogrepl.ParseLSN(m[1]); err == nil && lsn < stored {
 			stored = lsn
 		}
@@ -256,8 +256,8 @@ func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 	// those at or above it were in flight, unconfirmed, when PostgreSQL
 	// crashed, and at-least-once sends them again whatever is recorded.
 	var lastConfirmed pglogrepl.LSN
-	before, _, _ := strings.Cut(posLog(p), "session failed")
-	for _, m := range posConfirmedRE.FindAllStringSubmatch(before, -1) {
+	before, _, _ := strings.Cut(positionLog(p), "session failed")
+	for _, m := range confirmedRE.FindAllStringSubmatch(before, -1) {
 		if lsn, err := pglogrepl.ParseLSN(m[1]); err == nil && lsn > lastConfirmed {
 			lastConfirmed = lsn
 		}
@@ -279,8 +279,8 @@ func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 	t.Logf("re-sent events confirmed after the last position write: %d; in flight (unconfirmed) at the crash: %d (last confirmed %s)",
 		unrecorded, rep.Duplicates()-covered-unrecorded, lastConfirmed)
 	skippedLine := "no skip (the slot was not behind)"
-	if strings.Contains(posLog(p), "skipped events already confirmed") {
-		skippedLine = regexp.MustCompile(`msg="skipped events already confirmed[^\n]*`).FindString(posLog(p))
+	if strings.Contains(positionLog(p), "skipped events already confirmed") {
+		skippedLine = regexp.MustCompile(`msg="skipped events already confirmed[^\n]*`).FindString(positionLog(p))
 	}
 	t.Logf("re-sent after the crash: %d events (%d keys); stored position at the crash %s; %s", rep.Duplicates(), len(rep.Duplicated), stored, skippedLine)
 	if covered != 0 {
@@ -290,11 +290,11 @@ func TestPostgresCrashResendsOnlyUnrecorded(t *testing.T) {
 	// whether or not the position was written in time, and what was in
 	// flight (flushed before the next session): only the transaction the
 	// stream was inside when the session ended is sent again.
-	t.Logf("bound: one transaction (%d events); one position interval at the load's rate would be %d", faultCrashMaxTxn, bound)
-	if rep.Duplicates() > faultCrashMaxTxn {
-		t.Errorf("%d events re-sent after the crash, want at most one transaction's (%d): walpost confirmed the rest before PostgreSQL came back", rep.Duplicates(), faultCrashMaxTxn)
+	t.Logf("bound: one transaction (%d events); one position interval at the load's rate would be %d", crashMaxTxn, bound)
+	if rep.Duplicates() > crashMaxTxn {
+		t.Errorf("%d events re-sent after the crash, want at most one transaction's (%d): walpost confirmed the rest before PostgreSQL came back", rep.Duplicates(), crashMaxTxn)
 	}
 }
 
-// faultCrashMaxTxn is the largest transaction of the crash test's load.
-const faultCrashMaxTxn = 20
+// crashMaxTxn is the largest transaction of the crash test's load.
+const crashMaxTxn = 20

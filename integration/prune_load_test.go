@@ -28,7 +28,7 @@ const pruneLoadRows = 1_000_000
 func TestPruneMillionRowsConcurrentWriter(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
-	posForget(t, f.Pool, f.Slot)
+	forgetPosition(t, f.Pool, f.Slot)
 	ctx := context.Background()
 	// Autovacuum's truncation of the emptied table takes ACCESS EXCLUSIVE
 	// for a moment; it is not prune's lock, so it stays out of the sample.
@@ -36,7 +36,7 @@ func TestPruneMillionRowsConcurrentWriter(t *testing.T) {
 	// Written before walpost creates the slot: never streamed, and
 	// confirmed once the position records a later commit.
 	mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) SELECT 'old-' || g, '{"x": 1}' FROM generate_series(1, %d) g`, f.Table, pruneLoadRows))
-	recRunThenStop(t, f, f, nil, "conf", 10)
+	runThenStop(t, f, f, nil, "conf", 10)
 
 	writer, err := pgx.Connect(ctx, pgURL)
 	if err != nil {
@@ -91,7 +91,7 @@ func TestPruneMillionRowsConcurrentWriter(t *testing.T) {
 	}()
 
 	start := time.Now()
-	out, code := recCommand(t, append(f.env(), "WALPOST_RECOVER_MARGIN=0s"), "prune", "--older-than", "1ms")
+	out, code := recoveryCommand(t, append(f.env(), "WALPOST_RECOVER_MARGIN=0s"), "prune", "--older-than", "1ms")
 	took := time.Since(start)
 	stop.Store(true)
 	wg.Wait()

@@ -79,7 +79,7 @@ func TestLibrdkafkaConsumer(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	p := f.start()
-	faultStreaming(t, p)
+	waitStreaming(t, p)
 	var expected []verify.Expected
 	for n := 0; n < 40; n++ {
 		keys := make([]string, 1+n%25)

@@ -15,8 +15,8 @@ import (
 	"github.com/walpost/walpost/verify"
 )
 
-// recTxnsRE reads the Kafka transactions of an exactly-once recover's report.
-var recTxnsRE = regexp.MustCompile(`exactly-once: +produced in (\d+) Kafka transaction`)
+// txnsRE reads the Kafka transactions of an exactly-once recover's report.
+var txnsRE = regexp.MustCompile(`exactly-once: +produced in (\d+) Kafka transaction`)
 
 // TestRecoverExactlyOnce: an exactly-once walpost confirms events and
 // stops; the slot is dropped and writes go on. The slot's checkpoint in
@@ -34,13 +34,13 @@ var recTxnsRE = regexp.MustCompile(`exactly-once: +produced in (\d+) Kafka trans
 func TestRecoverExactlyOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
-	posForget(t, f.Pool, f.Slot)
-	env := f.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=100")
+	forgetPosition(t, f.Pool, f.Slot)
+	env := f.exactlyOnceEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=100")
 	cpTopic := "cp_" + f.Topic
 	ctx := context.Background()
-	before := recRunThenStop(t, f, f, env, "before", 200)
+	before := runThenStop(t, f, f, env, "before", 200)
 	mustExec(t, f.Pool, `SELECT pg_drop_replication_slot($1)`, f.Slot)
-	gap := posWriteEvents(t, f, "gap", 300)
+	gap := writeEvents(t, f, "gap", 300)
 
 	// A checkpoint 64 MiB of WAL ahead of the server, committed like
 	// walpost's own (the same key, system identifier and timeline).
@@ -90,7 +90,7 @@ func TestRecoverExactlyOnce(t *testing.T) {
 		t.Fatalf("checkpoint before recover at %s, want the one ahead at %s", cp.LSN, x)
 	}
 
-	out, code := recCommand(t, append(f.env(), env...), "recover")
+	out, code := recoveryCommand(t, append(f.env(), env...), "recover")
 	recovered := code == 0
 	if code != 1 || !strings.Contains(out, "--allow-duplicates") || !strings.Contains(out, "read_committed") {
 		t.Errorf("walpost recover in exactly-once mode without --allow-duplicates: exit %d, want 1 naming the flag and read_committed", code)
@@ -105,7 +105,7 @@ func TestRecoverExactlyOnce(t *testing.T) {
 		if slots != 0 || marked {
 			t.Errorf("the refused recover changed something: %d slot(s), row marked %v", slots, marked)
 		}
-		out, code = recCommand(t, append(f.env(), env...), "recover", "--allow-duplicates")
+		out, code = recoveryCommand(t, append(f.env(), env...), "recover", "--allow-duplicates")
 		if code != 0 {
 			t.Fatalf("walpost recover --allow-duplicates: exit %d", code)
 		}
@@ -114,12 +114,12 @@ func TestRecoverExactlyOnce(t *testing.T) {
 	if !recovered {
 		t.Fatal("nothing recovered")
 	}
-	found, produced := recInt(t, recRowsRE, out, 1), recInt(t, recRowsRE, out, 2)
-	resent := recInt(t, recResentRE, out, 1)
+	found, produced := queryInt(t, rowsRE, out, 1), queryInt(t, rowsRE, out, 2)
+	resent := queryInt(t, resentRE, out, 1)
 	if found != produced || produced < len(gap) {
 		t.Errorf("report: found %d, produced %d; want equal and at least the gap's %d", found, produced, len(gap))
 	}
-	if txns := recInt(t, recTxnsRE, out, 1); txns != (produced+99)/100 {
+	if txns := queryInt(t, txnsRE, out, 1); txns != (produced+99)/100 {
 		t.Errorf("report: %d Kafka transactions for %d records, want %d (delivery.transaction_records 100)", txns, produced, (produced+99)/100)
 	}
 	var rowLSN string
@@ -134,7 +134,7 @@ func TestRecoverExactlyOnce(t *testing.T) {
 
 	// Transactions after the new slot's consistent point and below X,
 	// then WAL past X, so that a run that trusted X would skip them.
-	between := posWriteEvents(t, f, "between", 100)
+	between := writeEvents(t, f, "between", 100)
 	for i := 0; ; i++ {
 		var past bool
 		if err := f.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() >= $1::pg_lsn`, x.String()).Scan(&past); err != nil {
@@ -151,8 +151,8 @@ func TestRecoverExactlyOnce(t *testing.T) {
 	}
 
 	p := f.start(env...)
-	faultStreaming(t, p)
-	after := posWriteEvents(t, f, "after", 50)
+	waitStreaming(t, p)
+	after := writeEvents(t, f, "after", 50)
 	expected := append(append(append(append([]verify.Expected{}, before...), gap...), between...), after...)
 	recs := f.consumeAllWith(t, len(expected), 2*time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	rep := verify.Validate(expected, observed(recs))
@@ -172,5 +172,5 @@ func TestRecoverExactlyOnce(t *testing.T) {
 	if n != produced {
 		t.Errorf("read_committed sees %d records with walpost_recovered, the report says %d produced", n, produced)
 	}
-	faultAlive(t, p, "after recover")
+	alive(t, p, "after recover")
 }

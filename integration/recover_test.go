@@ -19,10 +19,10 @@ import (
 
 // Tests of walpost recover and walpost prune (README, Runbook, "Slot lost").
 
-// recWriter commits transactions of 10 events into w's table until stop,
+// rowWriter commits transactions of 10 events into w's table until stop,
 // one at a time (so commit order is created_at order), and returns what it
 // wrote.
-type recWriter struct {
+type rowWriter struct {
 	w      *fixture
 	prefix string
 	stop   chan struct{}
@@ -33,8 +33,8 @@ type recWriter struct {
 	err error
 }
 
-func recStartWriter(w *fixture, prefix string) *recWriter {
-	r := &recWriter{w: w, prefix: prefix, stop: make(chan struct{}), done: make(chan struct{})}
+func startWriter(w *fixture, prefix string) *rowWriter {
+	r := &rowWriter{w: w, prefix: prefix, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		for i := 0; ; i++ {
@@ -62,13 +62,13 @@ func recStartWriter(w *fixture, prefix string) *recWriter {
 	return r
 }
 
-func (r *recWriter) count() int {
+func (r *rowWriter) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.exp)
 }
 
-func (r *recWriter) finish(t *testing.T) []verify.Expected {
+func (r *rowWriter) finish(t *testing.T) []verify.Expected {
 	t.Helper()
 	close(r.stop)
 	<-r.done
@@ -78,9 +78,9 @@ func (r *recWriter) finish(t *testing.T) []verify.Expected {
 	return r.exp
 }
 
-// recCommand runs a walpost command to completion and returns its output
+// recoveryCommand runs a walpost command to completion and returns its output
 // and exit code.
-func recCommand(t *testing.T, env []string, args ...string) (string, int) {
+func recoveryCommand(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
 	out, err := walpostOutput(t, env, args...)
 	t.Logf("walpost %s:\n%s", strings.Join(args, " "), out)
@@ -95,12 +95,12 @@ func recCommand(t *testing.T, env []string, args ...string) (string, int) {
 }
 
 var (
-	recRowsRE   = regexp.MustCompile(`rows: +(\d+) found in the slot's snapshot, (\d+) produced`)
-	recResentRE = regexp.MustCompile(`re-sent: +(\d+) row`)
-	recDryRE    = regexp.MustCompile(`rows: +(\d+) found now`)
+	rowsRE   = regexp.MustCompile(`rows: +(\d+) found in the slot's snapshot, (\d+) produced`)
+	resentRE = regexp.MustCompile(`re-sent: +(\d+) row`)
+	dryRE    = regexp.MustCompile(`rows: +(\d+) found now`)
 )
 
-func recInt(t *testing.T, re *regexp.Regexp, out string, group int) int {
+func queryInt(t *testing.T, re *regexp.Regexp, out string, group int) int {
 	t.Helper()
 	m := re.FindStringSubmatch(out)
 	if m == nil {
@@ -110,13 +110,13 @@ func recInt(t *testing.T, re *regexp.Regexp, out string, group int) int {
 	return n
 }
 
-// recStopAndLose runs walpost until it confirmed n events, stops it with
+// stopAndLose runs walpost until it confirmed n events, stops it with
 // SIGTERM and waits for the slot to be released.
-func recRunThenStop(t *testing.T, f *fixture, w *fixture, env []string, prefix string, n int) []verify.Expected {
+func runThenStop(t *testing.T, f *fixture, w *fixture, env []string, prefix string, n int) []verify.Expected {
 	t.Helper()
 	p := f.start(env...)
-	faultStreaming(t, p)
-	exp := posWriteEvents(t, w, prefix, n)
+	waitStreaming(t, p)
+	exp := writeEvents(t, w, prefix, n)
 	var target string
 	if err := w.Pool.QueryRow(context.Background(), `SELECT pg_current_wal_lsn()::text`).Scan(&target); err != nil {
 		t.Fatal(err)
@@ -134,27 +134,27 @@ func recRunThenStop(t *testing.T, f *fixture, w *fixture, env []string, prefix s
 	return exp
 }
 
-// recRecoverAndCheck is the part both acceptance tests share: walpost run
+// recoverAndCheck is the part both acceptance tests share: walpost run
 // refuses the gap; walpost recover --dry-run plans it; walpost recover
 // produces it while writes go on; walpost run streams the rest. Every
 // committed event is in Kafka, first occurrences are in order per
 // partition, the report's counts match the topic, and the only duplicates
 // are the rows the report says it re-sent.
-func recRecoverAndCheck(t *testing.T, f, w *fixture, env []string, before, gap []verify.Expected, wantBy string) {
+func recoverAndCheck(t *testing.T, f, w *fixture, env []string, before, gap []verify.Expected, wantBy string) {
 	t.Helper()
 	p := f.start(env...)
-	if code := posWaitExit(p, time.Minute); code != 1 {
+	if code := waitExit(p, time.Minute); code != 1 {
 		t.Fatalf("walpost run over the gap: exit code %d, want 1\n%s", code, tail(p.log, 20))
 	}
-	if log := posLog(p); !strings.Contains(log, "walpost recover") {
+	if log := positionLog(p); !strings.Contains(log, "walpost recover") {
 		t.Errorf("walpost run's refusal does not name walpost recover:\n%s", tail(p.log, 10))
 	}
 
-	out, code := recCommand(t, append(f.env(), env...), "recover", "--dry-run")
+	out, code := recoveryCommand(t, append(f.env(), env...), "recover", "--dry-run")
 	if code != 0 {
 		t.Fatalf("walpost recover --dry-run: exit %d", code)
 	}
-	if n := recInt(t, recDryRE, out, 1); n < len(gap) {
+	if n := queryInt(t, dryRE, out, 1); n < len(gap) {
 		t.Errorf("dry run plans %d rows, want at least the %d of the gap", n, len(gap))
 	}
 	for _, want := range []string{"dry run", wantBy, "rows deleted before the snapshot"} {
@@ -172,14 +172,14 @@ func recRecoverAndCheck(t *testing.T, f, w *fixture, env []string, before, gap [
 
 	// Writes go on during the recovery: each of them is either in the
 	// snapshot (recovered) or after the consistent point (streamed).
-	live := recStartWriter(w, "during")
+	live := startWriter(w, "during")
 	waitFor(t, 30*time.Second, "writes before recover", func() bool { return live.count() >= 50 })
-	out, code = recCommand(t, append(f.env(), env...), "recover")
+	out, code = recoveryCommand(t, append(f.env(), env...), "recover")
 	if code != 0 {
 		t.Fatalf("walpost recover: exit %d", code)
 	}
-	found, produced := recInt(t, recRowsRE, out, 1), recInt(t, recRowsRE, out, 2)
-	resent := recInt(t, recResentRE, out, 1)
+	found, produced := queryInt(t, rowsRE, out, 1), queryInt(t, rowsRE, out, 2)
+	resent := queryInt(t, resentRE, out, 1)
 	if found != produced {
 		t.Errorf("report: found %d, produced %d; want equal", found, produced)
 	}
@@ -190,10 +190,10 @@ func recRecoverAndCheck(t *testing.T, f, w *fixture, env []string, before, gap [
 	waitFor(t, 30*time.Second, "writes after recover", func() bool { return live.count() >= atRecover+50 })
 
 	p3 := f.start(env...)
-	faultStreaming(t, p3)
+	waitStreaming(t, p3)
 	time.Sleep(time.Second)
 	during := live.finish(t)
-	after := posWriteEvents(t, w, "after", 50)
+	after := writeEvents(t, w, "after", 50)
 	expected := append(append(append(append([]verify.Expected{}, before...), gap...), during...), after...)
 	recs := f.consumeAll(t, len(expected), 3*time.Minute)
 	rep := verify.Validate(expected, observed(recs))
@@ -231,7 +231,7 @@ func recRecoverAndCheck(t *testing.T, f, w *fixture, env []string, before, gap [
 	if err := w.Pool.QueryRow(context.Background(), `SELECT recovering_since FROM walpost_position WHERE slot = $1`, f.Slot).Scan(&recovering); err != nil || recovering != nil {
 		t.Errorf("position row after recover: recovering_since %v, err %v; want NULL", recovering, err)
 	}
-	faultAlive(t, p3, "after recover")
+	alive(t, p3, "after recover")
 }
 
 // TestRecoverAfterSlotDropped: walpost confirms events and stops; the slot
@@ -242,11 +242,11 @@ func recRecoverAndCheck(t *testing.T, f, w *fixture, env []string, before, gap [
 func TestRecoverAfterSlotDropped(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
-	posForget(t, f.Pool, f.Slot)
-	before := recRunThenStop(t, f, f, nil, "before", 200)
+	forgetPosition(t, f.Pool, f.Slot)
+	before := runThenStop(t, f, f, nil, "before", 200)
 	mustExec(t, f.Pool, `SELECT pg_drop_replication_slot($1)`, f.Slot)
-	gap := posWriteEvents(t, f, "gap", 300)
-	recRecoverAndCheck(t, f, f, nil, before, gap, "created_at at or after")
+	gap := writeEvents(t, f, "gap", 300)
+	recoverAndCheck(t, f, f, nil, before, gap, "created_at at or after")
 }
 
 // TestRecoverAfterSlotInvalidated: on a scratch cluster with
@@ -257,25 +257,8 @@ func TestRecoverAfterSlotDropped(t *testing.T) {
 func TestRecoverAfterSlotInvalidated(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
-	name := randName("rec")
-	up := func(port int) string {
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "scripts/stack.sh", "scratch-pg-up", name, fmt.Sprint(port), "logical")
-		cmd.Dir = repoRoot
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("scratch-pg-up: %v", err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		return lines[len(lines)-1]
-	}
-	t.Cleanup(func() {
-		cmd := exec.Command("scripts/stack.sh", "scratch-pg-down", name)
-		cmd.Dir = repoRoot
-		_ = cmd.Run()
-	})
-	url := up(freePort(t))
+	srv := scratchServer(t, "logical")
+	url := srv.url
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +266,10 @@ func TestRecoverAfterSlotInvalidated(t *testing.T) {
 	mustExec(t, pool, `ALTER SYSTEM SET track_commit_timestamp = on`)
 	mustExec(t, pool, `ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'`)
 	pool.Close()
-	url = up(freePort(t)) // another port: the script restarts the cluster, which turns track_commit_timestamp on
+	// A restart turns track_commit_timestamp on.
+	if err := srv.ctl("pg-restart"); err != nil {
+		t.Fatal(err)
+	}
 	env := []string{"WALPOST_POSTGRES_URL=" + url, "WALPOST_POSTGRES_TABLE=outbox", "WALPOST_POSTGRES_POISON_TABLE=poison_outbox",
 		"WALPOST_POSTGRES_PUBLICATION=walpost_outbox"}
 	if err := runWalpost(t, env, "migrate"); err != nil {
@@ -300,8 +286,8 @@ func TestRecoverAfterSlotInvalidated(t *testing.T) {
 	}
 	w := &fixture{t: t, Pool: pool, Table: "outbox"}
 
-	before := recRunThenStop(t, f, w, env, "before", 200)
-	gap := posWriteEvents(t, w, "gap", 300)
+	before := runThenStop(t, f, w, env, "before", 200)
+	gap := writeEvents(t, w, "gap", 300)
 	walStatus := func() string {
 		var s *string
 		_ = pool.QueryRow(context.Background(), `SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1`, f.Slot).Scan(&s)
@@ -320,8 +306,8 @@ func TestRecoverAfterSlotInvalidated(t *testing.T) {
 		mustExec(t, pool, `SELECT pg_switch_wal()`)
 		mustExec(t, pool, `CHECKPOINT`)
 	}
-	gap = append(gap, posWriteEvents(t, w, "gap2", 100)...)
-	recRecoverAndCheck(t, f, w, env, before, gap, "commit timestamp (track_commit_timestamp = on)")
+	gap = append(gap, writeEvents(t, w, "gap2", 100)...)
+	recoverAndCheck(t, f, w, env, before, gap, "commit timestamp (track_commit_timestamp = on)")
 }
 
 // TestPruneOnlyConfirmed: walpost confirms 300 events and stops; a backlog
@@ -333,15 +319,15 @@ func TestPruneOnlyConfirmed(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	noRow := append(f.env(), "WALPOST_POSTGRES_SLOT=nothing_recorded_here")
-	if out, code := recCommand(t, noRow, "prune", "--older-than", "1ms"); code != 1 || !strings.Contains(out, "no position is recorded") {
+	if out, code := recoveryCommand(t, noRow, "prune", "--older-than", "1ms"); code != 1 || !strings.Contains(out, "no position is recorded") {
 		t.Errorf("prune without a position: exit %d, want 1 naming the missing position", code)
 	}
-	if out, code := recCommand(t, f.env(), "prune"); code != 2 || !strings.Contains(out, "--older-than is required") {
+	if out, code := recoveryCommand(t, f.env(), "prune"); code != 2 || !strings.Contains(out, "--older-than is required") {
 		t.Errorf("prune without --older-than: exit %d, want 2 naming the flag", code)
 	}
-	posForget(t, f.Pool, f.Slot)
-	confirmed := recRunThenStop(t, f, f, nil, "old", 300)
-	backlog := posWriteEvents(t, f, "backlog", 200)
+	forgetPosition(t, f.Pool, f.Slot)
+	confirmed := runThenStop(t, f, f, nil, "old", 300)
+	backlog := writeEvents(t, f, "backlog", 200)
 	count := func(prefix string) int {
 		var n int
 		if err := f.Pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT count(*) FROM %s WHERE idempotency_key LIKE $1`, f.Table), prefix+"-%").Scan(&n); err != nil {
@@ -350,19 +336,19 @@ func TestPruneOnlyConfirmed(t *testing.T) {
 		return n
 	}
 
-	out, code := recCommand(t, f.env(), "prune", "--older-than", "1ms")
+	out, code := recoveryCommand(t, f.env(), "prune", "--older-than", "1ms")
 	if code != 0 || !strings.Contains(out, "deleted:           0 row(s)") {
 		t.Errorf("prune with the default recover.margin (10m): exit %d, want 0 rows deleted", code)
 	}
 	noMargin := append(f.env(), "WALPOST_RECOVER_MARGIN=0s")
-	out, code = recCommand(t, noMargin, "prune", "--older-than", "1ms", "--dry-run")
+	out, code = recoveryCommand(t, noMargin, "prune", "--older-than", "1ms", "--dry-run")
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d row(s) would be deleted", len(confirmed))) {
 		t.Errorf("prune --dry-run: exit %d, want %d rows planned", code, len(confirmed))
 	}
 	if n := count("old"); n != len(confirmed) {
 		t.Fatalf("the dry run deleted rows: %d of %d left", n, len(confirmed))
 	}
-	out, code = recCommand(t, noMargin, "prune", "--older-than", "1ms", "--batch", "7")
+	out, code = recoveryCommand(t, noMargin, "prune", "--older-than", "1ms", "--batch", "7")
 	if code != 0 {
 		t.Fatalf("prune: exit %d", code)
 	}

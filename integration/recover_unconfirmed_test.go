@@ -18,9 +18,9 @@ import (
 func TestRecoverWithoutConfirmedCommit(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
-	posForget(t, f.Pool, f.Slot)
+	forgetPosition(t, f.Pool, f.Slot)
 	ctx := context.Background()
-	early := posWriteEvents(t, f, "early", 10)
+	early := writeEvents(t, f, "early", 10)
 	var lsn string
 	if err := f.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
 		t.Fatal(err)
@@ -29,18 +29,18 @@ func TestRecoverWithoutConfirmedCommit(t *testing.T) {
 SELECT $1, (SELECT system_identifier FROM pg_control_system()), (SELECT timeline_id FROM pg_control_checkpoint()), $2::pg_lsn, NULL,
        (SELECT max(created_at) FROM %s) + interval '1 hour'`, f.Table), f.Slot, lsn)
 
-	out, code := recCommand(t, f.env(), "recover", "--dry-run")
+	out, code := recoveryCommand(t, f.env(), "recover", "--dry-run")
 	if code != 0 {
 		t.Fatalf("walpost recover --dry-run: exit %d", code)
 	}
-	if n := recInt(t, recDryRE, out, 1); n != len(early) {
+	if n := queryInt(t, dryRE, out, 1); n != len(early) {
 		t.Errorf("dry run plans %d rows, want the %d committed before the row's updated_at", n, len(early))
 	}
-	out, code = recCommand(t, f.env(), "recover")
+	out, code = recoveryCommand(t, f.env(), "recover")
 	if code != 0 {
 		t.Fatalf("walpost recover: exit %d", code)
 	}
-	if found, produced := recInt(t, recRowsRE, out, 1), recInt(t, recRowsRE, out, 2); found != len(early) || produced != len(early) {
+	if found, produced := queryInt(t, rowsRE, out, 1), queryInt(t, rowsRE, out, 2); found != len(early) || produced != len(early) {
 		t.Errorf("recover found %d and produced %d rows, want %d", found, produced, len(early))
 	}
 	rep := verify.Validate(early, observed(f.consumeAll(t, len(early), time.Minute)))

@@ -26,10 +26,10 @@ import (
 // It stops and restores a PostgreSQL cluster of its own.
 func TestRestoredServerLosesNothing(t *testing.T) {
 	t.Parallel()
-	alo := faultOwnFixture(t, 3)
+	alo := ownFixture(t, 3)
 	eos := newFixture(t, fixtureOpts{partitions: 3, server: alo.Server})
 	data := alo.Server.data
-	eosEnv := eos.eosEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=200")
+	exactlyOnceEnv := eos.exactlyOnceEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=200")
 	readCommitted := kgo.FetchIsolationLevel(kgo.ReadCommitted())
 	ctx := context.Background()
 
@@ -57,9 +57,9 @@ func TestRestoredServerLosesNothing(t *testing.T) {
 	}
 	startBoth := func() (*proc, *proc) {
 		t.Helper()
-		a, e := alo.start(), eos.start(eosEnv...)
-		faultStreaming(t, a)
-		faultStreaming(t, e)
+		a, e := alo.start(), eos.start(exactlyOnceEnv...)
+		waitStreaming(t, a)
+		waitStreaming(t, e)
 		return a, e
 	}
 	stopBoth := func(a, e *proc) {
@@ -109,8 +109,8 @@ func TestRestoredServerLosesNothing(t *testing.T) {
 	if b, _ := os.ReadFile(e.log); !strings.Contains(string(b), "the checkpoint is not used") && !strings.Contains(string(b), "the checkpoint does not match the server's WAL") {
 		t.Errorf("exactly-once walpost did not refuse the checkpoint ahead of the restored server:\n%s", tail(e.log, 40))
 	}
-	faultAlive(t, a, "after the restore")
-	faultAlive(t, e, "after the restore")
+	alive(t, a, "after the restore")
+	alive(t, e, "after the restore")
 }
 
 // copyDir copies a data directory with its owners and modes.

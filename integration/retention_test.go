@@ -53,11 +53,11 @@ func TestRetentionPrunesWhileRunning(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("walpost with http.listen %s: %v\n%s", addr, err, out)
 	}
-	if !strings.Contains(posLog(p), `key=outbox.retention`) {
+	if !strings.Contains(positionLog(p), `key=outbox.retention`) {
 		t.Errorf("walpost does not log its outbox retention at start:\n%s", tail(p.log, 30))
 	}
 
-	old := posWriteEvents(t, f, "old", 100)
+	old := writeEvents(t, f, "old", 100)
 	oldDone := time.Now()
 	if recs := f.consumeAll(t, len(old), time.Minute); len(recs) < len(old) {
 		t.Fatalf("%d of %d old events delivered", len(recs), len(old))
@@ -65,13 +65,13 @@ func TestRetentionPrunesWhileRunning(t *testing.T) {
 	// With commit timestamps only rows committed 1 s before the last
 	// confirmed commit go: confirm a later one.
 	time.Sleep(time.Until(oldDone.Add(1100 * time.Millisecond)))
-	young := posWriteEvents(t, f, "young", 50)
+	young := writeEvents(t, f, "young", 50)
 	waitFor(t, 2*time.Minute, "the old rows to be pruned", func() bool { return count(f.Table, `idempotency_key LIKE 'old-%'`) == 0 })
 
 	// The unconfirmed rows: one Kafka refuses (no such topic), which walpost
 	// never confirms, and the transactions committed after it.
 	mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, topic) VALUES ('held-routed', '{}', $1)`, f.Table), missing)
-	after := posWriteEvents(t, f, "held", 20)
+	after := writeEvents(t, f, "held", 20)
 	heldAt := time.Now()
 	if !p.waitLog("does not exist: create it", 90*time.Second) {
 		t.Fatalf("walpost did not stop at the row for the missing topic:\n%s", tail(p.log, 30))
@@ -80,10 +80,10 @@ func TestRetentionPrunesWhileRunning(t *testing.T) {
 	// retention (the first line counted after that instant may come from
 	// a pass that began before it).
 	time.Sleep(time.Until(heldAt.Add(retention + 500*time.Millisecond)))
-	passes := faultCount(p, `msg="pruned the outbox"`)
+	passes := logCount(p, `msg="pruned the outbox"`)
 	waitFor(t, 3*time.Minute, "two more prune passes", func() bool {
-		faultAlive(t, p, "while held")
-		return faultCount(p, `msg="pruned the outbox"`) >= passes+2
+		alive(t, p, "while held")
+		return logCount(p, `msg="pruned the outbox"`) >= passes+2
 	})
 
 	if n := count(f.Table, `idempotency_key LIKE 'held-%'`); n != len(after)+1 {
@@ -128,7 +128,7 @@ func TestRetentionPrunesWhileRunning(t *testing.T) {
 	if m := scrape(t, addr, "walpost_outbox_prune_errors_total"); m["walpost_outbox_prune_errors_total"] != 0 {
 		t.Errorf("walpost_outbox_prune_errors_total = %v, want 0:\n%s", m, tail(p.log, 30))
 	}
-	if !strings.Contains(posLog(p), `level=INFO msg="pruned the outbox"`) || !strings.Contains(posLog(p), "created_before=") {
+	if !strings.Contains(positionLog(p), `level=INFO msg="pruned the outbox"`) || !strings.Contains(positionLog(p), "created_before=") {
 		t.Errorf("no info line with the rows deleted and the cut-off:\n%s", tail(p.log, 30))
 	}
 	if _, err := p.signal(syscall.SIGTERM, time.Minute); err != nil {

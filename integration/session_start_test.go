@@ -145,14 +145,14 @@ func TestFirstStatusNeverBehindSlot(t *testing.T) {
 // same replay forever.
 func TestReceiveTimeoutAboveWalSenderTimeout(t *testing.T) {
 	t.Parallel()
-	f := faultOwnFixture(t, 1)
-	faultWalSenderTimeout(t, f, "90s")
+	f := ownFixture(t, 1)
+	setWalSenderTimeout(t, f, "90s")
 	big := "unrelated_" + f.Table
 	mustExec(t, f.Pool, fmt.Sprintf(`CREATE TABLE %s (id int)`, big))
 	t.Cleanup(func() { _, _ = f.Pool.Exec(context.Background(), fmt.Sprintf(`DROP TABLE IF EXISTS %s`, big)) })
 
 	p := f.start("WALPOST_POSTGRES_STATUS_INTERVAL=500ms", "WALPOST_POSTGRES_RECEIVE_TIMEOUT=2s")
-	faultStreaming(t, p)
+	waitStreaming(t, p)
 	if !p.waitLog("receive_timeout=1m40s", 30*time.Second) {
 		t.Fatalf("walpost did not log its receive timeout raised to wal_sender_timeout + 10s (1m40s):\n%s", tail(p.log, 30))
 	}
@@ -166,18 +166,18 @@ func TestReceiveTimeoutAboveWalSenderTimeout(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	arrived := false
 	for !arrived && time.Now().Before(deadline) {
-		faultAlive(t, p, "during the replay")
-		if n := faultCount(p, "presumed dead"); n > 0 {
+		alive(t, p, "during the replay")
+		if n := logCount(p, "presumed dead"); n > 0 {
 			t.Fatalf("walpost gave up on a live session %d time(s) while the server replayed an unrelated transaction:\n%s", n, tail(p.log, 20))
 		}
-		for _, o := range faultConsume(t, f, []verify.Expected{{Key: probe}}, 5*time.Second) {
+		for _, o := range consumeExpected(t, f, []verify.Expected{{Key: probe}}, 5*time.Second) {
 			arrived = arrived || o.Key == probe
 		}
 	}
 	if !arrived {
-		t.Fatalf("the event written after the unrelated transaction did not arrive within 2 minutes (sessions started %d)", faultCount(p, "msg=streaming"))
+		t.Fatalf("the event written after the unrelated transaction did not arrive within 2 minutes (sessions started %d)", logCount(p, "msg=streaming"))
 	}
-	if n := faultCount(p, "session failed"); n > 0 {
+	if n := logCount(p, "session failed"); n > 0 {
 		t.Errorf("%d session(s) failed during the replay:\n%s", n, tail(p.log, 20))
 	}
 }

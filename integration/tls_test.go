@@ -68,22 +68,9 @@ func selfSigned(t testing.TB, dir string) (certFile, keyFile string) {
 func TestPostgresTLS(t *testing.T) {
 	t.Parallel()
 	needStack(t)
-	name := randName("tls")
-	t.Cleanup(func() { _ = exec.Command(repoRoot+"/scripts/stack.sh", "scratch-pg-down", name).Run() })
-	var out []byte
-	if _, errOut, err := retryPort(t, func(port int) (string, error) {
-		cmd := exec.Command(repoRoot+"/scripts/stack.sh", "scratch-pg-up", name, strconv.Itoa(port), "logical")
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		var err error
-		out, err = cmd.Output()
-		return stderr.String(), err
-	}); err != nil {
-		t.Fatalf("scratch-pg-up: %v\n%s", err, errOut)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	plainURL := lines[len(lines)-1]
-	dataDir := filepath.Join(repoRoot, ".stack", "scratch", name, "data")
+	srv := scratchServer(t, "logical")
+	plainURL := srv.url
+	dataDir := srv.data
 
 	certFile, keyFile := selfSigned(t, t.TempDir())
 	for _, f := range []string{certFile, keyFile} {

@@ -38,7 +38,7 @@ func TestNullPayloadTombstone(t *testing.T) {
 	one := `{"n": 1}`
 	insert("t-before", &one)
 	nullID := insert("t-null", nil)
-	rows := catWaitPoison(t, f, 1)
+	rows := waitPoison(t, f, 1)
 	if len(rows) != 1 || rows[0].Key != "t-null" || rows[0].Class != "NULL_PAYLOAD" || rows[0].Payload != nil ||
 		!strings.Contains(rows[0].LastError, "mapping.tombstone_on_empty_payload") {
 		t.Fatalf("poison rows %+v, want t-null, NULL_PAYLOAD, payload NULL, the error naming mapping.tombstone_on_empty_payload", rows)
@@ -87,7 +87,7 @@ func TestNullPayloadTombstone(t *testing.T) {
 	if len(byKey["t-before"]) != 1 || string(byKey["t-before"][0].Value) != one {
 		t.Errorf("t-before: %v, want one record with %s", byKey["t-before"], one)
 	}
-	if rows := catPoisonRows(t, f); len(rows) != 1 {
+	if rows := poisonRows(t, f); len(rows) != 1 {
 		t.Errorf("poison rows %+v, want only the first t-null", rows)
 	}
 }
@@ -133,7 +133,7 @@ func TestDebeziumReplayNullAggregateType(t *testing.T) {
 		}
 		ids[r.key] = id
 	}
-	rows := catWaitPoison(t, f, 2)
+	rows := waitPoison(t, f, 2)
 	var topics []string
 	for _, r := range rows {
 		if r.Class != "MESSAGE_TOO_LARGE" {

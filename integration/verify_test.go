@@ -141,8 +141,8 @@ func TestVerifyMissingTopic(t *testing.T) {
 func TestVerifyExactlyOnce(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
-	env := append(f.env(), f.eosEnv()...)
-	p := f.start(f.eosEnv()...)
+	env := append(f.env(), f.exactlyOnceEnv()...)
+	p := f.start(f.exactlyOnceEnv()...)
 	if !p.waitLog("msg=streaming", 60*time.Second) {
 		t.Fatal("walpost did not start streaming")
 	}

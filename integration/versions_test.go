@@ -215,6 +215,6 @@ func TestFailoverSlotConverted(t *testing.T) {
 	if !failover {
 		t.Errorf("slot %s: failover = false after walpost started, want true", f.Slot)
 	}
-	faultVerify(t, f, expected, time.Minute)
+	verifyDelivery(t, f, expected, time.Minute)
 	t.Logf("slot created at %s without failover, converted; confirmed %s", created, confirmed)
 }
