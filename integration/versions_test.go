@@ -85,8 +85,10 @@ func TestStackPostgresVersion(t *testing.T) {
 // of failover (status's failover is null). On 17+, check warns (exit 0)
 // while a physical standby streams from the primary and
 // synchronized_standby_slots is empty.
+//
+// It connects a physical standby to the stack's server, which every other
+// check would see: no t.Parallel.
 func TestFailoverSlot(t *testing.T) {
-	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -97,6 +99,22 @@ func TestFailoverSlot(t *testing.T) {
 	p := f.start()
 	if !p.waitLog("msg=streaming", 30*time.Second) {
 		t.Fatal("walpost did not stream")
+	}
+	// A logical replication client that has not started streaming (as
+	// walpost between IDENTIFY_SYSTEM and START_REPLICATION) holds no
+	// slot and is no physical standby.
+	lcfg, err := pgconn.ParseConfig(pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lcfg.RuntimeParams["replication"] = "database"
+	logical, err := pgconn.ConnectConfig(ctx, lcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logical.Close(context.Background())
+	if _, err := pglogrepl.IdentifySystem(ctx, logical); err != nil {
+		t.Fatal(err)
 	}
 	st := runStatusJSON(t, f.env())
 	r := runCheck(t, f.env())

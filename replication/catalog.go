@@ -99,11 +99,14 @@ type FailoverSetup struct {
 // synchronized_standby_slots.
 func ReadFailoverSetup(ctx context.Context, q Querier) (FailoverSetup, error) {
 	var f FailoverSetup
-	// A logical walsender holds a logical slot; every other row of
-	// pg_stat_replication is a physical one.
+	// A streaming logical walsender holds a logical slot; a streaming
+	// walsender without one is a physical standby. Walsenders in startup
+	// (a logical client before START_REPLICATION, creating its slot) or
+	// stopping hold none and are no standby, nor is a base backup.
 	err := q.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM pg_stat_replication r
-		        WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')),
+		        WHERE r.state IN ('catchup', 'streaming')
+		          AND NOT EXISTS (SELECT 1 FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')),
 		       current_setting('synchronized_standby_slots', true)`).
 		Scan(&f.PhysicalStandbys, &f.SynchronizedStandbySlots)
 	return f, err
