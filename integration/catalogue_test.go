@@ -157,10 +157,9 @@ func (r fullRecord) header(name string) []string {
 func consumeRecords(t *testing.T, f *fixture, want int, timeout time.Duration) []fullRecord {
 	t.Helper()
 	var out []fullRecord
-	f.read(t, timeout, 1500*time.Millisecond, func(r *kgo.Record) bool {
+	f.read(t, timeout, 1500*time.Millisecond, func(r *kgo.Record) {
 		out = append(out, fullRecord{Observed: observe(r), Key: r.Key, Value: r.Value, Headers: r.Headers, IsNull: r.Value == nil})
-		return len(out) >= want
-	})
+	}, func() bool { return len(out) >= want })
 	return out
 }
 

@@ -246,7 +246,6 @@ func TestCheck(t *testing.T) {
 // accepts a member of it and tells a role without REPLICATION to GRANT
 // rds_replication instead of ALTER ROLE … REPLICATION.
 func TestCheckRDSReplicationRole(t *testing.T) {
-	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	ctx := context.Background()
 	mustExec(t, f.Pool, `CREATE ROLE rds_replication NOLOGIN`)

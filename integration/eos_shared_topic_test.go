@@ -204,9 +204,20 @@ func checkpointPin(t testing.TB, f *fixture, txnID string) (int64, bool) {
 // its checkpoint record at pin.
 func stillPinned(t testing.TB, f *fixture, txnID string, pin int64) {
 	t.Helper()
-	if off, ok := checkpointPin(t, f, txnID); !ok || off != pin {
-		t.Fatalf("%s no longer holds the checkpoint partition's last stable offset at %d (open: %v, at %d)", txnID, pin, ok, off)
+	// A coordinator or partition leader busy with other transactions
+	// answers with a retriable error now and then: look again for 10 s
+	// before concluding the transaction ended.
+	var off int64
+	var ok bool
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if off, ok = checkpointPin(t, f, txnID); ok && off == pin {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
 	}
+	t.Fatalf("%s no longer holds the checkpoint partition's last stable offset at %d (open: %v, at %d)", txnID, pin, ok, off)
 }
 
 // checkpointEnd is the end offset of the shared checkpoint partition.

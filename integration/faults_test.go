@@ -21,13 +21,14 @@ import (
 	"github.com/walpost/walpost/verify"
 )
 
-// Fault tests: the shared broker and PostgreSQL are stopped, restarted and
-// cut off (through tcpProxy) while writers run. Each test checks with the
+// Fault tests: the broker and PostgreSQL are stopped, restarted and cut off
+// (through tcpProxy) while writers run. Each test checks with the
 // validator that every committed event arrived, per-partition order held
 // and nothing uncommitted was sent; duplicates are allowed (at-least-once).
-// Every test puts the stack back in t.Cleanup, also on failure. They
-// change server-wide state (the broker, PostgreSQL, wal_sender_timeout):
-// other test runs against the same stack at the same time see it too.
+// A test that stops or reconfigures PostgreSQL does it on a cluster of its
+// own (ownFixture) and runs in parallel; one that stops the stack's broker
+// or PostgreSQL (stackCtl) runs alone, and puts the stack back in
+// t.Cleanup, also on failure.
 
 // restoreStack makes sure Kafka and PostgreSQL run again when the test
 // ends, whatever happened. Register it after newFixture, so it runs before
@@ -284,12 +285,11 @@ func consumeExpected(t testing.TB, f *fixture, expected []verify.Expected, timeo
 		missing[e.Key] = true
 	}
 	var out []verify.Observed
-	f.read(t, timeout, 2*time.Second, func(r *kgo.Record) bool {
+	f.read(t, timeout, 2*time.Second, func(r *kgo.Record) {
 		o := observe(r)
 		delete(missing, o.Key)
 		out = append(out, o)
-		return len(missing) == 0
-	})
+	}, func() bool { return len(missing) == 0 })
 	return out
 }
 
@@ -355,10 +355,9 @@ func waitStreamingAgain(t testing.TB, p *proc, n int, timeout time.Duration) {
 func arrives(t testing.TB, f *fixture, key string, timeout time.Duration) bool {
 	t.Helper()
 	seen := false
-	f.read(t, timeout, 0, func(r *kgo.Record) bool {
+	f.read(t, timeout, 0, func(r *kgo.Record) {
 		seen = seen || string(r.Key) == key
-		return seen
-	})
+	}, func() bool { return seen })
 	return seen
 }
 
@@ -500,12 +499,13 @@ func TestNetworkCutPostgres20s(t *testing.T) {
 
 // TestHalfOpenPostgresConnection: walpost's connections to PostgreSQL go
 // silent without being closed (a dropped NAT entry, a server gone without
-// a reset), while new connections work. With wal_sender_timeout = 20s the
-// server drops its side and frees the slot after 20 s; walpost must notice
-// its dead session by itself and forward again within 60 s of the freeze,
-// without the network being healed. It runs with receive_timeout 15s and
-// status_interval 5s, so it notices after ~15-20 s and has the slot once
-// the server let it go (20 s): some 35 s of the minute are margin.
+// a reset), while new connections work. With wal_sender_timeout = 8s the
+// server drops its side and frees the slot after 8 s; walpost must notice
+// its dead session by itself and forward again, without the network being
+// healed. It runs with receive_timeout 6s, which walpost raises to
+// wal_sender_timeout + 10 s = 18 s, and status_interval 2s: alone it
+// forwards again some 19 s after the freeze; the test allows 90 s, for a
+// machine busy with the other tests.
 func TestHalfOpenPostgresConnection(t *testing.T) {
 	t.Parallel()
 	f := ownFixture(t, 3)

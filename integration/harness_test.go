@@ -164,6 +164,9 @@ type pgServer struct {
 // second stack).
 func stackDir() string {
 	if d := os.Getenv("WALPOST_STACK_DIR"); d != "" {
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(repoRoot, d) // as scripts/stack.sh, run in repoRoot, reads it
+		}
 		return d
 	}
 	return filepath.Join(repoRoot, ".stack")
@@ -347,7 +350,9 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	// its metadata follows a moment later (longer under load), and
 	// walpost refuses a topic its metadata request does not list.
 	waitFor(t, 30*time.Second, "the broker's metadata to list topic "+f.Topic, func() bool {
-		td, err := f.Admin.ListTopics(cctx, f.Topic)
+		lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer lcancel()
+		td, err := f.Admin.ListTopics(lctx, f.Topic)
 		if err != nil {
 			return false
 		}
@@ -480,10 +485,11 @@ func (f *fixture) start(extraEnv ...string) *proc {
 		close(p.done)
 	}()
 	f.t.Cleanup(func() {
-		p.kill()
 		if f.t.Failed() {
 			f.t.Logf("walpost log %s, without the Kafka client's debug lines:\n%s", p.log, tailOwn(p.log, 60))
+			p.dumpGoroutines()
 		}
+		p.kill()
 	})
 	return p
 }
@@ -495,6 +501,30 @@ func tail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// dumpGoroutines asks a running walpost for its goroutines (SIGQUIT: the
+// Go runtime writes every stack to stderr, the log, and exits) and logs
+// them: what a walpost that stopped making progress was waiting on.
+func (p *proc) dumpGoroutines() {
+	if p.exited() {
+		return
+	}
+	b, _ := os.ReadFile(p.log)
+	before := len(b)
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+	}
+	b, _ = os.ReadFile(p.log)
+	if len(b) > before {
+		dump := string(b[before:])
+		if i := strings.Index(dump, "SIGQUIT"); i >= 0 {
+			dump = dump[i:]
+		}
+		p.t.Logf("walpost (pid %d) goroutines at the failure:\n%s", p.cmd.Process.Pid, dump)
+	}
 }
 
 // tailOwn is tail without the Kafka client's debug lines (every request
@@ -639,23 +669,22 @@ func (f *fixture) consumeAllWith(t testing.TB, want int, timeout time.Duration, 
 	t.Helper()
 	distinct := map[string]bool{}
 	var out []record
-	f.read(t, timeout, 2*time.Second, func(r *kgo.Record) bool {
+	f.read(t, timeout, 2*time.Second, func(r *kgo.Record) {
 		rec := record{Observed: observe(r), Value: r.Value, Headers: map[string]string{}, Time: r.Timestamp}
 		for _, h := range r.Headers {
 			rec.Headers[h.Key] = string(h.Value)
 		}
 		distinct[rec.Key] = true
 		out = append(out, rec)
-		return len(distinct) >= want
-	}, opts...)
+	}, func() bool { return len(distinct) >= want }, opts...)
 	return out
 }
 
 // read is the one consumer of the integration tests: it reads the
 // fixture's topic from the start (with opts added), handing each record to
-// each, until each has returned true and the topic then stayed quiet for
-// quiet, or timeout passes.
-func (f *fixture) read(t testing.TB, timeout, quiet time.Duration, each func(*kgo.Record) bool, opts ...kgo.Opt) {
+// each, until done (asked after every poll) returns true and the topic has
+// been quiet for quiet, or timeout passes.
+func (f *fixture) read(t testing.TB, timeout, quiet time.Duration, each func(*kgo.Record), done func() bool, opts ...kgo.Opt) {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(200 * time.Millisecond)}, opts...)...)
@@ -663,7 +692,6 @@ func (f *fixture) read(t testing.TB, timeout, quiet time.Duration, each func(*kg
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	done := false
 	deadline := time.Now().Add(timeout)
 	quietSince := time.Now()
 	for time.Now().Before(deadline) {
@@ -673,12 +701,12 @@ func (f *fixture) read(t testing.TB, timeout, quiet time.Duration, each func(*kg
 		n := 0
 		fetches.EachRecord(func(r *kgo.Record) {
 			n++
-			done = each(r)
+			each(r)
 		})
 		if n > 0 {
 			quietSince = time.Now()
 		}
-		if done && time.Since(quietSince) >= quiet {
+		if done() && time.Since(quietSince) >= quiet {
 			return
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -71,23 +70,19 @@ listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.com
 	}
 
 	name := randName("kafka_sec")
-	script := filepath.Join(repoRoot, "scripts", "stack.sh")
 	k := &secureKafka{
 		Plain: fmt.Sprintf("127.0.0.1:%d", plainPort), TLS: fmt.Sprintf("127.0.0.1:%d", tlsPort),
 		SASL: fmt.Sprintf("127.0.0.1:%d", saslPort), CAFile: certFile,
-		log: filepath.Join(repoRoot, ".stack", "scratch-kafka", name, "kafka.log"),
+		log: filepath.Join(stackDir(), "scratch-kafka", name, "kafka.log"),
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("scratch broker log %s:\n%s", k.log, tail(k.log, 60))
 		}
-		_ = exec.Command(script, "scratch-kafka-down", name).Run()
+		_, _ = stackScript(nil, "scratch-kafka-down", name)
 	})
-	cmd := exec.Command(script, "scratch-kafka-up", name, fmt.Sprint(plainPort), fmt.Sprint(ctrlPort), props)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if _, err := cmd.Output(); err != nil {
-		t.Fatalf("scratch-kafka-up: %v\n%s", err, stderr.String())
+	if out, err := stackScript(nil, "scratch-kafka-up", name, fmt.Sprint(plainPort), fmt.Sprint(ctrlPort), props); err != nil {
+		t.Fatalf("scratch-kafka-up: %v\n%s", err, out)
 	}
 
 	// The SCRAM user, through the PLAINTEXT listener; the broker learns it

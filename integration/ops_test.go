@@ -208,7 +208,9 @@ func TestLeastPrivilegeRole(t *testing.T) {
 // position follows the server's WAL although the outbox sees no writes.
 func TestHeartbeatAdvancesIdleSlot(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, fixtureOpts{partitions: 1})
+	// A cluster of its own: another test's writes would move the WAL and
+	// the slot without a heartbeat.
+	f := ownFixture(t, 1)
 	p := f.start("WALPOST_POSTGRES_HEARTBEAT_INTERVAL=500ms")
 	if !p.waitLog("msg=streaming", 30*time.Second) {
 		t.Fatal("walpost did not stream")

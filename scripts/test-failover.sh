@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The failover test (make test-failover, and the last step of make test):
+# The failover test (make test-failover, and part of make test, on its
+# second stack):
 # a fresh primary and standby of PostgreSQL MAJOR (PG_VERSION=MAJOR
 # PG_STANDBY=1 scripts/stack.sh up), TestFailoverPromotedStandby, which
 # kills the primary and promotes the standby, then the stack down and both

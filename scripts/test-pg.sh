@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The core integration tests on other PostgreSQL majors (make test-pg,
-# and the last step of make test). For each MAJOR: the stack's main
+# and part of make test, on its second stack). For each MAJOR: the stack's main
 # PostgreSQL is stopped, PG_VERSION=MAJOR scripts/stack.sh up starts that
 # major (Kafka keeps running), and the core subset runs against it. The
 # stack is left running on the last major; scripts/stack.sh down stops it.

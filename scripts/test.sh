@@ -3,7 +3,8 @@
 # static checks, unit tests with the race detector, short fuzz runs and the
 # integration tests on PostgreSQL 15 (with Debezium's); beside those, on a
 # second stack (scripts/stack.sh with WALPOST_STACK_DIR=.stack/second and
-# its own ports, WALPOST_TEST_SECOND_*_PORT), TestNemesis, the core integration tests on
+# its own ports, 25439-25440 and 29192-29195, WALPOST_TEST_SECOND_*_PORT
+# to move them), TestNemesis, the core integration tests on
 # each of WALPOST_TEST_PG_VERSIONS (14 16 17 18; empty skips them) and the
 # failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it). It
 # stops both stacks even when a step fails. At the end, also on failure, it
@@ -74,23 +75,30 @@ report() {
 	fi
 }
 stack_started=""
-# The PostgreSQL majors and the failover test run on a second stack
-# (WALPOST_STACK_DIR, other ports) beside the main integration tests: they
-# stop and restart their own PostgreSQL and Kafka, never the main ones.
+# The nemesis, the PostgreSQL majors and the failover test run on a second
+# stack (WALPOST_STACK_DIR, other ports) beside the main integration tests:
+# they stop and restart their own PostgreSQL and Kafka, never the main
+# ones. Its ports are below the kernel's ephemeral range (32768-60999), so
+# no test's freePort takes one while its server is down. (The main stack
+# is the one in .stack: a WALPOST_STACK_DIR from a sourced second env must
+# not redirect it.)
+unset WALPOST_STACK_DIR
 SECOND_STACK="$ROOT/.stack/second"
 second_env=(
 	WALPOST_STACK_DIR="$SECOND_STACK"
-	WALPOST_STACK_PG_PORT="${WALPOST_TEST_SECOND_PG_PORT:-54339}"
-	WALPOST_STACK_KAFKA_PORT="${WALPOST_TEST_SECOND_KAFKA_PORT:-19192}"
-	WALPOST_STACK_KAFKA_CONTROLLER_PORT="${WALPOST_TEST_SECOND_KAFKA_CONTROLLER_PORT:-19193}"
-	WALPOST_STACK_KAFKA_PROXIED_PORT="${WALPOST_TEST_SECOND_KAFKA_PROXIED_PORT:-19194}"
-	WALPOST_STACK_KAFKA_PROXY_PORT="${WALPOST_TEST_SECOND_KAFKA_PROXY_PORT:-19195}"
+	WALPOST_STACK_PG_PORT="${WALPOST_TEST_SECOND_PG_PORT:-25439}"
+	WALPOST_STACK_KAFKA_PORT="${WALPOST_TEST_SECOND_KAFKA_PORT:-29192}"
+	WALPOST_STACK_KAFKA_CONTROLLER_PORT="${WALPOST_TEST_SECOND_KAFKA_CONTROLLER_PORT:-29193}"
+	WALPOST_STACK_KAFKA_PROXIED_PORT="${WALPOST_TEST_SECOND_KAFKA_PROXIED_PORT:-29194}"
+	WALPOST_STACK_KAFKA_PROXY_PORT="${WALPOST_TEST_SECOND_KAFKA_PROXY_PORT:-29195}"
 )
 second_pid=""
 on_exit() {
 	local rc=$?
 	if [[ -n $second_pid ]]; then
-		kill -- "$second_pid" 2>/dev/null || true
+		# The job runs in its own process group: stop all of it (go test,
+		# test-pg.sh's loop) before its stack goes down.
+		kill -TERM -- "-$second_pid" 2>/dev/null || true
 		wait "$second_pid" 2>/dev/null || true
 	fi
 	if [[ -n $stack_started ]]; then
@@ -135,7 +143,12 @@ step "deploy: Helm chart, plain manifests (module deploy/)"
 
 step "integration tests with Debezium's (PostgreSQL 15); beside them on a second stack the nemesis (PostgreSQL 15), the core tests on PostgreSQL ${PG_VERSIONS:-(none)} and the failover test on ${FAILOVER_VERSION:-(none)}"
 second_log="$REPORT_DIR/second-stack.log"
+# Its own process group (job control on for the launch), so on_exit can
+# stop the whole job; at a lower priority than the main run, whose serial
+# tests have timing bounds.
+set -m
 (
+	renice -n 10 -p "$BASHPID" >/dev/null || true
 	export "${second_env[@]}"
 	rc=0
 	t0=$SECONDS
@@ -157,6 +170,7 @@ second_log="$REPORT_DIR/second-stack.log"
 	exit "$rc"
 ) >"$second_log" 2>&1 &
 second_pid=$!
+set +m
 main_rc=0
 WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 gotest integration -count=1 -parallel "$PARALLEL" -timeout 45m -skip '^TestNemesis$' ./integration || main_rc=$?
 second_rc=0
