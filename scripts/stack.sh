@@ -8,8 +8,21 @@
 #   down                   stop everything this script started (idempotent), keep data
 #   clean                  down, then remove .stack/
 #   status                 print whether each server is up (exit 1 if one is down)
-#   kafka-start|kafka-stop [kill] start/stop Kafka alone (reuses formatted storage);
-#                          kill: SIGKILL at once (a crash), not SIGTERM
+#   kafka-start [N]|kafka-stop [N] [kill]
+#                          start/stop Kafka alone, every node or node N (reuses
+#                          formatted storage); kill: SIGKILL at once (a crash)
+#   kafka-kill N           SIGKILL node N (a crash)
+#   kafka-pause N|kafka-resume N
+#                          SIGSTOP / SIGCONT node N (a broker that hangs)
+#   kafka-leader TOPIC PARTITION [N]
+#                          print the partition's leader, replicas and ISR; with
+#                          N, make node N its leader (N first among the
+#                          replicas, then a preferred leader election)
+#   kafka-reassign TOPIC PARTITION N1,N2,...
+#                          move the partition's replicas to those nodes
+#   kafka-coordinator TRANSACTIONAL_ID
+#                          print the node coordinating the transactional id and
+#                          its transaction's state
 #   pg-start|pg-restart    start/restart the main PostgreSQL alone
 #   pg-stop [MODE]         stop the main PostgreSQL (MODE: fast (default), immediate, smart)
 #   pg-failover            kill the primary (SIGKILL) and promote the standby
@@ -53,6 +66,17 @@
 # pg_isready are linked in from Debian's PostgreSQL. scratch-pg-up uses the
 # selected major too, and also accepts PG_VERSION=13 (walpost refuses 13; a
 # scratch cluster of it tests that).
+#
+# KAFKA_NODES=3 at `up` runs Kafka as three combined broker+controller nodes
+# (KRaft quorum of three) instead of one: node N listens on the ports of
+# node 1 plus 4*(N-1) (19092, 19096, 19100 for clients; controllers 19093,
+# 19097, 19101), with default.replication.factor=3, min.insync.replicas=2,
+# and the offsets and transaction state topics replicated three times; each
+# node gets a 512 MiB heap. Their data is in .stack/kafka3/node<N>, logs in
+# .stack/kafka3-node<N>.log; .stack/env lists every broker in
+# WALPOST_KAFKA_BROKERS and sets WALPOST_STACK_KAFKA_NODES. Unset (or 1) is
+# the single broker in .stack/kafka, .stack/env unchanged. `up` records the
+# count in .stack/kafka-nodes; the other commands act on it.
 #
 # PG_STANDBY=1 at `up` (PG_VERSION 17 or 18) also runs a physical standby of
 # the main cluster on the next port (.stack/standby<major>), made once from a
@@ -128,6 +152,78 @@ K_EXTRA=                    # a file appended to server.properties
 K_PORT_HINT="set WALPOST_STACK_KAFKA_PORT / WALPOST_STACK_KAFKA_CONTROLLER_PORT / WALPOST_STACK_KAFKA_PROXIED_PORT"
 
 ENV_FILE=$STATE/env
+
+# Kafka nodes: KAFKA_NODES at up (1 or 3), recorded for the other commands.
+KAFKA_NODES_FILE=$STATE/kafka-nodes
+K_NODES=1
+K_NODE_ID=1
+K_VOTERS=
+K_RF=1
+K_MINISR=1
+K_CLUSTER_ID_FILE=
+
+# select_kafka_nodes up|other: K_NODES from KAFKA_NODES (at up, 1 when
+# unset) or from what up recorded.
+select_kafka_nodes() {
+	local want=${KAFKA_NODES:-}
+	if [[ -z $want && $1 != up ]]; then
+		want=$(cat "$KAFKA_NODES_FILE" 2>/dev/null || true)
+	fi
+	want=${want:-1}
+	[[ $want == 1 || $want == 3 ]] || die "KAFKA_NODES=$want: use 3 (a three-node cluster) or leave it unset (one broker)"
+	K_NODES=$want
+}
+
+# use_kafka_node N: point the kafka_* functions at node N of the main
+# cluster (K_NODES nodes).
+use_kafka_node() {
+	local i=$1 off=$((4 * ($1 - 1))) j voters=""
+	K_NODE_ID=$i
+	K_PORT=$((KAFKA_PORT + off))
+	K_CPORT=$((KAFKA_CPORT + off))
+	local proxied=$((KAFKA_PROXIED_PORT + off)) proxy=$((KAFKA_PROXY_PORT + off))
+	K_PORTS=("$K_PORT" "$K_CPORT" "$proxied")
+	K_LISTENERS=PLAINTEXT://127.0.0.1:$K_PORT,CONTROLLER://127.0.0.1:$K_CPORT,PROXIED://127.0.0.1:$proxied
+	K_ADVERTISED=PLAINTEXT://127.0.0.1:$K_PORT,PROXIED://127.0.0.1:$proxy
+	K_EXTRA=
+	if ((K_NODES == 1)); then
+		K_DIR=$STATE/kafka
+		K_PID=$STATE/kafka.pid
+		K_LOG=$STATE/kafka.log
+		K_NAME=Kafka
+		K_VOTERS=1@127.0.0.1:$KAFKA_CPORT
+		K_RF=1 K_MINISR=1
+		K_CLUSTER_ID_FILE=$K_DIR/cluster.id
+	else
+		K_DIR=$STATE/kafka$K_NODES/node$i
+		K_PID=$STATE/kafka$K_NODES/node$i.pid
+		K_LOG=$STATE/kafka$K_NODES-node$i.log
+		K_NAME="Kafka node $i"
+		for ((j = 1; j <= K_NODES; j++)); do
+			voters+=${voters:+,}$j@127.0.0.1:$((KAFKA_CPORT + 4 * (j - 1)))
+		done
+		K_VOTERS=$voters
+		K_RF=3 K_MINISR=2
+		K_CLUSTER_ID_FILE=$STATE/kafka$K_NODES/cluster.id
+	fi
+	K_DATA=$K_DIR/data
+	K_PROPS=$K_DIR/server.properties
+}
+
+# kafka_brokers: the client addresses of every node, comma-separated.
+kafka_brokers() {
+	local i out=""
+	for ((i = 1; i <= K_NODES; i++)); do
+		out+=${out:+,}127.0.0.1:$((KAFKA_PORT + 4 * (i - 1)))
+	done
+	printf '%s\n' "$out"
+}
+
+# kafka_node_arg ARG: ARG as a node number of the main cluster, or die.
+kafka_node_arg() {
+	[[ $1 =~ ^[0-9]+$ ]] && (($1 >= 1 && $1 <= K_NODES)) ||
+		die "no Kafka node '$1': the stack runs $K_NODES node(s) (1..$K_NODES; KAFKA_NODES=3 at up for three)"
+}
 
 log() { printf 'stack: %s\n' "$*" >&2; }
 die() { printf 'stack: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -556,17 +652,25 @@ ensure_kafka_libs_locked() {
 # Compile the readiness probe once (javac), falling back to the source launcher.
 K_PROBE=()
 ensure_kafka_probe() { cache_locked ensure_kafka_probe_locked; }
+K_ADMIN=()
 ensure_kafka_probe_locked() {
 	local src=$K_SRC/KafkaReady.java cls=$K_TOOLS/KafkaReady.class
+	local asrc=$K_SRC/KafkaAdmin.java acls=$K_TOOLS/KafkaAdmin.class
 	local jvm=(java -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties")
 	if command -v javac >/dev/null; then
 		if [[ ! -f $cls || $src -nt $cls || $K_LIBS/.walpost-stack-complete -nt $cls ]]; then
 			mkdir -p "$K_TOOLS"
 			javac -nowarn -cp "$K_LIBS/*" -d "$K_TOOLS" "$src" >&2 || die "javac KafkaReady.java failed"
 		fi
+		if [[ ! -f $acls || $asrc -nt $acls || $K_LIBS/.walpost-stack-complete -nt $acls ]]; then
+			mkdir -p "$K_TOOLS"
+			javac -nowarn -cp "$K_LIBS/*" -d "$K_TOOLS" "$asrc" >&2 || die "javac KafkaAdmin.java failed"
+		fi
 		K_PROBE=("${jvm[@]}" -cp "$K_LIBS/*:$K_TOOLS" KafkaReady)
+		K_ADMIN=("${jvm[@]}" -cp "$K_LIBS/*:$K_TOOLS" KafkaAdmin)
 	else
 		K_PROBE=("${jvm[@]}" -cp "$K_LIBS/*" "$src")
+		K_ADMIN=("${jvm[@]}" -cp "$K_LIBS/*" "$asrc")
 	fi
 }
 
@@ -575,8 +679,8 @@ kafka_write_props() {
 	cat >"$K_PROPS.tmp" <<EOF
 # Written by scripts/stack.sh on every start; edits are overwritten.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:$K_CPORT
+node.id=$K_NODE_ID
+controller.quorum.voters=${K_VOTERS:-1@127.0.0.1:$K_CPORT}
 listeners=$K_LISTENERS
 advertised.listeners=$K_ADVERTISED
 inter.broker.listener.name=PLAINTEXT
@@ -584,17 +688,17 @@ controller.listener.names=CONTROLLER
 listener.security.protocol.map=$K_PROTOCOLS
 log.dirs=$K_DATA
 num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
+default.replication.factor=$K_RF
+min.insync.replicas=$K_MINISR
 auto.create.topics.enable=false
 group.initial.rebalance.delay.ms=0
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor=$K_RF
 offsets.topic.num.partitions=10
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$K_RF
+transaction.state.log.min.isr=$K_MINISR
 transaction.state.log.num.partitions=10
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.replication.factor=$K_RF
+share.coordinator.state.topic.min.isr=$K_MINISR
 EOF
 	if [[ -n $K_EXTRA ]]; then
 		printf '\n# From %s (a later key replaces an earlier one)\n' "$K_EXTRA" >>"$K_PROPS.tmp"
@@ -605,14 +709,16 @@ EOF
 
 kafka_format() {
 	local id
+	local idf=${K_CLUSTER_ID_FILE:-$K_DIR/cluster.id}
 	[[ -f $K_DATA/meta.properties ]] && return 0
-	if [[ -s $K_DIR/cluster.id ]]; then
-		id=$(<"$K_DIR/cluster.id")
+	mkdir -p "$(dirname "$idf")"
+	if [[ -s $idf ]]; then
+		id=$(<"$idf")
 	else
 		id=$(java -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
 			kafka.tools.StorageTool random-uuid </dev/null) || die "StorageTool random-uuid failed"
 		id=$(printf '%s\n' "$id" | tail -n 1)
-		printf '%s\n' "$id" >"$K_DIR/cluster.id"
+		printf '%s\n' "$id" >"$idf"
 	fi
 	log "formatting Kafka storage $K_DATA (cluster id $id)"
 	quiet java -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
@@ -692,7 +798,9 @@ kafka_wait() {
 	ensure_kafka_probe
 	left=$(remaining "$deadline")
 	((left >= 5)) || left=5
-	if ! "${K_PROBE[@]}" "127.0.0.1:$K_PORT" "$left" </dev/null >&2; then
+	local want=()
+	[[ $K_VOTERS == *,* ]] && want=("$K_NODE_ID")
+	if ! "${K_PROBE[@]}" "127.0.0.1:$K_PORT" "$left" "${want[@]}" </dev/null >&2; then
 		tail_log "$K_LOG" 60
 		die "$K_NAME did not become ready within ${KAFKA_TIMEOUT}s"
 	fi
@@ -739,6 +847,112 @@ kafka_stop() {
 
 # ------------------------------------------------------------------ commands
 
+# kafka_any_running N: whether a node of the N-node layout runs.
+kafka_any_running() {
+	local n=$1 i saved=$K_NODES rc=1
+	K_NODES=$n
+	for ((i = 1; i <= n; i++)); do
+		use_kafka_node "$i"
+		if kafka_pid >/dev/null; then rc=0; fi
+	done
+	K_NODES=$saved
+	use_kafka_node 1
+	return "$rc"
+}
+
+# kafka_stop_all: stop every node of either layout (one broker, three).
+kafka_stop_all() {
+	local n i saved=$K_NODES
+	for n in 1 3; do
+		K_NODES=$n
+		for ((i = 1; i <= n; i++)); do
+			use_kafka_node "$i"
+			if ((n == saved)) || kafka_pid >/dev/null; then
+				[[ -e $K_DIR/paused ]] && { kill -CONT "$(kafka_pid)" 2>/dev/null || true; rm -f "$K_DIR/paused"; }
+				kafka_stop
+			fi
+		done
+	done
+	K_NODES=$saved
+	use_kafka_node 1
+}
+
+# cmd_kafka_start [N]: start every node (launched together, then waited
+# for) or node N.
+cmd_kafka_start() {
+	local i nodes=()
+	if (($#)); then
+		kafka_node_arg "$1"
+		nodes=("$1")
+	else
+		for ((i = 1; i <= K_NODES; i++)); do nodes+=("$i"); done
+	fi
+	local launched=() t0s=()
+	for i in "${nodes[@]}"; do
+		use_kafka_node "$i"
+		rm -f "$K_DIR/paused"
+		kafka_launch
+		launched[i]=$KAFKA_LAUNCHED t0s[i]=$KAFKA_T0
+	done
+	for i in "${nodes[@]}"; do
+		use_kafka_node "$i"
+		KAFKA_LAUNCHED=${launched[i]} KAFKA_T0=${t0s[i]}
+		kafka_wait
+	done
+}
+
+# cmd_kafka_stop [N] [kill]: stop every node or node N (kill: SIGKILL).
+cmd_kafka_stop() {
+	local i nodes=() how=""
+	if [[ ${1:-} =~ ^[0-9]+$ ]]; then
+		kafka_node_arg "$1"
+		nodes=("$1")
+		shift
+	else
+		for ((i = 1; i <= K_NODES; i++)); do nodes+=("$i"); done
+	fi
+	case ${1:-} in
+	'' | kill) how=${1:-} ;;
+	*) die "kafka-stop takes [N] [kill], not '$*'" ;;
+	esac
+	(($# <= 1)) || die "kafka-stop takes [N] [kill], not '$*'"
+	for i in "${nodes[@]}"; do
+		use_kafka_node "$i"
+		# A paused broker takes no SIGTERM: resume it first (SIGKILL works
+		# either way).
+		if [[ -e $K_DIR/paused ]]; then
+			[[ $how == kill ]] || kill -CONT "$(kafka_pid)" 2>/dev/null || true
+			rm -f "$K_DIR/paused"
+		fi
+		kafka_stop "$how"
+	done
+}
+
+# kafka_admin OP ARGS...: KafkaAdmin OP against every node of the main
+# cluster (results on stdout).
+kafka_admin() {
+	ensure_kafka_libs
+	ensure_kafka_probe
+	"${K_ADMIN[@]}" "$(kafka_brokers)" "$@" </dev/null
+}
+
+# cmd_kafka_signal kafka-pause|kafka-resume N: SIGSTOP / SIGCONT node N.
+cmd_kafka_signal() {
+	local pid
+	kafka_node_arg "$2"
+	use_kafka_node "$2"
+	pid=$(kafka_pid) || die "$K_NAME is not running"
+	if [[ $1 == kafka-pause ]]; then
+		kill -STOP "$pid"
+		: >"$K_DIR/paused"
+		log "$K_NAME paused (pid $pid, SIGSTOP)"
+	else
+		kill -CONT "$pid"
+		rm -f "$K_DIR/paused"
+		log "$K_NAME resumed (pid $pid, SIGCONT)"
+	fi
+}
+
 write_env() {
 	local url
 	url=$(pg_url "$PG_PORT")
@@ -749,7 +963,7 @@ write_env() {
 	cat >"$ENV_FILE.tmp" <<EOF
 # Written by scripts/stack.sh up. Source it: . .stack/env
 export WALPOST_POSTGRES_URL=$url
-export WALPOST_KAFKA_BROKERS=127.0.0.1:$KAFKA_PORT
+export WALPOST_KAFKA_BROKERS=$(kafka_brokers)
 # For tests that stop/start PostgreSQL alone (prefer scripts/stack.sh pg-stop/pg-start:
 # as root pg_ctl must run as the postgres OS user).
 export WALPOST_STACK_PGDATA=$PG_DIR/data
@@ -759,6 +973,13 @@ export WALPOST_STACK_PG_BIN=$PG_BIN
 export WALPOST_STACK_KAFKA_PROXIED_LISTENER=127.0.0.1:$KAFKA_PROXIED_PORT
 export WALPOST_STACK_KAFKA_PROXIED_ADVERTISED=127.0.0.1:$KAFKA_PROXY_PORT
 EOF
+	if ((K_NODES > 1)); then
+		cat >>"$ENV_FILE.tmp" <<EOF
+# KAFKA_NODES=$K_NODES: WALPOST_KAFKA_BROKERS lists every node; scripts/stack.sh
+# kafka-stop/kafka-kill/kafka-pause/kafka-resume/kafka-start take a node number.
+export WALPOST_STACK_KAFKA_NODES=$K_NODES
+EOF
+	fi
 	if ((SB_ON)); then
 		cat >>"$ENV_FILE.tmp" <<EOF
 # PG_STANDBY=1: WALPOST_POSTGRES_URL lists the primary and the standby; this
@@ -868,8 +1089,20 @@ cmd_up() {
 		fi
 	done < <(main_clusters)
 	ensure_pg_bin
-	# Launch Kafka first so the JVM boots while PostgreSQL starts.
-	kafka_launch
+	local recorded i
+	recorded=$(cat "$KAFKA_NODES_FILE" 2>/dev/null || echo 1)
+	if [[ $recorded != "$K_NODES" ]] && kafka_any_running "$recorded"; then
+		die "Kafka runs with $recorded node(s); stop it first (make stack-down), then make stack-up with KAFKA_NODES=$K_NODES"
+	fi
+	# Launch Kafka first so the JVMs boot while PostgreSQL starts; a
+	# quorum of three needs every node launched before one is ready.
+	local launched=() t0s=()
+	for ((i = 1; i <= K_NODES; i++)); do
+		use_kafka_node "$i"
+		kafka_launch
+		launched[i]=$KAFKA_LAUNCHED t0s[i]=$KAFKA_T0
+	done
+	printf '%s\n' "$K_NODES" >"$KAFKA_NODES_FILE"
 	main_pg_start
 	if ((SB_ON)); then
 		is_port "$SB_PORT" || die "invalid standby port: $SB_PORT"
@@ -877,7 +1110,11 @@ cmd_up() {
 	fi
 	printf '%s\n' "$PG_MAJOR" >"$PG_VERSION_FILE"
 	printf '%s\n' "$SB_ON" >"$PG_STANDBY_FILE"
-	kafka_wait
+	for ((i = 1; i <= K_NODES; i++)); do
+		use_kafka_node "$i"
+		KAFKA_LAUNCHED=${launched[i]} KAFKA_T0=${t0s[i]}
+		kafka_wait
+	done
 	write_env
 	log "stack up ($(elapsed "$t0")); environment in $ENV_FILE"
 }
@@ -898,7 +1135,7 @@ scratch_stop_all() {
 cmd_down() {
 	local d
 	lock
-	kafka_stop
+	kafka_stop_all
 	pg_stop "$PG_DIR" fast
 	# The main cluster of another major, when PG_VERSION named another one.
 	while read -r d; do
@@ -926,16 +1163,24 @@ cmd_clean() {
 }
 
 cmd_status() {
-	local rc=0 pid d port
-	if pid=$(kafka_pid) && port_open "$KAFKA_PORT"; then
-		echo "kafka: up (pid $pid, 127.0.0.1:$KAFKA_PORT)"
-	elif pid=$(kafka_pid); then
-		echo "kafka: starting (pid $pid, port $KAFKA_PORT not open)"
-		rc=1
-	else
-		echo "kafka: down"
-		rc=1
-	fi
+	local rc=0 pid d port i label=kafka
+	for ((i = 1; i <= K_NODES; i++)); do
+		use_kafka_node "$i"
+		((K_NODES > 1)) && label="kafka node $i"
+		if pid=$(kafka_pid) && port_open "$K_PORT"; then
+			if [[ -e $K_DIR/paused ]]; then
+				echo "$label: paused (pid $pid, 127.0.0.1:$K_PORT, SIGSTOP)"
+			else
+				echo "$label: up (pid $pid, 127.0.0.1:$K_PORT)"
+			fi
+		elif pid=$(kafka_pid); then
+			echo "$label: starting (pid $pid, port $K_PORT not open)"
+			rc=1
+		else
+			echo "$label: down"
+			rc=1
+		fi
+	done
 	if [[ -s $PG_DIR/pg-bin ]]; then PG_BIN=$(<"$PG_DIR/pg-bin"); fi
 	if { [[ -n $PG_BIN ]] || find_pg_bin; } && pg_running "$PG_DIR" && pg_ready "$PG_PORT"; then
 		echo "postgres: up (127.0.0.1:$PG_PORT, $PG_DIR/data, PostgreSQL $(cluster_version "$PG_DIR"))"
@@ -1050,6 +1295,7 @@ use_scratch_kafka() {
 	K_PROTOCOLS=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 	K_EXTRA=$extra
 	K_PORT_HINT="choose other ports"
+	K_NODE_ID=1 K_VOTERS= K_RF=1 K_MINISR=1 K_CLUSTER_ID_FILE=
 }
 
 cmd_scratch_kafka_up() {
@@ -1130,21 +1376,46 @@ main() {
 	*) select_pg_major other ;;
 	esac
 	case $cmd in
+	up) select_kafka_nodes up ;;
+	-h | --help | help) ;;
+	*) select_kafka_nodes other ;;
+	esac
+	use_kafka_node 1
+	case $cmd in
 	up) cmd_up ;;
 	down) cmd_down ;;
 	clean) cmd_clean ;;
 	status) cmd_status ;;
 	kafka-start)
 		lock
-		kafka_launch
-		kafka_wait
+		cmd_kafka_start "$@"
 		;;
 	kafka-stop)
 		lock
-		case ${1:-} in
-		'' | kill) kafka_stop "${1:-}" ;;
-		*) die "kafka-stop takes no argument or kill, not '$1'" ;;
-		esac
+		cmd_kafka_stop "$@"
+		;;
+	kafka-kill)
+		(($# == 1)) || die "usage: kafka-kill N"
+		lock
+		cmd_kafka_stop "$1" kill
+		;;
+	kafka-pause | kafka-resume)
+		(($# == 1)) || die "usage: $cmd N"
+		lock
+		cmd_kafka_signal "$cmd" "$1"
+		;;
+	kafka-leader)
+		(($# == 2 || $# == 3)) || die "usage: kafka-leader TOPIC PARTITION [N]"
+		(($# == 3)) && kafka_node_arg "$3"
+		kafka_admin "$( (($# == 3)) && echo move-leader || echo leader)" "$@"
+		;;
+	kafka-reassign)
+		(($# == 3)) || die "usage: kafka-reassign TOPIC PARTITION N1,N2,..."
+		kafka_admin reassign "$@"
+		;;
+	kafka-coordinator)
+		(($# == 1)) || die "usage: kafka-coordinator TRANSACTIONAL_ID"
+		kafka_admin coordinator "$@"
 		;;
 	pg-start)
 		lock

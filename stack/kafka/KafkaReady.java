@@ -1,10 +1,12 @@
 // Readiness probe for the local stack broker (used by scripts/stack.sh).
 //
-//   java -cp "<libs>/*:<classes>" KafkaReady <bootstrap> <timeout-seconds>
+//   java -cp "<libs>/*:<classes>" KafkaReady <bootstrap> <timeout-seconds> [<node-id>]
 //
 // Polls DescribeCluster until the broker answers with at least one node
 // (a KRaft broker only lists unfenced brokers, so this means it has caught up
 // with the metadata log and serves requests), then lists topics once more.
+// With a node id (a node of a multi-node cluster), that node must be among
+// them: another node may answer for the cluster before it is ready.
 // Exit 0 when ready, 1 on timeout (last error on stderr).
 import java.time.Duration;
 import java.util.Collection;
@@ -18,10 +20,11 @@ import org.apache.kafka.common.Node;
 
 public class KafkaReady {
     public static void main(String[] args) throws Exception {
-        if (args.length != 2) {
-            System.err.println("usage: KafkaReady <bootstrap> <timeout-seconds>");
+        if (args.length != 2 && args.length != 3) {
+            System.err.println("usage: KafkaReady <bootstrap> <timeout-seconds> [<node-id>]");
             System.exit(2);
         }
+        int want = args.length == 3 ? Integer.parseInt(args[2]) : -1;
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(Long.parseLong(args[1]));
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
@@ -39,7 +42,7 @@ public class KafkaReady {
                     DescribeClusterResult r = admin.describeCluster();
                     Collection<Node> nodes = r.nodes().get(5, TimeUnit.SECONDS);
                     String clusterId = r.clusterId().get(5, TimeUnit.SECONDS);
-                    if (!nodes.isEmpty()) {
+                    if (!nodes.isEmpty() && (want < 0 || nodes.stream().anyMatch(n -> n.id() == want))) {
                         admin.listTopics().names().get(5, TimeUnit.SECONDS);
                         System.out.println("kafka ready: cluster " + clusterId + ", nodes " + nodes);
                         ready = true;
