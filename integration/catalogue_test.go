@@ -791,7 +791,7 @@ func TestTopicCreatedJustBeforeStart(t *testing.T) {
 	// it after a sleep behind walpost's start raced the topic grace period.
 	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer ccancel()
-	resp, err := f.Admin.CreateTopic(cctx, 1, 1, nil, late)
+	resp, err := f.Admin.CreateTopic(cctx, 1, -1, nil, late)
 	if err == nil {
 		err = resp.Err
 	}

@@ -169,7 +169,7 @@ func TestDebeziumBytes(t *testing.T) {
 			}
 		}
 	}
-	resp, err := f.Admin.CreateTopics(ctx, 3, 1, nil, topics...)
+	resp, err := f.Admin.CreateTopics(ctx, 3, -1, nil, topics...)
 	if err != nil {
 		t.Fatal(err)
 	}

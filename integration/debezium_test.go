@@ -19,7 +19,7 @@ func debeziumTopics(ctx context.Context, t testing.TB, f *fixture) (types, topic
 	for _, ty := range types {
 		topics = append(topics, "outbox.event."+ty)
 	}
-	resp, err := f.Admin.CreateTopics(ctx, 3, 1, nil, topics...)
+	resp, err := f.Admin.CreateTopics(ctx, 3, -1, nil, topics...)
 	if err != nil {
 		t.Fatal(err)
 	}

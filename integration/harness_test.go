@@ -338,7 +338,8 @@ func newFixture(t testing.TB, o fixtureOpts) *fixture {
 	f.Kafka, f.Admin = cl, kadm.NewClient(cl)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	resp, err := f.Admin.CreateTopic(cctx, int32(o.partitions), 1, o.topicConfig, f.Topic)
+	// The broker's default replication factor: 1, or 3 on KAFKA_NODES=3.
+	resp, err := f.Admin.CreateTopic(cctx, int32(o.partitions), -1, o.topicConfig, f.Topic)
 	if err == nil {
 		err = resp.Err
 	}

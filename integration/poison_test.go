@@ -242,7 +242,7 @@ func TestUnknownTopicHaltsAndResumes(t *testing.T) {
 	if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s`, f.PoisonTable)).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("poison rows %d (%v), want 0", n, err)
 	}
-	resp, err := f.Admin.CreateTopic(ctx, 1, 1, nil, missing)
+	resp, err := f.Admin.CreateTopic(ctx, 1, -1, nil, missing)
 	if err == nil {
 		err = resp.Err
 	}

@@ -106,7 +106,7 @@ func TestDebeziumReplayNullAggregateType(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	typed := "outbox.event.Order_" + strings.TrimPrefix(f.Topic, "topic_")
-	resp, err := f.Admin.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": ptr("4096")}, typed)
+	resp, err := f.Admin.CreateTopic(ctx, 1, -1, map[string]*string{"max.message.bytes": ptr("4096")}, typed)
 	if err == nil {
 		err = resp.Err
 	}

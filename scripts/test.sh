@@ -3,8 +3,9 @@
 # static checks, unit tests with the race detector, short fuzz runs and the
 # integration tests on PostgreSQL 15 (with Debezium's); beside those, on a
 # second stack (scripts/stack.sh with WALPOST_STACK_DIR=.stack/second and
-# its own ports, 25439-25440 and 29192-29195, WALPOST_TEST_SECOND_*_PORT
-# to move them), TestNemesis, the core integration tests on
+# its own ports, 25439-25440 and 29192-29203, WALPOST_TEST_SECOND_*_PORT
+# to move them), TestNemesis, the TestKafkaCluster* tests on three Kafka
+# nodes (KAFKA_NODES=3), the core integration tests on
 # each of WALPOST_TEST_PG_VERSIONS (14 16 17 18; empty skips them) and the
 # failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it). It
 # stops both stacks even when a step fails. At the end, also on failure, it
@@ -141,7 +142,7 @@ WALPOST_REQUIRE_STACK=1 $GO test -count=1 ./writer ./poison
 step "deploy: Helm chart, plain manifests (module deploy/)"
 (cd deploy && $GO test -count=1 ./...)
 
-step "integration tests with Debezium's (PostgreSQL 15); beside them on a second stack the nemesis (PostgreSQL 15), the core tests on PostgreSQL ${PG_VERSIONS:-(none)} and the failover test on ${FAILOVER_VERSION:-(none)}"
+step "integration tests with Debezium's (PostgreSQL 15); beside them on a second stack the nemesis (PostgreSQL 15), the core tests on PostgreSQL ${PG_VERSIONS:-(none)}, the failover test on ${FAILOVER_VERSION:-(none)} and the three-node Kafka tests"
 second_log="$REPORT_DIR/second-stack.log"
 # Its own process group (job control on for the launch), so on_exit can
 # stop the whole job; at a lower priority than the main run, whose serial
@@ -165,8 +166,15 @@ set -m
 	if [[ -n $FAILOVER_VERSION ]]; then
 		scripts/test-failover.sh "$FAILOVER_VERSION" || rc=1
 	fi
+	# The guarantees on three brokers (KAFKA_NODES=3): a partition leader
+	# and the transaction coordinator killed under load.
 	scripts/stack.sh down || true
-	printf '== second stack: the nemesis, PostgreSQL %s and failover on %s took %ss (exit %s)\n' "${PG_VERSIONS:-(none)}" "${FAILOVER_VERSION:-(none)}" $((SECONDS - t0)) "$rc" >&2
+	KAFKA_NODES=3 scripts/stack.sh up
+	# shellcheck disable=SC1091
+	. "$SECOND_STACK/env"
+	WALPOST_REQUIRE_STACK=1 gotest kafka3 -count=1 -timeout 15m -run '^TestKafkaCluster' ./integration || rc=1
+	scripts/stack.sh down || true
+	printf '== second stack: the nemesis, PostgreSQL %s, failover on %s and three Kafka nodes took %ss (exit %s)\n' "${PG_VERSIONS:-(none)}" "${FAILOVER_VERSION:-(none)}" $((SECONDS - t0)) "$rc" >&2
 	exit "$rc"
 ) >"$second_log" 2>&1 &
 second_pid=$!

@@ -1,0 +1,113 @@
+package integration
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walpost/walpost/sink/kafka"
+)
+
+// needKafkaCluster skips the test unless the stack runs Kafka as three
+// nodes (KAFKA_NODES=3 scripts/stack.sh up); make test runs these on its
+// second stack.
+func needKafkaCluster(t *testing.T) {
+	t.Helper()
+	needStack(t)
+	if os.Getenv("WALPOST_STACK_KAFKA_NODES") != "3" {
+		t.Skip("needs the three-node Kafka of KAFKA_NODES=3 scripts/stack.sh up")
+	}
+}
+
+// partitionLeader asks scripts/stack.sh kafka-leader for the node leading
+// partition p of topic, and its ISR.
+func partitionLeader(t testing.TB, topic string, p int) (leader int, isr string) {
+	t.Helper()
+	out, errOut, err := stackScriptSplit(nil, "kafka-leader", topic, strconv.Itoa(p))
+	if err != nil {
+		t.Fatalf("kafka-leader %s %d: %v\n%s", topic, p, err, errOut)
+	}
+	f := strings.Fields(out)
+	if len(f) < 3 {
+		t.Fatalf("kafka-leader %s %d printed %q", topic, p, out)
+	}
+	leader, err = strconv.Atoi(f[0])
+	if err != nil {
+		t.Fatalf("kafka-leader %s %d printed %q", topic, p, out)
+	}
+	return leader, strings.TrimPrefix(f[2], "isr=")
+}
+
+// TestKafkaClusterLeaderKilled: on three brokers (replication factor 3,
+// min.insync.replicas 2), the leader of a partition walpost produces to is
+// killed (SIGKILL) under load and started again, then leadership is moved
+// back to it: nothing is lost, per-partition order holds, and the slot
+// catches up. The topic is replicated three times (the broker's default).
+func TestKafkaClusterLeaderKilled(t *testing.T) {
+	needKafkaCluster(t)
+	f := stackFixture(t, 3)
+	p := f.start()
+	waitStreaming(t, p)
+	leader, isr := partitionLeader(t, f.Topic, 0)
+	if isr != "1,2,3" && len(strings.Split(isr, ",")) != 3 {
+		t.Fatalf("partition 0 of %s: ISR %s, want all three nodes", f.Topic, isr)
+	}
+	l := newWriterLoad(f, 4, 20, 20*time.Millisecond).start()
+	l.waitWritten(t, 2000, time.Minute)
+	stackCtl(t, "kafka-kill", strconv.Itoa(leader))
+	t.Logf("node %d (leader of partition 0) killed", leader)
+	waitFor(t, time.Minute, "a new leader of partition 0", func() bool {
+		now, _ := partitionLeader(t, f.Topic, 0)
+		return now != leader && now > 0
+	})
+	l.waitWritten(t, 4000, time.Minute)
+	stackCtl(t, "kafka-start", strconv.Itoa(leader))
+	waitFor(t, 2*time.Minute, "node back in the ISR of partition 0", func() bool {
+		_, isr := partitionLeader(t, f.Topic, 0)
+		return len(strings.Split(isr, ",")) == 3
+	})
+	stackCtl(t, "kafka-leader", f.Topic, "0", strconv.Itoa(leader))
+	if now, _ := partitionLeader(t, f.Topic, 0); now != leader {
+		t.Errorf("kafka-leader %s 0 %d: leader is %d", f.Topic, leader, now)
+	}
+	l.waitWritten(t, 6000, time.Minute)
+	expected := l.finish(t)
+	walEnd := f.currentWAL()
+	verifyDelivery(t, f, expected, 3*time.Minute)
+	waitFor(t, time.Minute, "the slot to confirm the end of the writes", func() bool {
+		lsn, _, _ := f.slotState()
+		return lsn >= walEnd
+	})
+	alive(t, p, "after the leader was killed and moved back")
+}
+
+// TestKafkaClusterExactlyOnceCoordinatorKilled: in exactly-once mode the
+// node coordinating walpost's transactional id is killed under load and
+// started again; read_committed consumers see every event exactly once.
+func TestKafkaClusterExactlyOnceCoordinatorKilled(t *testing.T) {
+	needKafkaCluster(t)
+	f := stackFixture(t, 3)
+	p := f.start(f.exactlyOnceEnv("WALPOST_DELIVERY_TRANSACTION_RECORDS=500", "WALPOST_KAFKA_FLUSH_TIMEOUT=5s")...)
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 4, 20, 20*time.Millisecond).start()
+	l.waitWritten(t, 2000, time.Minute)
+	txnID := kafka.TransactionalID(f.Slot, systemID(t, f))
+	out, errOut, err := stackScriptSplit(nil, "kafka-coordinator", txnID)
+	if err != nil {
+		t.Fatalf("kafka-coordinator %s: %v\n%s", txnID, err, errOut)
+	}
+	coord, err := strconv.Atoi(strings.Fields(out)[0])
+	if err != nil {
+		t.Fatalf("kafka-coordinator printed %q", out)
+	}
+	stackCtl(t, "kafka-kill", strconv.Itoa(coord))
+	t.Logf("node %d (coordinator of %s) killed", coord, txnID)
+	l.waitWritten(t, 4000, 2*time.Minute)
+	stackCtl(t, "kafka-start", strconv.Itoa(coord))
+	l.waitWritten(t, 6000, time.Minute)
+	expected := l.finish(t)
+	verifyReadCommitted(t, f, expected, 3*time.Minute)
+	alive(t, p, "after the coordinator was killed")
+}
