@@ -159,26 +159,17 @@ func newKafkaFake(t *testing.T) *kafkaFake {
 
 // count sees every produce request and lets the broker answer it.
 func (k *kafkaFake) count(kreq kmsg.Request) (kmsg.Response, error, bool) {
-	req := kreq.(*kmsg.ProduceRequest)
-	for _, rt := range req.Topics {
-		for _, rp := range rt.Partitions {
-			var batch kmsg.RecordBatch
-			if err := batch.ReadFrom(rp.Records); err != nil {
-				continue
-			}
-			recs, err := kfake.BatchRecords(batch)
-			if err != nil {
-				continue
-			}
-			k.mu.Lock()
-			for _, r := range recs {
-				k.produced[string(r.Key)]++
-			}
-			close(k.changed)
-			k.changed = make(chan struct{})
-			k.mu.Unlock()
-		}
+	recs := producedRecords(kreq.(*kmsg.ProduceRequest))
+	if len(recs) == 0 {
+		return nil, nil, false
 	}
+	k.mu.Lock()
+	for _, r := range recs {
+		k.produced[string(r.Key)]++
+	}
+	close(k.changed)
+	k.changed = make(chan struct{})
+	k.mu.Unlock()
 	return nil, nil, false
 }
 

@@ -61,6 +61,18 @@ func newCulpritEnv(t *testing.T, keys ...string) *culpritEnv {
 // the fault's Topic selects the partitions it answers; produce v13 names
 // topics by ID only).
 func carriesKey(req *kmsg.ProduceRequest, key string) bool {
+	for _, r := range producedRecords(req) {
+		if string(r.Key) == key {
+			return true
+		}
+	}
+	return false
+}
+
+// producedRecords is every record of a produce request (batches that do
+// not decode are skipped).
+func producedRecords(req *kmsg.ProduceRequest) []kmsg.Record {
+	var out []kmsg.Record
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {
 			var batch kmsg.RecordBatch
@@ -71,14 +83,10 @@ func carriesKey(req *kmsg.ProduceRequest, key string) bool {
 			if err != nil {
 				continue
 			}
-			for _, r := range recs {
-				if string(r.Key) == key {
-					return true
-				}
-			}
+			out = append(out, recs...)
 		}
 	}
-	return false
+	return out
 }
 
 func culpritEvent(key string) *outbox.Event {

@@ -12,14 +12,12 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/walpost/walpost/replication/replicationtest"
 )
 
 // pgoutput protocol version 1 messages, built by hand from
 // https://www.postgresql.org/docs/15/protocol-logicalrep-message-formats.html
-
-// pgEpoch is the origin of pgoutput timestamps (microseconds since
-// 2000-01-01 00:00:00 UTC).
-var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
 type wire []byte
 
@@ -28,20 +26,12 @@ func (w wire) u16(v uint16) wire { return binary.BigEndian.AppendUint16(w, v) }
 func (w wire) u32(v uint32) wire { return binary.BigEndian.AppendUint32(w, v) }
 func (w wire) u64(v uint64) wire { return binary.BigEndian.AppendUint64(w, v) }
 func (w wire) str(s string) wire { return append(append(w, s...), 0) }
-func (w wire) ts(t time.Time) wire {
-	return w.u64(uint64(t.Sub(pgEpoch).Microseconds()))
-}
 
-// Byte1('B') Int64 final LSN, Int64 commit timestamp, Int32 xid.
-func msgBegin(final pglogrepl.LSN, commit time.Time, xid uint32) []byte {
-	return wire{'B'}.u64(uint64(final)).ts(commit).u32(xid)
-}
-
-// Byte1('C') Int8 flags, Int64 commit LSN, Int64 end LSN, Int64 commit
-// timestamp.
-func msgCommit(commitLSN, end pglogrepl.LSN, commit time.Time) []byte {
-	return wire{'C'}.u8(0).u64(uint64(commitLSN)).u64(uint64(end)).ts(commit)
-}
+// Begin and Commit are the fake walsender's.
+var (
+	msgBegin  = replicationtest.Begin
+	msgCommit = replicationtest.Commit
+)
 
 type relCol struct {
 	name  string
