@@ -16,7 +16,7 @@ FUZZTIME ?= 1m
 
 PG_VERSIONS ?= 14 16 17 18
 
-.PHONY: all build run test test-pg test-failover test-debezium unit integration lint vet staticcheck fuzz fuzz-short bench soak stack-up stack-down stack-status clean
+.PHONY: all build run test test-pg test-failover test-debezium unit integration lint vet staticcheck fuzz fuzz-short bench nemesis soak stack-up stack-down stack-status clean
 
 all: build
 
@@ -90,7 +90,15 @@ fuzz-short:
 bench: build stack-up
 	scripts/bench.sh
 
-# The nemesis loop until interrupted (Ctrl-C), printing a running tally.
+# The seeded nemesis on three Kafka nodes, on stacks of its own, and its
+# report bench/results/nemesis-<date>.md (+ .svg, .jsonl): SEED (1),
+# SCHEDULES (50 per delivery mode), MODES, FAULTS (4 per schedule), EVENTS
+# (52000 per schedule at least), PARALLEL (2: a stack per mode). One
+# schedule again: make nemesis SEED=17 SCHEDULES=1 MODES=exactly-once
+nemesis:
+	SEED="$(SEED)" SCHEDULES="$(SCHEDULES)" MODES="$(MODES)" FAULTS="$(FAULTS)" EVENTS="$(EVENTS)" PARALLEL="$(PARALLEL)" GO="$(GO)" scripts/nemesis.sh
+
+# The single-broker nemesis loop until interrupted (Ctrl-C), printing a running tally.
 soak: stack-up
 	. .stack/env && WALPOST_SOAK=1 WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -run TestSoak -timeout 0 -v ./integration
 

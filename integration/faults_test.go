@@ -126,6 +126,8 @@ type writerLoad struct {
 	// randomPayload gives each transaction a random payload of this many
 	// hex characters (0: a fixed, highly compressible payload).
 	randomPayload int
+	// seed draws the transaction sizes (0: a seed from the clock).
+	seed uint64
 
 	stop     atomic.Bool
 	wg       sync.WaitGroup
@@ -143,7 +145,10 @@ func newWriterLoad(f *fixture, writers, maxTxn int, pause time.Duration) *writer
 func (l *writerLoad) start() *writerLoad {
 	base := `{"data": "` + strings.Repeat("x", 150) + `"}`
 	// Writer w draws from PCG(w, seed).
-	seed := uint64(time.Now().UnixNano())
+	seed := l.seed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
 	l.f.t.Logf("fault load: %d writers, seed %d", l.writers, seed)
 	for w := 0; w < l.writers; w++ {
 		l.wg.Add(1)
@@ -189,6 +194,15 @@ func (l *writerLoad) start() *writerLoad {
 		}(w)
 	}
 	return l
+}
+
+// add records events committed outside the writers (e.g. a large
+// transaction written beside them).
+func (l *writerLoad) add(exp []verify.Expected) {
+	l.mu.Lock()
+	l.expected = append(l.expected, exp...)
+	l.mu.Unlock()
+	l.written.Add(int64(len(exp)))
 }
 
 // waitWritten waits until n more events than now are committed.

@@ -7,13 +7,14 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // tcpProxy forwards TCP connections from a loopback listener to a target,
-// for network-fault tests: Cut drops every connection and refuses new ones
-// until Restore; Stall forwards nothing (a silent partition: connections
+// for network-fault tests: Cut resets every connection (RST) and resets
+// new ones until Restore; OneWay silences one direction only; Stall forwards nothing (a silent partition: connections
 // stay open, bytes wait, new connections hang) until Restore; SetLatency
 // delays each chunk; SetBandwidth caps bytes/s per direction (shared by all
 // connections, like one link).
@@ -29,6 +30,8 @@ type tcpProxy struct {
 	latency time.Duration
 	up      *proxyLimiter // client → target
 	down    *proxyLimiter // target → client
+	// blocked per direction (OneWay): bytes wait, like Stall, one way.
+	blockUp, blockDown atomic.Bool
 	wg      sync.WaitGroup
 	closed  bool
 
@@ -57,14 +60,33 @@ func newTCPProxy(t testing.TB, addr, target string) *tcpProxy {
 // Addr is the proxy's host:port.
 func (p *tcpProxy) Addr() string { return p.ln.Addr().String() }
 
-// Cut closes every current connection and closes new ones at once until
-// Restore.
+// Cut resets every current connection (RST, as a firewall's reject or a
+// rebooted peer) and resets new ones at once until Restore.
 func (p *tcpProxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = true
 	for c := range p.conns {
-		_ = c.Close()
+		reset(c)
+	}
+}
+
+// reset closes c with an RST instead of a FIN.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
+}
+
+// OneWay silences one direction until Restore: toServer true drops what
+// the client sends (requests wait, replies to earlier ones still come
+// back), false what the server sends. Nothing is closed.
+func (p *tcpProxy) OneWay(toServer bool) {
+	if toServer {
+		p.blockUp.Store(true)
+	} else {
+		p.blockDown.Store(true)
 	}
 }
 
@@ -93,11 +115,13 @@ func (p *tcpProxy) Freeze() {
 	}
 }
 
-// Restore ends a Cut, a Stall or a Freeze.
+// Restore ends a Cut, a Stall, a Freeze or a OneWay.
 func (p *tcpProxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+	p.blockUp.Store(false)
+	p.blockDown.Store(false)
 	for l := range p.links {
 		l.Store(false)
 	}
@@ -171,7 +195,7 @@ func (p *tcpProxy) accept() {
 		}
 		p.accepted.Add(1)
 		if !p.track(client) {
-			_ = client.Close() // cut: accept and close
+			reset(client) // cut: accept and reset
 			continue
 		}
 		p.wg.Add(1)
@@ -201,8 +225,8 @@ func (p *tcpProxy) accept() {
 			defer p.untrack(server)
 			var wg sync.WaitGroup
 			wg.Add(2)
-			go func() { defer wg.Done(); p.pipe(server, client, p.up, frozen) }()
-			go func() { defer wg.Done(); p.pipe(client, server, p.down, frozen) }()
+			go func() { defer wg.Done(); p.pipe(server, client, p.up, frozen, &p.blockUp) }()
+			go func() { defer wg.Done(); p.pipe(client, server, p.down, frozen, &p.blockDown) }()
 			wg.Wait()
 		}()
 	}
@@ -212,7 +236,7 @@ func (p *tcpProxy) accept() {
 // propagation delay: chunks stay in order and are not serialised behind
 // each other's delay) and paced by the limiter. Either side ending closes
 // both.
-func (p *tcpProxy) pipe(dst, src net.Conn, lim *proxyLimiter, frozen *atomic.Bool) {
+func (p *tcpProxy) pipe(dst, src net.Conn, lim *proxyLimiter, frozen, blocked *atomic.Bool) {
 	defer dst.Close()
 	defer src.Close()
 	// A frozen connection does not pass the end of the stream on either.
@@ -242,7 +266,7 @@ func (p *tcpProxy) pipe(dst, src net.Conn, lim *proxyLimiter, frozen *atomic.Boo
 		if d := time.Until(c.due); d > 0 {
 			time.Sleep(d)
 		}
-		if !p.wait(frozen) {
+		if !p.wait(frozen) || !p.waitDirection(blocked) {
 			_ = src.Close()
 			for range q {
 			}
@@ -282,6 +306,21 @@ func (p *tcpProxy) wait(frozen *atomic.Bool) bool {
 			}
 		}
 	}
+}
+
+// waitDirection blocks while blocked (OneWay) holds; false when the proxy
+// was closed or cut meanwhile.
+func (p *tcpProxy) waitDirection(blocked *atomic.Bool) bool {
+	for blocked.Load() {
+		time.Sleep(20 * time.Millisecond)
+		p.mu.Lock()
+		gone := p.cut || p.closed
+		p.mu.Unlock()
+		if gone {
+			return false
+		}
+	}
+	return true
 }
 
 // proxyLimiter paces bytes to a rate: each transfer reserves its slot
@@ -366,8 +405,8 @@ func TestProxy(t *testing.T) {
 
 	p.Cut()
 	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Read(make([]byte, 1)); err == nil {
-		t.Fatal("a live connection survived Cut")
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("a live connection after Cut: read %v, want a reset (RST)", err)
 	}
 	c2 := dial() // accepted, then closed at once
 	if err := roundTrip(c2, []byte("x")); err == nil {
@@ -412,6 +451,22 @@ func TestProxy(t *testing.T) {
 	_ = c3.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.ReadFull(c3, got); err != nil || string(got) != "lost" {
 		t.Fatalf("after a thaw: %q, %v", got, err)
+	}
+
+	for _, toServer := range []bool{true, false} {
+		p.OneWay(toServer)
+		_ = c3.SetDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := c3.Write([]byte("half")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c3.Read(make([]byte, 4)); err == nil {
+			t.Fatalf("an echo crossed a one-way (to server %v) proxy", toServer)
+		}
+		p.Restore()
+		_ = c3.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c3, got); err != nil || string(got) != "half" {
+			t.Fatalf("after a one-way (to server %v) fault: %q, %v", toServer, got, err)
+		}
 	}
 
 	p.SetLatency(100 * time.Millisecond)

@@ -25,6 +25,9 @@
 #                          its transaction's state
 #   pg-start|pg-restart    start/restart the main PostgreSQL alone
 #   pg-stop [MODE]         stop the main PostgreSQL (MODE: fast (default), immediate, smart)
+#   pg-pause|pg-resume     SIGSTOP / SIGCONT the main PostgreSQL's postmaster and
+#                          every backend (a frozen server: connections stay open,
+#                          nothing answers)
 #   pg-failover            kill the primary (SIGKILL) and promote the standby
 #                          (a stack started with PG_STANDBY=1)
 #   scratch-pg-up NAME PORT WAL_LEVEL
@@ -1364,6 +1367,30 @@ cmd_pg_failover() {
 	log "standby promoted: the primary is now 127.0.0.1:$SB_PORT"
 }
 
+# cmd_pg_signal pg-pause|pg-resume: SIGSTOP / SIGCONT the main
+# PostgreSQL's postmaster and its children (backends, walsenders,
+# background workers). Pausing stops the children first, so the postmaster
+# never sees one die; resuming wakes the postmaster first.
+cmd_pg_signal() {
+	local sig pid children
+	[[ $1 == pg-pause ]] && sig=STOP || sig=CONT
+	[[ -s $PG_DIR/pg-bin ]] && PG_BIN=$(<"$PG_DIR/pg-bin")
+	pg_running "$PG_DIR" || die "PostgreSQL ($PG_DIR) is not running"
+	pid=$(head -n 1 "$PG_DIR/data/postmaster.pid")
+	[[ $pid =~ ^[0-9]+$ ]] || die "no postmaster pid in $PG_DIR/data/postmaster.pid"
+	children=$(pgrep -P "$pid" || true)
+	if [[ $sig == STOP ]]; then
+		# shellcheck disable=SC2086
+		[[ -z $children ]] || kill -STOP $children
+		kill -STOP "$pid"
+	else
+		kill -CONT "$pid"
+		# shellcheck disable=SC2086
+		[[ -z $children ]] || kill -CONT $children
+	fi
+	log "PostgreSQL (postmaster pid $pid and $(wc -w <<<"$children") children): SIG$sig"
+}
+
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; }
 
 main() {
@@ -1429,6 +1456,10 @@ main() {
 		lock
 		pg_stop "$PG_DIR" fast
 		main_pg_start
+		;;
+	pg-pause | pg-resume)
+		lock
+		cmd_pg_signal "$cmd"
 		;;
 	pg-failover) cmd_pg_failover ;;
 	scratch-pg-up) cmd_scratch_up "$@" ;;

@@ -4,8 +4,9 @@
 # integration tests on PostgreSQL 15 (with Debezium's); beside those, on a
 # second stack (scripts/stack.sh with WALPOST_STACK_DIR=.stack/second and
 # its own ports, 25439-25440 and 29192-29203, WALPOST_TEST_SECOND_*_PORT
-# to move them), TestNemesis, the TestKafkaCluster* tests on three Kafka
-# nodes (KAFKA_NODES=3), the core integration tests on
+# to move them), the TestKafkaCluster* tests and a slice of the seeded
+# nemesis (TestNemesisCluster: NEMESIS_SEED, 1; make nemesis runs the whole)
+# on three Kafka nodes (KAFKA_NODES=3), the core integration tests on
 # each of WALPOST_TEST_PG_VERSIONS (14 16 17 18; empty skips them) and the
 # failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it). It
 # stops both stacks even when a step fails. At the end, also on failure, it
@@ -76,7 +77,7 @@ report() {
 	fi
 }
 stack_started=""
-# The nemesis, the PostgreSQL majors and the failover test run on a second
+# The PostgreSQL majors, the failover test and the three Kafka nodes run on a second
 # stack (WALPOST_STACK_DIR, other ports) beside the main integration tests:
 # they stop and restart their own PostgreSQL and Kafka, never the main
 # ones. Its ports are below the kernel's ephemeral range (32768-60999), so
@@ -142,7 +143,7 @@ WALPOST_REQUIRE_STACK=1 $GO test -count=1 ./writer ./poison
 step "deploy: Helm chart, plain manifests (module deploy/)"
 (cd deploy && $GO test -count=1 ./...)
 
-step "integration tests with Debezium's (PostgreSQL 15); beside them on a second stack the nemesis (PostgreSQL 15), the core tests on PostgreSQL ${PG_VERSIONS:-(none)}, the failover test on ${FAILOVER_VERSION:-(none)} and the three-node Kafka tests"
+step "integration tests with Debezium's (PostgreSQL 15); beside them on a second stack the core tests on PostgreSQL ${PG_VERSIONS:-(none)}, the failover test on ${FAILOVER_VERSION:-(none)}, the three-node Kafka tests and a slice of the nemesis"
 second_log="$REPORT_DIR/second-stack.log"
 # Its own process group (job control on for the launch), so on_exit can
 # stop the whole job; at a lower priority than the main run, whose serial
@@ -153,12 +154,6 @@ set -m
 	export "${second_env[@]}"
 	rc=0
 	t0=$SECONDS
-	# The nemesis (it stops and restarts both servers for minutes) on
-	# PostgreSQL 15 first.
-	scripts/stack.sh up
-	# shellcheck disable=SC1091
-	. "$SECOND_STACK/env"
-	WALPOST_REQUIRE_STACK=1 gotest nemesis -count=1 -timeout 20m -run '^TestNemesis$' ./integration || rc=1
 	if [[ -n $PG_VERSIONS ]]; then
 		# shellcheck disable=SC2086
 		scripts/test-pg.sh $PG_VERSIONS || rc=1
@@ -167,14 +162,17 @@ set -m
 		scripts/test-failover.sh "$FAILOVER_VERSION" || rc=1
 	fi
 	# The guarantees on three brokers (KAFKA_NODES=3): a partition leader
-	# and the transaction coordinator killed under load.
+	# and the transaction coordinator killed under load, then a slice of
+	# the seeded nemesis (make nemesis runs the whole): one seed in each
+	# delivery mode, three faults each.
 	scripts/stack.sh down || true
 	KAFKA_NODES=3 scripts/stack.sh up
 	# shellcheck disable=SC1091
 	. "$SECOND_STACK/env"
-	WALPOST_REQUIRE_STACK=1 gotest kafka3 -count=1 -timeout 15m -run '^TestKafkaCluster' ./integration || rc=1
+	WALPOST_REQUIRE_STACK=1 WALPOST_NEMESIS_SEED="${NEMESIS_SEED:-1}" WALPOST_NEMESIS_SCHEDULES=1 WALPOST_NEMESIS_FAULTS=3 WALPOST_NEMESIS_EVENTS=5000 \
+		gotest kafka3 -count=1 -timeout 15m -run '^(TestKafkaCluster.*|TestNemesisCluster)$' ./integration || rc=1
 	scripts/stack.sh down || true
-	printf '== second stack: the nemesis, PostgreSQL %s, failover on %s and three Kafka nodes took %ss (exit %s)\n' "${PG_VERSIONS:-(none)}" "${FAILOVER_VERSION:-(none)}" $((SECONDS - t0)) "$rc" >&2
+	printf '== second stack: PostgreSQL %s, failover on %s, three Kafka nodes and the nemesis slice took %ss (exit %s)\n' "${PG_VERSIONS:-(none)}" "${FAILOVER_VERSION:-(none)}" $((SECONDS - t0)) "$rc" >&2
 	exit "$rc"
 ) >"$second_log" 2>&1 &
 second_pid=$!
