@@ -86,7 +86,8 @@ func pgProxy(t testing.TB, target string) (*tcpProxy, string) {
 
 // kafkaProxy starts the proxy on the broker's PROXIED listener's
 // advertised address and returns it with the seed broker that makes every
-// connection of a client cross it.
+// connection of a client cross it. On three nodes its faults hit every
+// node's proxy.
 func kafkaProxy(t testing.TB) (*tcpProxy, string) {
 	t.Helper()
 	listener := os.Getenv("WALPOST_STACK_KAFKA_PROXIED_LISTENER")
@@ -98,6 +99,13 @@ func kafkaProxy(t testing.TB) (*tcpProxy, string) {
 	// holds it; parallel tests queue here.
 	kafkaProxyMu.Lock()
 	t.Cleanup(kafkaProxyMu.Unlock)
+	if os.Getenv("WALPOST_STACK_KAFKA_NODES") == "3" {
+		// Three nodes: a proxy per node (clients learn the others from the
+		// metadata), every fault applied to all of them, as to one broker.
+		ps, seeds := clusterProxies(t)
+		ps[0].peers = ps[1:]
+		return ps[0], seeds[0]
+	}
 	return newTCPProxy(t, advertised, listener), advertised
 }
 

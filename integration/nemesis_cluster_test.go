@@ -41,7 +41,9 @@ import (
 // WALPOST_NEMESIS_SEED (first seed, 1), WALPOST_NEMESIS_SCHEDULES (seeds
 // per delivery mode, 1), WALPOST_NEMESIS_MODES (at-least-once,exactly-once),
 // WALPOST_NEMESIS_FAULTS (faults per schedule, 3), WALPOST_NEMESIS_EVENTS
-// (events written per schedule at least, 5000), WALPOST_NEMESIS_OUT (a
+// (events written per schedule at least, 5000), WALPOST_NEMESIS_PAUSE
+// (each writer's pause between transactions, 100ms: about 2,400 events/s
+// in all), WALPOST_NEMESIS_OUT (a
 // directory: results.jsonl gets one line per schedule, and each failed
 // schedule its history file).
 
@@ -88,8 +90,8 @@ const (
 	nemesisWalSenderTimeout = 5 * time.Second
 	nemesisTxnTimeout       = 10 * time.Second
 	nemesisStallTimeout     = 5 * time.Second
-	// nemesisWriterPause paces each of the eight writers: about 2,400
-	// events/s in all, well inside what walpost drains on three brokers,
+	// nemesisWriterPause paces each of the eight writers by default:
+	// about 2,400 events/s in all, well inside what walpost drains on three brokers,
 	// so a recovery time measures the fault, not a backlog.
 	nemesisWriterPause = 100 * time.Millisecond
 	// nemesisRSSBound is the most walpost may hold resident at any time.
@@ -227,6 +229,14 @@ func TestNemesisCluster(t *testing.T) {
 			}
 		}
 	}
+	pause := nemesisWriterPause
+	if s := os.Getenv("WALPOST_NEMESIS_PAUSE"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			t.Fatalf("WALPOST_NEMESIS_PAUSE=%q: want a duration like 100ms", s)
+		}
+		pause = d
+	}
 	out := os.Getenv("WALPOST_NEMESIS_OUT")
 	if out == "" {
 		out = t.TempDir()
@@ -242,7 +252,7 @@ func TestNemesisCluster(t *testing.T) {
 		seed := first + uint64(i)
 		for _, mode := range modes {
 			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
-				r := runSchedule(t, seed, mode, faults, events, out)
+				r := runSchedule(t, seed, mode, faults, events, pause, out)
 				b, _ := json.Marshal(r)
 				fh, err := os.OpenFile(filepath.Join(out, "results.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 				if err != nil {
@@ -312,7 +322,7 @@ func clusterProxies(t testing.TB) ([]*tcpProxy, []string) {
 	return ps, seeds
 }
 
-func runSchedule(t *testing.T, seed uint64, mode string, faults, events int, out string) clusterResult {
+func runSchedule(t *testing.T, seed uint64, mode string, faults, events int, writerPause time.Duration, out string) clusterResult {
 	steps := drawSchedule(seed, mode, faults)
 	n := &clusterNemesis{t: t, seed: seed, mode: mode, res: clusterResult{Seed: seed, Mode: mode}, begin: time.Now()}
 	start := time.Now()
@@ -353,7 +363,7 @@ func runSchedule(t *testing.T, seed uint64, mode string, faults, events int, out
 	}
 	n.p = n.start(n.env)
 	waitStreaming(t, n.p)
-	n.load = newWriterLoad(f, 8, 60, nemesisWriterPause)
+	n.load = newWriterLoad(f, 8, 60, writerPause)
 	n.load.seed = seed
 	n.load.start()
 	t.Cleanup(func() { n.load.stop.Store(true); n.load.wg.Wait() })

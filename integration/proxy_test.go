@@ -35,6 +35,10 @@ type tcpProxy struct {
 	wg      sync.WaitGroup
 	closed  bool
 
+	// peers get every fault of this proxy too (the other brokers of a
+	// cluster, see kafkaProxy).
+	peers []*tcpProxy
+
 	// Bytes counts what crossed the proxy, both directions.
 	Bytes    atomic.Int64
 	accepted atomic.Int64
@@ -63,6 +67,9 @@ func (p *tcpProxy) Addr() string { return p.ln.Addr().String() }
 // Cut resets every current connection (RST, as a firewall's reject or a
 // rebooted peer) and resets new ones at once until Restore.
 func (p *tcpProxy) Cut() {
+	for _, q := range p.peers {
+		q.Cut()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = true
@@ -83,6 +90,9 @@ func reset(c net.Conn) {
 // the client sends (requests wait, replies to earlier ones still come
 // back), false what the server sends. Nothing is closed.
 func (p *tcpProxy) OneWay(toServer bool) {
+	for _, q := range p.peers {
+		q.OneWay(toServer)
+	}
 	if toServer {
 		p.blockUp.Store(true)
 	} else {
@@ -94,6 +104,9 @@ func (p *tcpProxy) OneWay(toServer bool) {
 // wait in the proxy and the kernels' buffers, new connections are
 // accepted but not connected on.
 func (p *tcpProxy) Stall() {
+	for _, q := range p.peers {
+		q.Stall()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -108,6 +121,9 @@ func (p *tcpProxy) Stall() {
 // dropped NAT entry or a server that vanished without a reset. Restore
 // thaws them.
 func (p *tcpProxy) Freeze() {
+	for _, q := range p.peers {
+		q.Freeze()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for l := range p.links {
@@ -117,6 +133,9 @@ func (p *tcpProxy) Freeze() {
 
 // Restore ends a Cut, a Stall, a Freeze or a OneWay.
 func (p *tcpProxy) Restore() {
+	for _, q := range p.peers {
+		q.Restore()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
@@ -141,6 +160,9 @@ func (p *tcpProxy) gate() chan struct{} {
 
 // SetLatency delays every chunk by d in each direction (0 disables).
 func (p *tcpProxy) SetLatency(d time.Duration) {
+	for _, q := range p.peers {
+		q.SetLatency(d)
+	}
 	p.mu.Lock()
 	p.latency = d
 	p.mu.Unlock()
@@ -148,6 +170,9 @@ func (p *tcpProxy) SetLatency(d time.Duration) {
 
 // SetBandwidth caps each direction at bytesPerSec (0 disables).
 func (p *tcpProxy) SetBandwidth(bytesPerSec int) {
+	for _, q := range p.peers {
+		q.SetBandwidth(bytesPerSec)
+	}
 	p.up.setRate(bytesPerSec)
 	p.down.setRate(bytesPerSec)
 }

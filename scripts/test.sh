@@ -164,12 +164,13 @@ set -m
 	# The guarantees on three brokers (KAFKA_NODES=3): a partition leader
 	# and the transaction coordinator killed under load, then a slice of
 	# the seeded nemesis (make nemesis runs the whole): one seed in each
-	# delivery mode, three faults each.
+	# delivery mode, three faults each, the writers at a quarter of make
+	# nemesis's pace (the main run shares the CPUs).
 	scripts/stack.sh down || true
 	KAFKA_NODES=3 scripts/stack.sh up
 	# shellcheck disable=SC1091
 	. "$SECOND_STACK/env"
-	WALPOST_REQUIRE_STACK=1 WALPOST_NEMESIS_SEED="${NEMESIS_SEED:-1}" WALPOST_NEMESIS_SCHEDULES=1 WALPOST_NEMESIS_FAULTS=3 WALPOST_NEMESIS_EVENTS=5000 \
+	WALPOST_REQUIRE_STACK=1 WALPOST_NEMESIS_SEED="${NEMESIS_SEED:-1}" WALPOST_NEMESIS_SCHEDULES=1 WALPOST_NEMESIS_FAULTS=3 WALPOST_NEMESIS_EVENTS=5000 WALPOST_NEMESIS_PAUSE=400ms \
 		gotest kafka3 -count=1 -timeout 15m -run '^(TestKafkaCluster.*|TestNemesisCluster)$' ./integration || rc=1
 	scripts/stack.sh down || true
 	printf '== second stack: PostgreSQL %s, failover on %s, three Kafka nodes and the nemesis slice took %ss (exit %s)\n' "${PG_VERSIONS:-(none)}" "${FAILOVER_VERSION:-(none)}" $((SECONDS - t0)) "$rc" >&2
