@@ -48,6 +48,10 @@ for m in "${modes[@]}"; do
 	}
 done
 
+# The commit under test (the tests build walpost from the tree once, at
+# their start).
+REV=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || REV="$REV+changes"
 $GO build -o bin/walpost ./cmd/walpost
 
 # stack_env DIR PORT_BASE: the variables of a stack in DIR whose ports
@@ -116,7 +120,7 @@ fi
 
 jsonl=${REPORT%.md}.jsonl
 cat "${results[@]}" >"$jsonl"
-$GO run ./bench/nemesis -in "$jsonl" -out "$REPORT" \
+$GO run ./bench/nemesis -in "$jsonl" -out "$REPORT" -rev "$REV" \
 	-note "SEED=$SEED SCHEDULES=$SCHEDULES MODES=$MODES FAULTS=$FAULTS EVENTS=$EVENTS PARALLEL=$PARALLEL"
 if ((rc != 0)); then
 	echo "nemesis: a schedule failed: see $REPORT (Failures) and the history files in .stack/nemesis-*/out" >&2
