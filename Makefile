@@ -93,10 +93,11 @@ bench: build stack-up
 # The seeded nemesis on three Kafka nodes, on stacks of its own, and its
 # report bench/results/nemesis-<date>.md (+ .svg, .jsonl): SEED (1),
 # SCHEDULES (50 per delivery mode), MODES, FAULTS (4 per schedule), EVENTS
-# (52000 per schedule at least), PARALLEL (2: a stack per mode). One
+# (52000 per schedule at least), PAUSE (100ms: each writer's pause),
+# PARALLEL (2: a stack per mode). One
 # schedule again: make nemesis SEED=17 SCHEDULES=1 MODES=exactly-once
 nemesis:
-	SEED="$(SEED)" SCHEDULES="$(SCHEDULES)" MODES="$(MODES)" FAULTS="$(FAULTS)" EVENTS="$(EVENTS)" PARALLEL="$(PARALLEL)" GO="$(GO)" scripts/nemesis.sh
+	SEED="$(SEED)" SCHEDULES="$(SCHEDULES)" MODES="$(MODES)" FAULTS="$(FAULTS)" EVENTS="$(EVENTS)" PAUSE="$(PAUSE)" PARALLEL="$(PARALLEL)" GO="$(GO)" scripts/nemesis.sh
 
 # The single-broker nemesis loop until interrupted (Ctrl-C), printing a running tally.
 soak: stack-up

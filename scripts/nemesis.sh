@@ -11,6 +11,8 @@
 #   MODES      at-least-once,exactly-once (both)
 #   FAULTS     faults per schedule (4)
 #   EVENTS     events written per schedule at least (52000)
+#   PAUSE      each of the eight writers' pause between transactions (100ms:
+#              about 2,400 events/s)
 #   PARALLEL   1: the modes one after the other on one stack; 2 (default):
 #              each mode on its own stack, at the same time
 #   REPORT     the report's path (bench/results/nemesis-<date>.md)
@@ -27,6 +29,7 @@ MODES=${MODES:-at-least-once,exactly-once}
 FAULTS=${FAULTS:-4}
 EVENTS=${EVENTS:-52000}
 PARALLEL=${PARALLEL:-2}
+PAUSE=${PAUSE:-100ms}
 DATE=$(date -u +%F)
 REPORT=${REPORT:-bench/results/nemesis-$DATE.md}
 case $PARALLEL in 1 | 2) ;; *)
@@ -89,7 +92,7 @@ run() {
 	rm -f "$ROOT/$dir/out/results.jsonl"
 	WALPOST_REQUIRE_STACK=1 WALPOST_NEMESIS_SEED=$SEED WALPOST_NEMESIS_SCHEDULES=$SCHEDULES \
 		WALPOST_NEMESIS_MODES=$modes WALPOST_NEMESIS_FAULTS=$FAULTS WALPOST_NEMESIS_EVENTS=$EVENTS \
-		WALPOST_NEMESIS_OUT="$ROOT/$dir/out" \
+		WALPOST_NEMESIS_PAUSE=$PAUSE WALPOST_NEMESIS_OUT="$ROOT/$dir/out" \
 		$GO test -count=1 -timeout 0 -run '^TestNemesisCluster$' -v ./integration || rc=$?
 	scripts/stack.sh down || true
 	return "$rc"
@@ -121,7 +124,7 @@ fi
 jsonl=${REPORT%.md}.jsonl
 cat "${results[@]}" >"$jsonl"
 $GO run ./bench/nemesis -in "$jsonl" -out "$REPORT" -rev "$REV" \
-	-note "SEED=$SEED SCHEDULES=$SCHEDULES MODES=$MODES FAULTS=$FAULTS EVENTS=$EVENTS PARALLEL=$PARALLEL"
+	-note "SEED=$SEED SCHEDULES=$SCHEDULES MODES=$MODES FAULTS=$FAULTS EVENTS=$EVENTS PAUSE=$PAUSE PARALLEL=$PARALLEL"
 if ((rc != 0)); then
 	echo "nemesis: a schedule failed: see $REPORT (Failures) and the history files in .stack/nemesis-*/out" >&2
 fi
