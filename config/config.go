@@ -438,31 +438,86 @@ type Lint struct {
 // Kafka refused (poison.backoff doubles up to it).
 const PoisonBackoffCap = 30 * time.Second
 
-// flagKeys maps command-line flags to config keys; flags win over the
-// environment, which wins over the file.
-var flagKeys = map[string]string{
-	"postgres-url":  "postgres.url",
-	"slot":          "postgres.slot",
-	"publication":   "postgres.publication",
-	"kafka-brokers": "kafka.brokers",
-	"kafka-topic":   "kafka.topic",
-	"http-listen":   "http.listen",
-	"log-level":     "log.level",
-	"log-format":    "log.format",
+// FlagGroup is a set of the shortcut flags AddFlagsFor adds: a command
+// has the flags of the settings it uses (a command that never connects
+// has no connection flag).
+type FlagGroup int
+
+// The flag groups.
+const (
+	FlagsPostgres FlagGroup = 1 << iota // --postgres-url, --slot, --publication
+	FlagsKafka                          // --kafka-brokers, --kafka-topic
+	FlagsHTTP                           // --http-listen
+	FlagsLog                            // --log-level, --log-format
+	FlagsNone     FlagGroup = 0
+	FlagsAll                = FlagsPostgres | FlagsKafka | FlagsHTTP | FlagsLog
+)
+
+// shortcut is a flag that sets one key.
+type shortcut struct {
+	flag, key, usage string
+	group            FlagGroup
 }
 
-// AddFlags adds the flags every walpost command has (--config and the
-// shortcuts of the most used keys) to fs.
-func AddFlags(fs *pflag.FlagSet) {
-	fs.String("config", "", "config file (YAML, TOML or JSON)")
-	fs.String("postgres-url", "", "PostgreSQL URL (postgres.url)")
-	fs.String("slot", "", "replication slot (postgres.slot)")
-	fs.String("publication", "", "publication (postgres.publication)")
-	fs.String("kafka-brokers", "", "comma-separated brokers (kafka.brokers)")
-	fs.String("kafka-topic", "", "default topic (kafka.topic)")
-	fs.String("http-listen", "", "metrics/health address (http.listen)")
-	fs.String("log-level", "", "log level (log.level)")
-	fs.String("log-format", "", "log format (log.format)")
+// shortcuts are the flags that set a key, in the order help lists them;
+// flags win over the environment, which wins over the file.
+var shortcuts = []shortcut{
+	{"postgres-url", "postgres.url", "PostgreSQL URL", FlagsPostgres},
+	{"slot", "postgres.slot", "replication slot", FlagsPostgres},
+	{"publication", "postgres.publication", "publication", FlagsPostgres},
+	{"kafka-brokers", "kafka.brokers", "comma-separated brokers, host:port", FlagsKafka},
+	{"kafka-topic", "kafka.topic", "default topic", FlagsKafka},
+	{"http-listen", "http.listen", "metrics/health address", FlagsHTTP},
+	{"log-level", "log.level", "log level: debug, info, warn or error", FlagsLog},
+	{"log-format", "log.format", "log format: text or json", FlagsLog},
+}
+
+// flagKeys maps command-line flags to config keys.
+var flagKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range shortcuts {
+		m[s.flag] = s.key
+	}
+	return m
+}()
+
+// AddFlags adds --config and every shortcut flag to fs.
+func AddFlags(fs *pflag.FlagSet) { AddFlagsFor(fs, FlagsAll) }
+
+// AddFlagsFor adds --config and the shortcut flags of groups to fs. Each
+// flag's usage names its key and variable, and its default is the key's
+// (a flag left unset does not override the file or the environment).
+func AddFlagsFor(fs *pflag.FlagSet, groups FlagGroup) {
+	fs.String("config", "", "config file: .yaml, .yml, .toml or .json (the environment and flags override it)")
+	defaults := map[string]string{}
+	for _, k := range Keys() {
+		defaults[k.Key] = k.Default
+	}
+	for _, s := range shortcuts {
+		if s.group&groups == 0 {
+			continue
+		}
+		def := defaults[s.key]
+		if def == "(required)" {
+			def = ""
+		}
+		fs.String(s.flag, def, fmt.Sprintf("%s (%s, %s)", s.usage, s.key, envName(s.key)))
+	}
+}
+
+// Enumerations are the allowed values of the keys that take one of a
+// list (shell completion; Validate refuses anything else).
+func Enumerations() map[string][]string {
+	return map[string][]string{
+		"log.level":            {"debug", "info", "warn", "error"},
+		"log.format":           {"text", "json"},
+		"kafka.compression":    {"none", "gzip", "snappy", "lz4", "zstd"},
+		"kafka.sasl.mechanism": {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"},
+		"mapping.profile":      {ProfileWalpost, ProfileDebezium},
+		"mapping.key_format":   {FormatString, FormatJSON, FormatJSONSchema},
+		"mapping.value_format": {FormatString, FormatJSON, FormatJSONSchema},
+		"delivery.mode":        {AtLeastOnce, ExactlyOnce},
+	}
 }
 
 // Key is one configuration key: its dotted name, its WALPOST_* variable,

@@ -24,6 +24,7 @@ func newConfigCommand() *cobra.Command {
 			return config.WriteEffective(cmd.OutOrStdout(), cfg)
 		},
 	}
+	addConfigFlags(cmd, flagsAll)
 	cmd.Flags().BoolVar(&reference, "reference", false, "print the Markdown table of every key, its variable, default and meaning")
 	return cmd
 }

@@ -51,5 +51,6 @@ func newHealthcheckCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&path, "path", "/healthz", "path to probe (/healthz or /readyz)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "give up after this long")
+	addConfigFlags(cmd, flagsHTTP)
 	return cmd
 }

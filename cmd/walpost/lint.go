@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/lint"
 )
 
@@ -58,6 +59,7 @@ given with --disable (id or name, repeatable).`,
 		},
 	}
 	fs := cmd.Flags()
+	addConfigFlags(cmd, config.FlagsNone)
 	fs.BoolVar(&jsonOut, "json", false, `print {"findings":[…],"errors":[…]} instead of text`)
 	fs.StringArrayVar(&disable, "disable", nil, "skip a rule, by id (OBX003) or name (outbox-poll-order); repeatable, added to lint.disable")
 	fs.StringVar(&outboxTable, "outbox-table", lint.DefaultOutboxTable, "outbox table, optionally schema-qualified (overrides postgres.table)")

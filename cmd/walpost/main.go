@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +37,9 @@ func build() buildinfo.Info { return buildinfo.Resolve(version, commit, date) }
 type exitError struct {
 	code int
 	err  error
+	// usage: the command refused its command line (usageError); the
+	// message points to --help.
+	usage bool
 }
 
 func (e *exitError) Error() string {
@@ -73,7 +77,10 @@ func execute(ctx context.Context, root *cobra.Command, args []string, stderr io.
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(stderr, "walpost:", redact.String(ee.err.Error()))
+			fmt.Fprintln(stderr, "walpost:", redact.String(oneLine(ee.err.Error())))
+		}
+		if ee.usage {
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 		}
 		return ee.code
 	}
@@ -102,7 +109,7 @@ func markRunErrors(cmd *cobra.Command) {
 }
 
 // usageError is a command line the command refuses itself (exit 2).
-func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
+func usageError(err error) error { return &exitError{code: exitUsage, err: err, usage: true} }
 
 // signalContext cancels on the first SIGINT/SIGTERM (drain and confirm);
 // a second signal exits at once.
@@ -137,7 +144,6 @@ func newRootCommand() *cobra.Command {
 	// --version on the root only, without the -v shorthand cobra would add.
 	root.Flags().Bool("version", false, "print version, commit and build date")
 	root.SetVersionTemplate("walpost {{.Version}}\n")
-	config.AddFlags(root.PersistentFlags())
 	// Every command, in one list (cobra sorts them for the help).
 	root.AddCommand(
 		newRunCommand(),
@@ -157,15 +163,41 @@ func newRootCommand() *cobra.Command {
 }
 
 func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print walpost's version, commit and build date",
-		Args:  cobra.NoArgs,
+		Long: "version prints one line: the version, the full commit (-dirty for a build from a modified\n" +
+			"tree), the build date and the Go version, as walpost --version does. They are set at link time\n" +
+			"(-ldflags \"-X main.version=… -X main.commit=… -X main.date=…\"), otherwise read from the VCS\n" +
+			"stamp Go writes into a binary built from a git checkout.\n\n" +
+			"With --json: {\"version\", \"commit\", \"date\", \"go_version\"}, an unknown value empty.",
+		Example: "  walpost version\n" +
+			"  walpost version --json | jq -r .commit",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "walpost", build().String())
+			b := build()
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), struct {
+					Version   string `json:"version"`
+					Commit    string `json:"commit"`
+					Date      string `json:"date"`
+					GoVersion string `json:"go_version"`
+				}{b.Version, b.Commit, b.Date, b.GoVersion})
+			}
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "walpost", b.String())
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"version","commit","date","go_version"}`)
+	return cmd
+}
+
+// writeJSON writes v as indented JSON and a newline.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // newLogger builds the process logger from config.

@@ -56,6 +56,7 @@ func newPoisonListCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most N rows (0: all)")
+	addConfigFlags(cmd, flagsPostgres|flagsLog)
 	return cmd
 }
 
@@ -141,5 +142,6 @@ func newPoisonReplayCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&all, "all", false, "replay every row not yet replayed")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be replayed, produce nothing")
 	cmd.Flags().BoolVar(&force, "force", false, "also replay rows already replayed")
+	addConfigFlags(cmd, flagsPostgres|flagsKafka|flagsLog)
 	return cmd
 }

@@ -39,5 +39,6 @@ func newPruneCommand() *cobra.Command {
 	cmd.Flags().DurationVar(&opts.OlderThan, "older-than", 0, "delete rows created more than this long ago (a duration, e.g. 168h for 7 days)")
 	cmd.Flags().IntVar(&opts.Batch, "batch", 1000, "rows per delete transaction (1 to 100000)")
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "count the rows that would be deleted; delete nothing")
+	addConfigFlags(cmd, flagsPostgres|flagsLog)
 	return cmd
 }

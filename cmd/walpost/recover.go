@@ -71,6 +71,7 @@ func newRecoverCommand() *cobra.Command {
 	cmd.Flags().StringVar(&since, "since", "", "re-send rows committed at or after this time instead of the recorded position's (RFC 3339, e.g. 2026-12-01T10:00:00Z, or a duration such as 2h for that long ago); no margin is applied")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan and the rows it would produce now; create and produce nothing")
 	cmd.Flags().BoolVar(&duplicates, "allow-duplicates", false, "delivery.mode exactly-once: run anyway, although read_committed consumers may see the re-sent rows twice (every record carries its idempotency_key); the gap is produced inside Kafka transactions and the slot's checkpoint is reset to the new position")
+	addConfigFlags(cmd, flagsPostgres|flagsKafka|flagsLog)
 	cmd.Flags().BoolVar(&otherSystem, "allow-other-system", false, "replace a position recorded on another PostgreSQL system identifier (the database was restored or upgraded here)")
 	return cmd
 }

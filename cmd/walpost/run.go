@@ -11,7 +11,7 @@ import (
 )
 
 func newRunCommand() *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Forward outbox inserts from the replication slot to Kafka (foreground)",
 		Args:  cobra.NoArgs,
@@ -35,4 +35,6 @@ func newRunCommand() *cobra.Command {
 			return nil
 		},
 	}
+	addConfigFlags(cmd, flagsAll)
+	return cmd
 }

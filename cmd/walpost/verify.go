@@ -88,6 +88,7 @@ interrupted; 2 when the test could not run.`,
 	fs.BoolVar(&lt.KeepRows, "keep-rows", false, "leave the written rows in the outbox table")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	fs.StringVar(&isolation, "isolation", "", "consumer isolation: read_committed or read_uncommitted (default read_committed with delivery.mode exactly-once, which also counts duplicates as a failure; else read_uncommitted)")
+	addConfigFlags(cmd, flagsPostgres|flagsKafka|flagsLog)
 	return cmd
 }
 
