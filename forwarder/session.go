@@ -134,7 +134,8 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		return fmt.Errorf("replication connection: %w", err)
 	}
 	rcfg.ReceiveTimeout = replication.ReceiveTimeoutFor(cfg.Postgres.ReceiveTimeout, sender)
-	f.logReceiveTimeout(sender, rcfg.ReceiveTimeout)
+	rcfg.StatusInterval = replication.StatusIntervalFor(cfg.Postgres.StatusInterval, sender)
+	f.logReceiveTimeout(sender, rcfg.ReceiveTimeout, rcfg.StatusInterval)
 	// The stream re-reads the slot on the side connection once
 	// replication has started (INV-4, a standby may have confirmed since
 	// Prepare read it); the watcher takes the connection over after that.
@@ -277,9 +278,10 @@ func (f *Forwarder) enableFailover(ctx context.Context, side *pgx.Conn, repl *pg
 	}
 }
 
-// logReceiveTimeout logs the receive timeout a session uses, once, and
-// again only when the server's wal_sender_timeout changed.
-func (f *Forwarder) logReceiveTimeout(sender, effective time.Duration) {
+// logReceiveTimeout logs the receive timeout and status interval a
+// session uses, once, and again only when the server's wal_sender_timeout
+// changed.
+func (f *Forwarder) logReceiveTimeout(sender, effective, status time.Duration) {
 	if f.rtLogged && f.rtSender == sender {
 		return
 	}
@@ -294,5 +296,9 @@ func (f *Forwarder) logReceiveTimeout(sender, effective time.Duration) {
 			"receive_timeout", effective.String(), "configured", configured.String(), "wal_sender_timeout", sender.String())
 	default:
 		f.log.Info("receive timeout", "receive_timeout", effective.String(), "wal_sender_timeout", sender.String())
+	}
+	if status != f.cfg.Postgres.StatusInterval {
+		f.log.Info("status interval lowered to half the server's wal_sender_timeout, so a session that waits for Kafka keeps its connection",
+			"status_interval", status.String(), "configured", f.cfg.Postgres.StatusInterval.String(), "wal_sender_timeout", sender.String())
 	}
 }

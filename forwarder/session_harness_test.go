@@ -274,3 +274,33 @@ func TestSessionFenced(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionStatusWithinSenderTimeout (INV-6 with a short
+// wal_sender_timeout): with the in-flight budget full (nothing
+// acknowledged) the stream reads nothing, so only its periodic status
+// updates keep the connection, which the walsender ends after
+// wal_sender_timeout without one: they come at least every half of it,
+// even when postgres.status_interval is longer.
+func TestSessionStatusWithinSenderTimeout(t *testing.T) {
+	t.Parallel()
+	const sender = 2 * time.Second
+	h := newSessionHarness(t, replicationtest.Config{SenderTimeout: sender}, func(c *config.Config) {
+		c.Postgres.StatusInterval = 10 * time.Second
+		c.Pipeline.MaxInFlightEvents = 1
+	})
+	s := newHeldSink()
+	h.run(Deps{Sink: s})
+	h.pg.Append(row(1))
+	h.pg.Append(row(2))
+	s.waitProduced(h.ctx, t, 1)
+	n := len(h.pg.Statuses())
+	if err := h.pg.Wait(h.ctx, "three more status updates while the budget is full", func() bool { return len(h.pg.Statuses()) >= n+3 }); err != nil {
+		t.Fatal(err)
+	}
+	sts := h.pg.Statuses()
+	for i := max(n, 1); i < len(sts); i++ {
+		if gap := sts[i].At.Sub(sts[i-1].At); gap > sender/2+500*time.Millisecond {
+			t.Errorf("status updates %d and %d came %s apart: the walsender (wal_sender_timeout %s) would end the session; want at most %s", i-1, i, gap, sender, sender/2)
+		}
+	}
+}

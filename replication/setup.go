@@ -96,6 +96,21 @@ func ReceiveTimeoutFor(configured, sender time.Duration) time.Duration {
 	return configured
 }
 
+// StatusIntervalFor is the status interval to use against a server whose
+// wal_sender_timeout is sender: the configured one, lowered to sender/2
+// when that is shorter. The walsender ends a connection that sent no
+// status update for wal_sender_timeout; while walpost does not read (its
+// in-flight budget is full, INV-6) it does not see the keepalives that ask
+// for one, so only the periodic update keeps the session, and one that
+// comes every postgres.status_interval (10 s) would lose it on a server
+// with a shorter timeout. With sender 0 the configured interval stays.
+func StatusIntervalFor(configured, sender time.Duration) time.Duration {
+	if sender > 0 && configured > sender/2 {
+		return sender / 2
+	}
+	return configured
+}
+
 // CheckPublication verifies the publication exists, covers exactly table
 // and publishes inserts. pgoutput reports a missing publication only when
 // the first change is decoded, so this runs up front (DESIGN.md, PostgreSQL facts).

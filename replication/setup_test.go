@@ -59,3 +59,19 @@ func TestReceiveTimeoutFor(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusIntervalFor: the status interval stays at most half the
+// server's wal_sender_timeout; without a timeout the configured one stays.
+func TestStatusIntervalFor(t *testing.T) {
+	for _, tc := range []struct{ configured, sender, want time.Duration }{
+		{10 * time.Second, 60 * time.Second, 10 * time.Second},
+		{10 * time.Second, 20 * time.Second, 10 * time.Second},
+		{10 * time.Second, 5 * time.Second, 2500 * time.Millisecond},
+		{time.Second, 5 * time.Second, time.Second},
+		{10 * time.Second, 0, 10 * time.Second},
+	} {
+		if got := StatusIntervalFor(tc.configured, tc.sender); got != tc.want {
+			t.Errorf("StatusIntervalFor(%s, %s) = %s, want %s", tc.configured, tc.sender, got, tc.want)
+		}
+	}
+}

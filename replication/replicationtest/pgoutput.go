@@ -113,6 +113,7 @@ type Status struct {
 	PID                 uint32 // the walsender (connection) it came to
 	Write, Flush, Apply pglogrepl.LSN
 	Reply               bool
+	At                  time.Time // when the server received it
 }
 
 // parseStatus reads a standby status update; ok is false for another

@@ -681,7 +681,7 @@ func (s *Server) readStatuses(c *conn, done chan<- bool) {
 			if !ok {
 				continue
 			}
-			st.PID = c.pid
+			st.PID, st.At = c.pid, time.Now()
 			s.mu.Lock()
 			s.statuses = append(s.statuses, st)
 			if st.Flush > s.slot.Confirmed {
