@@ -587,9 +587,8 @@ func newViper(fs *pflag.FlagSet, env bool) (*viper.Viper, error) {
 			}
 		}
 		if f := fs.Lookup("config"); f != nil && f.Value.String() != "" {
-			v.SetConfigFile(f.Value.String())
-			if err := v.ReadInConfig(); err != nil {
-				return nil, fmt.Errorf("read config file %s: %w", f.Value.String(), err)
+			if err := readFile(v, f.Value.String()); err != nil {
+				return v, err
 			}
 		}
 	}
@@ -610,18 +609,46 @@ const (
 // file named by the --config flag of fs, then WALPOST_* variables, then the
 // flags of fs (AddFlags) that were set. fs may be nil (defaults and
 // environment only). need says which connection settings are required.
+//
+// Every problem of one load is reported at once, each naming the key, its
+// variable, the value, what is allowed and where the value came from: the
+// unknown WALPOST_* variables, an unreadable file, the file's unknown keys,
+// values of the wrong type, and the invalid values.
 func Load(fs *pflag.FlagSet, need Needs) (*Config, error) {
-	if err := checkEnvironment(os.Environ()); err != nil {
-		return nil, err
-	}
+	errs := checkEnvironment(os.Environ())
 	v, err := newViper(fs, true)
 	if err != nil {
-		return nil, err
+		errs = append(errs, err)
 	}
-	if err := checkTypes(v, fs); err != nil {
-		return nil, err
+	errs = append(errs, checkUnknownKeys(v, fs)...)
+	errs = append(errs, checkTypes(v, fs)...)
+	cfg, err := decode(v, need)
+	for _, e := range flatten(err) {
+		var ce *Error
+		if errors.As(e, &ce) && ce.Source == "" {
+			ce.Source = source(v, keyOf(ce.Key), fs)
+		}
+		errs = append(errs, e)
 	}
-	return decode(v, need)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return cfg, nil
+}
+
+// flatten returns the errors err joins (errors.Join), or err alone.
+func flatten(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, flatten(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }
 
 // Default returns the configuration of the documented defaults, ignoring
@@ -643,7 +670,7 @@ func decode(v *viper.Viper, need Needs) (*Config, error) {
 	var cfg Config
 	var md mapstructure.Metadata
 	err := v.Unmarshal(&cfg, func(dc *mapstructure.DecoderConfig) {
-		dc.ErrorUnused = true
+		dc.ErrorUnused = false // checkUnknownKeys names them, with a suggestion
 		dc.Metadata = &md
 		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationNeedsUnit, dc.DecodeHook)
 	})
@@ -655,11 +682,10 @@ func decode(v *viper.Viper, need Needs) (*Config, error) {
 	brokers := splitList(cfg.Kafka.Brokers)
 	cfg.Kafka.Brokers = brokers
 	cfg.Mapping.HeaderColumns = splitList(cfg.Mapping.HeaderColumns)
+	cfg.normalizeCase()
 	cfg.Mapping.applyProfile()
-	if err := cfg.ReadSecretFiles(); err != nil {
-		return nil, err
-	}
-	if err := cfg.ValidateFor(need); err != nil {
+	err = errors.Join(cfg.ReadSecretFiles(), cfg.ValidateFor(need))
+	if err != nil {
 		return nil, err
 	}
 	return &cfg, nil
@@ -820,7 +846,15 @@ func (c *Config) ValidateFor(need Needs) error {
 		bad("kafka.brokers", "", "required: at least one host:port")
 	}
 	for _, b := range c.Kafka.Brokers {
+		if scheme, rest, ok := strings.Cut(b, "://"); ok {
+			bad("kafka.brokers", b, fmt.Sprintf("host:port without a scheme: drop the scheme %q (a listener name is the broker's setting, not the client's), e.g. %s", scheme+"://", rest))
+			continue
+		}
 		host, port, err := net.SplitHostPort(b)
+		if err != nil && !strings.Contains(b, ":") && b != "" {
+			bad("kafka.brokers", b, "host:port with the port: walpost does not assume 9092, write "+b+":9092")
+			continue
+		}
 		if err != nil || host == "" {
 			bad("kafka.brokers", b, "host:port, e.g. 127.0.0.1:9092")
 			continue

@@ -54,7 +54,7 @@ func TestMappingErrors(t *testing.T) {
 		env  map[string]string
 		want []string
 	}{
-		{with(minimalEnv, "WALPOST_MAPPING_PROFILE", "Debezium"), []string{"mapping.profile (WALPOST_MAPPING_PROFILE)", `"Debezium"`, "walpost or debezium"}},
+		{with(minimalEnv, "WALPOST_MAPPING_PROFILE", "Debezium-Outbox"), []string{"mapping.profile (WALPOST_MAPPING_PROFILE)", `"Debezium-Outbox"`, "walpost or debezium"}},
 		{with(deb, "WALPOST_MAPPING_KEY_COLUMN", "aggregate id"), []string{"mapping.key_column (WALPOST_MAPPING_KEY_COLUMN)", "a column name"}},
 		{with(deb, "WALPOST_MAPPING_TOPIC_TEMPLATE", "outbox/${routedByValue}"), []string{"mapping.topic_template", "Kafka topic name"}},
 		{with(deb, "WALPOST_MAPPING_HEADER_COLUMNS", "type:envelope:eventType"), []string{"mapping.header_columns", `placement "envelope" is not supported`}},

@@ -115,8 +115,14 @@ func TestClosestKey(t *testing.T) {
 		"WALPOST_LOG_LEVL":         "WALPOST_LOG_LEVEL",
 		"WALPOST_HTTP_LISTEN_ADDR": "WALPOST_HTTP_LISTEN",
 	} {
-		if got := closestKey(in); got.Env != want {
-			t.Errorf("closestKey(%s) = %s, want %s", in, got.Env, want)
+		if got, ok := closestKey(in, func(k Key) string { return k.Env }); got.Env != want || !ok {
+			t.Errorf("closestKey(%s) = %s %v, want %s", in, got.Env, ok, want)
+		}
+	}
+	// Far from every key: no suggestion.
+	for _, in := range []string{"WALPOST_CONFIG", "WALPOST_FOO", "WALPOST_TOPIC_NAME_PREFIX"} {
+		if got, ok := closestKey(in, func(k Key) string { return k.Env }); ok {
+			t.Errorf("closestKey(%s) = %s, want none", in, got.Env)
 		}
 	}
 }

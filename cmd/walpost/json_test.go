@@ -183,4 +183,3 @@ func TestOneLine(t *testing.T) {
 	eq(t, "oneLine", oneLine(in), want)
 	eq(t, "joined errors keep their lines", oneLine("a\nb"), "a\nb")
 }
-
