@@ -51,8 +51,21 @@ func TestExactlyOnceEveryFault(t *testing.T) {
 	}
 
 	// 2. B frozen past the transaction timeout, its walsender
-	// terminated: A takes over and fences it.
+	// terminated: A takes over and fences it. B is frozen only once it
+	// has caught up with the WAL (the large transaction included): a
+	// walsender terminated while its frozen client's socket is full
+	// cannot send its FATAL and exit, so it would hold the slot until B
+	// resumed (PostgreSQL's behaviour, not walpost's; slower acks, as on
+	// three brokers, leave B behind longer after taking over).
 	l.waitWritten(t, 3000, time.Minute)
+	caughtUp := f.currentWAL()
+	waitFor(t, 2*time.Minute, "the standby to confirm the WAL written before it is frozen", func() bool {
+		lsn, _, _ := f.slotState()
+		return lsn >= caughtUp || b.exited()
+	})
+	if b.exited() {
+		t.Fatalf("the standby exited before it was frozen: %v\n%s", b.err, tail(b.log, 30))
+	}
 	if err := b.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

@@ -149,8 +149,12 @@ func freezeHoldingCheckpoint(t testing.TB, f *fixture, p *proc, txnID string) in
 		if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		// Twice: an EndTxn sent just before the stop completes by then.
+		// Twice, a second apart: an EndTxn sent just before the stop
+		// completes by then (on three brokers the coordinator still
+		// shows the transaction Ongoing while its PrepareCommit is
+		// being replicated, which can span two quick looks).
 		if off, ok := checkpointPin(t, f, txnID); ok {
+			time.Sleep(time.Second)
 			if again, ok := checkpointPin(t, f, txnID); ok && again == off {
 				t.Logf("%s frozen (attempt %d) holding its checkpoint record at offset %d of %s, without a marker", txnID, attempt, off, sharedCheckpointTopic)
 				return off
