@@ -497,11 +497,11 @@ func AddFlagsFor(fs *pflag.FlagSet, groups FlagGroup) {
 		if s.group&groups == 0 {
 			continue
 		}
-		def := defaults[s.key]
+		def, usage := defaults[s.key], fmt.Sprintf("%s (%s, %s)", s.usage, s.key, envName(s.key))
 		if def == "(required)" {
-			def = ""
+			def, usage = "", fmt.Sprintf("%s (%s, %s; no default)", s.usage, s.key, envName(s.key))
 		}
-		fs.String(s.flag, def, fmt.Sprintf("%s (%s, %s)", s.usage, s.key, envName(s.key)))
+		fs.String(s.flag, def, usage)
 	}
 }
 

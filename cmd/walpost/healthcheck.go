@@ -19,7 +19,16 @@ func newHealthcheckCommand() *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "healthcheck",
-		Short: "Exit 0 when the walpost serving http.listen on this host answers 200 on /healthz (container health probes)",
+		Short: "Probe a local walpost's /healthz: exit 0 on 200 (container health checks)",
+		Long: "healthcheck GETs http://127.0.0.1:<port of http.listen>/healthz (or --path) of the walpost\n" +
+			"running on this host and exits 0 when it answers 200, 1 otherwise (no answer within --timeout,\n" +
+			"another status, http.listen empty). It is for images without a shell or curl, such as\n" +
+			"walpost's distroless image: a Docker or compose healthcheck runs it in the container.",
+		Example: "  walpost healthcheck\n\n" +
+			"  # readiness (the slot advancing) instead of liveness\n" +
+			"  walpost healthcheck --path /readyz --timeout 5s\n\n" +
+			"  # docker-compose.yml\n" +
+			"  healthcheck: {test: [\"CMD\", \"walpost\", \"healthcheck\"], interval: 10s}",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)

@@ -29,6 +29,9 @@ Exit status: 0 clean, 1 findings, 2 a file could not be read or parsed.
 Table names come from postgres.table and postgres.poison_table; rules listed in
 lint.disable (config file or WALPOST_LINT_DISABLE) are skipped, as are those
 given with --disable (id or name, repeatable).`,
+		Example: "  walpost lint db/migrations/ app/sql/\n\n" +
+			"  # findings as JSON, one rule skipped\n" +
+			"  walpost lint --json --disable OBX003 schema.sql",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cmd.SilenceUsage = true
@@ -64,5 +67,15 @@ given with --disable (id or name, repeatable).`,
 	fs.StringArrayVar(&disable, "disable", nil, "skip a rule, by id (OBX003) or name (outbox-poll-order); repeatable, added to lint.disable")
 	fs.StringVar(&outboxTable, "outbox-table", lint.DefaultOutboxTable, "outbox table, optionally schema-qualified (overrides postgres.table)")
 	fs.StringVar(&poisonTable, "poison-table", lint.DefaultPoisonTable, "poison table (overrides postgres.poison_table)")
+	_ = cmd.RegisterFlagCompletionFunc("disable", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		var out []cobra.Completion
+		for _, r := range lint.Rules() {
+			out = append(out, cobra.CompletionWithDesc(r.ID, r.Name), cobra.CompletionWithDesc(r.Name, r.ID))
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	})
+	cmd.ValidArgsFunction = func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return []cobra.Completion{"sql"}, cobra.ShellCompDirectiveFilterFileExt
+	}
 	return cmd
 }

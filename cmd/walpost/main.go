@@ -137,6 +137,16 @@ func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "walpost",
 		Short:         "Forward transactional outbox rows from PostgreSQL's WAL to Kafka",
+		Long: "walpost forwards the rows applications insert into an outbox table to Kafka, reading them\n" +
+			"from PostgreSQL's write-ahead log through a logical replication slot: in commit order, at least\n" +
+			"once (or exactly once, delivery.mode), never losing one across crashes and restarts.\n\n" +
+			"Configuration comes from a file (--config), WALPOST_* variables and flags, later ones winning;\n" +
+			"walpost config --reference lists every key. Exit status: 0 done, 1 failed, 2 usage error.",
+		Example: "  # a first install: the schema, the pre-flight, then forward\n" +
+			"  export WALPOST_POSTGRES_URL=postgres://walpost:secret@db:5432/app WALPOST_KAFKA_BROKERS=kafka:9092\n" +
+			"  walpost migrate && walpost check && walpost run\n\n" +
+			"  # shell completion (bash; zsh, fish and powershell too)\n" +
+			"  source <(walpost completion bash)",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       build().String(),
@@ -159,7 +169,33 @@ func newRootCommand() *cobra.Command {
 		newVersionCommand(),
 		newHealthcheckCommand(),
 	)
+	addCompletionCommand(root)
 	return root
+}
+
+// addCompletionCommand adds cobra's completion command now rather than at
+// Execute, so that its help has examples and docs/cli.md lists it.
+func addCompletionCommand(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Example = "  # this shell only\n" +
+			"  source <(walpost completion bash)\n\n" +
+			"  # every new zsh\n" +
+			"  walpost completion zsh > \"${fpath[1]}/_walpost\""
+		for _, sh := range c.Commands() {
+			switch sh.Name() {
+			case "bash", "zsh":
+				sh.Example = "  source <(walpost completion " + sh.Name() + ")"
+			case "fish":
+				sh.Example = "  walpost completion fish | source"
+			case "powershell":
+				sh.Example = "  walpost completion powershell | Out-String | Invoke-Expression"
+			}
+		}
+	}
 }
 
 func newVersionCommand() *cobra.Command {

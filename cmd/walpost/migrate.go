@@ -17,7 +17,7 @@ func newMigrateCommand() *cobra.Command {
 	var printSQL bool
 	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "Create or upgrade the outbox, the quarantine and the publication (idempotent)",
+		Short: "Create or upgrade the outbox, quarantine and publication (idempotent)",
 		Long: "migrate creates or upgrades, in one idempotent run:\n" +
 			"  - the outbox table (postgres.table), left alone with mapping.profile=debezium (the table is yours);\n" +
 			"  - the quarantine (postgres.poison_table), whose triggers refuse DELETE and TRUNCATE;\n" +

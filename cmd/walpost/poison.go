@@ -17,6 +17,11 @@ func newPoisonCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "poison",
 		Short: "Inspect and replay events quarantined in the poison table",
+		Long: "An event Kafka keeps refusing (too large, an invalid header, a NULL payload) is quarantined in\n" +
+			"postgres.poison_table after poison.max_attempts, so the events after it keep flowing. poison list\n" +
+			"shows them; poison replay sends them again once the cause is fixed. Rows are never deleted.",
+		Example: "  walpost poison list\n" +
+			"  walpost poison replay --key order-42",
 	}
 	cmd.AddCommand(newPoisonListCommand(), newPoisonReplayCommand())
 	return cmd
@@ -36,6 +41,11 @@ func newPoisonListCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List quarantined events in created_at order",
+		Long: "list prints the rows of postgres.poison_table in created_at order: the key, the topic, the\n" +
+			"attempts, the error class and message, when it was quarantined and when replayed. --json adds\n" +
+			"outbox_id (with commit_lsn it identifies a row: one key may have several).",
+		Example: "  walpost poison list\n" +
+			"  walpost poison list --json --limit 20 | jq -r '.[].idempotency_key'",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfigFor(cmd, config.NeedPostgres)
@@ -72,6 +82,11 @@ func newPoisonReplayCommand() *cobra.Command {
 			"quarantined event with that key). Rows already replayed are skipped\n" +
 			"unless --force. A row that fails again keeps its row with the new error, and the command\n" +
 			"exits 1.",
+		Example: "  # what would be sent\n" +
+			"  walpost poison replay --all --dry-run\n\n" +
+			"  walpost poison replay --key order-42 --key order-43\n\n" +
+			"  # again, rows already replayed included\n" +
+			"  walpost poison replay --all --force",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if all == (len(keys) > 0) {

@@ -19,6 +19,9 @@ func newPruneCommand() *cobra.Command {
 			"chosen by created_at), so walpost recover still finds every row of a lost slot's gap. Each batch of\n" +
 			"at most --batch rows is one short transaction that skips locked rows; inserts are never blocked.\n" +
 			"It never touches the poison table. Without a recorded position it deletes nothing.",
+		Example: "  # how many rows of more than 7 days would go\n" +
+			"  walpost prune --older-than 168h --dry-run\n\n" +
+			"  walpost prune --older-than 168h --batch 5000",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !cmd.Flags().Changed("older-than") {

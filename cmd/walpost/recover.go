@@ -28,6 +28,11 @@ func newRecoverCommand() *cobra.Command {
 			"committed Kafka transactions, so read_committed consumers may see them twice (each carries its\n" +
 			"idempotency_key). It then produces the gap inside Kafka transactions of the slot's transactional id and\n" +
 			"commits with the last one the slot's checkpoint at the new slot's position.",
+		Example: "  # the plan and the rows, nothing created or sent\n" +
+			"  walpost recover --dry-run\n\n" +
+			"  walpost recover\n\n" +
+			"  # re-send what was committed in the last two hours\n" +
+			"  walpost recover --since 2h",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var opts recovery.Options

@@ -22,7 +22,10 @@ func newVerifyCommand() *cobra.Command {
 	var isolation string
 	cmd := &cobra.Command{
 		Use:   "verify",
-		Short: "Leak test: write events through the outbox and check that walpost delivers them all, in order",
+		Short: "Leak test: write events through the outbox and check that none is lost",
+		Example: "  # with walpost run forwarding, from another shell\n" +
+			"  walpost verify --events 10000 --writers 8\n\n" +
+			"  walpost verify --events 1000 --json | jq '{ok, lost, duplicates}'",
 		Long: `verify writes --events events through the real outbox table (postgres.table) from
 --writers concurrent writers, in transactions of 1..--txn-size rows, and reads them back
 from kafka.topic, starting at the topic's end offsets taken before the first write.
