@@ -21,7 +21,7 @@ func newConfigCommand() *cobra.Command {
 			"  walpost config > walpost.yaml\n\n" +
 			"  # every key, its variable and default\n" +
 			"  walpost config --reference",
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if reference {
 				config.WriteReference(cmd.OutOrStdout())

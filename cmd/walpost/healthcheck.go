@@ -29,7 +29,7 @@ func newHealthcheckCommand() *cobra.Command {
 			"  walpost healthcheck --path /readyz --timeout 5s\n\n" +
 			"  # docker-compose.yml\n" +
 			"  healthcheck: {test: [\"CMD\", \"walpost\", \"healthcheck\"], interval: 10s}",
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {

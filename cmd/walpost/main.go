@@ -135,8 +135,8 @@ func signalContext() (context.Context, func()) {
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "walpost",
-		Short:         "Forward transactional outbox rows from PostgreSQL's WAL to Kafka",
+		Use:   "walpost",
+		Short: "Forward transactional outbox rows from PostgreSQL's WAL to Kafka",
 		Long: "walpost forwards the rows applications insert into an outbox table to Kafka, reading them\n" +
 			"from PostgreSQL's write-ahead log through a logical replication slot: in commit order, at least\n" +
 			"once (or exactly once, delivery.mode), never losing one across crashes and restarts.\n\n" +

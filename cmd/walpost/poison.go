@@ -46,7 +46,7 @@ func newPoisonListCommand() *cobra.Command {
 			"outbox_id (with commit_lsn it identifies a row: one key may have several).",
 		Example: "  walpost poison list\n" +
 			"  walpost poison list --json --limit 20 | jq -r '.[].idempotency_key'",
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfigFor(cmd, config.NeedPostgres)
 			if err != nil {

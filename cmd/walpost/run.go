@@ -26,7 +26,7 @@ func newRunCommand() *cobra.Command {
 		Example: "  walpost run --postgres-url postgres://walpost:secret@db:5432/app --kafka-brokers kafka-1:9092,kafka-2:9092\n\n" +
 			"  # from a file, with JSON logs\n" +
 			"  walpost run --config /etc/walpost/walpost.yaml --log-format json",
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfigFor(cmd, config.NeedAll)
 			if err != nil {
