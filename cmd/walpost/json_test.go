@@ -183,3 +183,24 @@ func TestOneLine(t *testing.T) {
 	eq(t, "oneLine", oneLine(in), want)
 	eq(t, "joined errors keep their lines", oneLine("a\nb"), "a\nb")
 }
+
+// TestConnectErrorsBlameTheConnection: a command that cannot reach
+// PostgreSQL says so, on one line, and names postgres.url; never "read
+// poison table" or goose's "failed to initialize". (Mutation: removing the
+// Ping of openPoisonStore fails the poison cases with "read poison table".)
+func TestConnectErrorsBlameTheConnection(t *testing.T) {
+	clearWalpostEnv(t)
+	t.Setenv("WALPOST_POSTGRES_URL", "postgres://walpost:secret@127.0.0.1:1/walpost?sslmode=prefer")
+	t.Setenv("WALPOST_KAFKA_BROKERS", "127.0.0.1:1")
+	for _, args := range [][]string{{"poison", "list"}, {"poison", "replay", "--all"}, {"migrate"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			_, stderr, code := run(t, args...)
+			eq(t, "exit", code, 1)
+			if !strings.Contains(stderr, "cannot connect to PostgreSQL (") || !strings.Contains(stderr, "fix: check host, port, user, password and database in postgres.url (WALPOST_POSTGRES_URL)") ||
+				strings.Contains(stderr, "poison table") || strings.Contains(stderr, "failed to initialize") ||
+				strings.Count(stderr, "\n") != 1 || strings.Contains(stderr, "secret") {
+				t.Errorf("stderr %q, want one line that blames the connection", stderr)
+			}
+		})
+	}
+}

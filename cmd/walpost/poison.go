@@ -32,6 +32,12 @@ func openPoisonStore(cmd *cobra.Command, cfg *config.Config) (*poison.Store, fun
 	if err != nil {
 		return nil, nil, redact.Error(fmt.Errorf("postgres.url: %w", err))
 	}
+	// The pool connects lazily: connect now, so that an unreachable server
+	// is reported as such, not as a failed read of the poison table.
+	if err := pool.Ping(cmd.Context()); err != nil {
+		pool.Close()
+		return nil, nil, redact.Error(postgresConnectError(err))
+	}
 	return poison.NewStore(pool, cfg.Postgres.PoisonTable), pool.Close, nil
 }
 
