@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -67,6 +68,41 @@ func TestClassify(t *testing.T) {
 			a, cause := Classify(tt.ctx, tt.err)
 			if a != tt.action || cause != tt.cause {
 				t.Fatalf("Classify(%v) = %s, %q; want %s, %q", tt.err, a, cause, tt.action, tt.cause)
+			}
+		})
+	}
+}
+
+// TestBackoffProgress: a session that made progress (confirmed something)
+// or ran longer than a minute starts the back-off again at 1 s; failures
+// in a row without progress grow it, and the streak counts them.
+func TestBackoffProgress(t *testing.T) {
+	type run struct {
+		progressed bool
+		ran        time.Duration
+	}
+	fail, ok := run{false, time.Second}, run{true, 3 * time.Second}
+	for _, tc := range []struct {
+		name       string
+		runs       []run
+		wantNext   time.Duration // the back-off the next failure waits (before jitter)
+		wantStreak int
+	}{
+		{"first failure", []run{fail}, 2 * time.Second, 1},
+		{"three failures without progress", []run{fail, fail, fail}, 8 * time.Second, 3},
+		{"failures, then a session that confirmed events", []run{fail, fail, fail, ok}, 2 * time.Second, 1},
+		{"failures, then a quiet session of two minutes", []run{fail, fail, {false, 2 * time.Minute}}, 2 * time.Second, 1},
+		{"progress, then failures without it", []run{ok, fail, fail}, 8 * time.Second, 3},
+		{"many failures: the ceiling", []run{fail, fail, fail, fail, fail, fail, fail, fail}, 30 * time.Second, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBackoff(30 * time.Second)
+			for _, r := range tc.runs {
+				b.after(r.progressed, r.ran)
+				b.next(30 * time.Second)
+			}
+			if b.streak != tc.wantStreak || b.d != tc.wantNext {
+				t.Errorf("after %v: streak %d and back-off %s, want %d and %s", tc.runs, b.streak, b.d, tc.wantStreak, tc.wantNext)
 			}
 		})
 	}

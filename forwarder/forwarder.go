@@ -217,6 +217,7 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 	defer stop.release()
 	for {
 		started := time.Now()
+		moved := f.m.movedAt.Load()
 		err := f.session(ctx, stop)
 		action, cause := Classify(ctx, err)
 		switch action {
@@ -239,15 +240,17 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 			return err
 		}
 		f.m.reconnects.WithLabelValues(cause).Inc()
-		if time.Since(started) > time.Minute {
-			b.reset()
-		}
+		// A session that confirmed something (or ran long) resets the
+		// back-off: only failures in a row without progress grow it.
+		b.after(f.m.movedAt.Load() != moved, time.Since(started))
+		f.m.failStreak.Set(float64(b.streak))
+		f.m.failures.Store(int64(b.streak))
 		var wait time.Duration
 		switch action {
 		case WaitForDestination:
 			wait = b.next(30 * time.Second)
 			f.m.setState(stateReconnecting)
-			f.log.Error("forwarding stopped: fix the destination; walpost retries and resumes from the slot", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String())
+			f.log.Error("forwarding stopped: fix the destination; walpost retries and resumes from the slot", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String(), "failures_without_progress", b.streak)
 		case StandBy:
 			wait = b.next(5 * time.Second)
 			f.m.setState(stateWaitingForSlot)
@@ -255,7 +258,7 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 		default:
 			wait = b.next(30 * time.Second)
 			f.m.setState(stateReconnecting)
-			f.log.Warn("session failed; reconnecting", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String())
+			f.log.Warn("session failed; reconnecting", "slot", cfg.Postgres.Slot, "err", redact.String(err.Error()), "retry_in", wait.String(), "failures_without_progress", b.streak)
 		}
 		// Records of the failed session stay in the sink and keep their
 		// per-partition order; wait for their outcomes before resuming from
@@ -278,14 +281,32 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 }
 
 // backoff doubles a wait from 1 s up to a ceiling and jitters it: each
-// wait is drawn from [d/2, d].
+// wait is drawn from [d/2, d]. It grows only over failures in a row
+// without progress (streak counts them).
 type backoff struct {
 	d, max time.Duration
+	streak int
 }
 
 func newBackoff(max time.Duration) *backoff { return &backoff{d: time.Second, max: max} }
 
-func (b *backoff) reset() { b.d = time.Second }
+func (b *backoff) reset() { b.d, b.streak = time.Second, 0 }
+
+// backoffResetAfter: a session that ran this long counts as progress even
+// when it confirmed nothing (a quiet outbox).
+const backoffResetAfter = time.Minute
+
+// after records how the session that just failed went: one that made
+// progress (confirmed something) or ran longer than backoffResetAfter
+// starts the back-off afresh, so a healthy session ended by the server (an
+// idle_session_timeout, a restart) reconnects at once; a failure without
+// progress adds to the streak, and the back-off keeps growing.
+func (b *backoff) after(progressed bool, ran time.Duration) {
+	if progressed || ran > backoffResetAfter {
+		b.reset()
+	}
+	b.streak++
+}
 
 // next returns the jittered current wait and doubles the wait for next
 // time, up to ceiling (≤ the backoff's own ceiling).

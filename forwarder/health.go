@@ -30,6 +30,11 @@ func (f *Forwarder) ready() (bool, string) {
 		return true, "standing by: the slot is held by another process; ready to take over"
 	}
 	if st != stateStreaming && st != stateBackpressured {
+		if n := m.failures.Load(); st == stateReconnecting && n > 1 {
+			return false, fmt.Sprintf("not streaming: state %s, %d session failures in a row without progress", st, n)
+		} else if st == stateReconnecting && n == 1 {
+			return false, "not streaming: state " + st + " after a session that made progress"
+		}
 		return false, "not streaming: state " + st
 	}
 	if t := m.tracker.Load(); t != nil {

@@ -35,6 +35,7 @@ type metrics struct {
 	poisoned     *prometheus.CounterVec
 	replayed     *prometheus.CounterVec
 	reconnects   *prometheus.CounterVec
+	failStreak   prometheus.Gauge
 	orderBroken  *prometheus.CounterVec
 	dataLoss     *prometheus.CounterVec
 	produceLat   prometheus.Histogram
@@ -59,6 +60,7 @@ type metrics struct {
 	cur       string
 	tracker   atomic.Pointer[checkpoint.Tracker]
 	confirmed atomic.Uint64
+	failures  atomic.Int64 // session failures in a row without progress
 	movedAt   atomic.Int64 // unix nanos when the confirmed LSN last moved
 	retainedB atomic.Int64
 	// For the catch-up progress lines (progress.go).
@@ -81,6 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		orderBroken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_order_violations_total", Help: "Records appended ahead of an earlier record of their partition that the broker refused, by topic."}, []string{"topic"}),
 		dataLoss:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_kafka_data_loss_total", Help: "Data loss Kafka reported on a partition (records it had acknowledged may be gone); each ends the session, which produces everything after the slot's confirmed position again."}, []string{"topic", "partition"}),
 		reconnects:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_reconnects_total", Help: "Replication sessions restarted, by cause."}, []string{"cause"}),
+		failStreak:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_reconnect_failures_in_a_row", Help: "Session failures in a row without progress (the last failed session confirmed nothing and ran under a minute); 1 after a session that made progress. The reconnect back-off grows with it."}),
 		produceLat: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_produce_latency_seconds", Help: "From reading the event off the slot (or releasing it after a failed record was settled) to its ack.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_commit_to_ack_seconds", Help: "From the transaction's commit to the ack of its record.",
@@ -123,7 +126,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
+	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.failStreak, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest,
 		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions, m.cpRefused} {
 		f(c)

@@ -3,6 +3,7 @@ package forwarder
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -301,6 +302,38 @@ func TestSessionStatusWithinSenderTimeout(t *testing.T) {
 	for i := max(n, 1); i < len(sts); i++ {
 		if gap := sts[i].At.Sub(sts[i-1].At); gap > sender/2+500*time.Millisecond {
 			t.Errorf("status updates %d and %d came %s apart: the walsender (wal_sender_timeout %s) would end the session; want at most %s", i-1, i, gap, sender, sender/2)
+		}
+	}
+}
+
+// TestSessionReconnectsAtOnceAfterProgress (the reconnect back-off): a
+// session the server ends after it confirmed events (an
+// idle_session_timeout, an administrator) is followed by a new one within
+// the first back-off step (≤ 1 s), however often it happens; without
+// progress the back-off would double each time (1, 2, 4 s).
+func TestSessionReconnectsAtOnceAfterProgress(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t, replicationtest.Config{}, nil)
+	s := newHeldSink()
+	h.run(Deps{Sink: s})
+	for i := 1; i <= 4; i++ {
+		if err := h.pg.Wait(h.ctx, "a session", func() bool { return h.pg.Starts() >= i }); err != nil {
+			t.Fatal(err)
+		}
+		tx := h.pg.Append(row(i))
+		s.waitProduced(h.ctx, t, i)
+		s.ack(t, fmt.Sprintf("k%d", i))
+		h.waitFlush(tx.End)
+		if i == 4 {
+			break
+		}
+		at := time.Now()
+		h.pg.Disconnect()
+		if err := h.pg.Wait(h.ctx, "the next session", func() bool { return h.pg.Starts() > i }); err != nil {
+			t.Fatal(err)
+		}
+		if gap := time.Since(at); gap > 1500*time.Millisecond {
+			t.Errorf("session %d began %s after the server ended session %d, which had confirmed its events: want the first back-off step (at most 1 s)", i+1, gap.Round(time.Millisecond), i)
 		}
 	}
 }
