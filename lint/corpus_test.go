@@ -20,7 +20,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 //
 //	-- want: OBX003 [OBX003…]   a finding of that rule is reported on this line
 //	-- want-error: LINE:COL     the file fails to parse at that position
-//	-- lint-options: outbox=T poison=T disable=R,R
+//	-- lint-options: outbox=T poison=T key=C disable=R,R
 var (
 	wantRE      = regexp.MustCompile(`--.*?\bwant:\s*((?:OBX\d{3}\s*)+)`)
 	wantErrRE   = regexp.MustCompile(`--\s*want-error:\s*(\d+):(\d+)`)
@@ -60,6 +60,8 @@ func readCorpusFile(t *testing.T, path string) (File, []want, Options) {
 				opts.OutboxTable = v
 			case "poison":
 				opts.PoisonTable = v
+			case "key":
+				opts.KeyColumn = v
 			case "disable":
 				opts.Disable = strings.Split(v, ",")
 			default:

@@ -19,6 +19,7 @@ import (
 const (
 	DefaultOutboxTable = "outbox"
 	DefaultPoisonTable = "poison_outbox"
+	DefaultKeyColumn   = "idempotency_key"
 )
 
 // Exit codes of Run and of `walpost lint`.
@@ -36,6 +37,12 @@ type Options struct {
 	// qualified one matches references with that schema or none.
 	// Default "outbox" (config key postgres.table).
 	OutboxTable string
+	// KeyColumn is the outbox's idempotency key column: the column
+	// consumers deduplicate on, which must be NOT NULL and UNIQUE (OBX001)
+	// and must not be generated afresh (OBX006, OBX009). Default
+	// "idempotency_key"; walpost lint passes mapping.key_column with
+	// mapping.profile walpost and mapping.id_column with debezium.
+	KeyColumn string
 	// PoisonTable is the quarantine table, same matching as OutboxTable.
 	// Default "poison_outbox" (config key postgres.poison_table).
 	PoisonTable string
@@ -93,6 +100,7 @@ type File struct {
 // config is Options resolved.
 type config struct {
 	outbox, poison tableName
+	key            string // the outbox's idempotency key column
 	enabled        map[string]bool
 }
 
@@ -100,6 +108,7 @@ func (o Options) resolve() (config, error) {
 	c := config{
 		outbox:  parseTableName(cmp.Or(strings.TrimSpace(o.OutboxTable), DefaultOutboxTable)),
 		poison:  parseTableName(cmp.Or(strings.TrimSpace(o.PoisonTable), DefaultPoisonTable)),
+		key:     cmp.Or(strings.TrimSpace(o.KeyColumn), DefaultKeyColumn),
 		enabled: make(map[string]bool, len(rules)),
 	}
 	for _, r := range rules {
@@ -163,7 +172,9 @@ func lintFiles(cfg config, files []File) Result {
 		}
 		a.files = append(a.files, pf)
 	}
-	res.Findings = a.run()
+	findings, supErrs := suppress(files, a.run())
+	res.Findings = findings
+	res.Errors = append(res.Errors, supErrs...)
 	sortResult(&res)
 	return res
 }
@@ -187,6 +198,19 @@ func sortResult(r *Result) {
 // returns the exit code. The error is non-nil for invalid options (exit code
 // ExitErrors) or when w fails.
 func Run(ctx context.Context, opts Options, paths []string, w io.Writer, jsonOut bool) (int, error) {
+	format := FormatText
+	if jsonOut {
+		format = FormatJSON
+	}
+	return RunFormat(ctx, opts, paths, w, format, "")
+}
+
+// RunFormat is Run with an output format: FormatText, FormatJSON or
+// FormatSARIF (version is the tool version the SARIF log names).
+func RunFormat(ctx context.Context, opts Options, paths []string, w io.Writer, format, version string) (int, error) {
+	if !slices.Contains(Formats, format) {
+		return ExitErrors, fmt.Errorf("unknown output format %q: text, json or sarif", format)
+	}
 	if _, err := opts.resolve(); err != nil {
 		return ExitErrors, err
 	}
@@ -200,9 +224,12 @@ func Run(ctx context.Context, opts Options, paths []string, w io.Writer, jsonOut
 	}
 	res.Errors = append(res.Errors, readErrs...)
 	sortResult(&res)
-	if jsonOut {
+	switch format {
+	case FormatJSON:
 		err = res.WriteJSON(w)
-	} else {
+	case FormatSARIF:
+		err = res.WriteSARIF(w, version)
+	default:
 		err = res.WriteText(w)
 	}
 	if err != nil {

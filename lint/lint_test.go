@@ -48,8 +48,8 @@ func TestRuleTable(t *testing.T) {
 			}
 		}
 	}
-	if len(ids) != 8 {
-		t.Errorf("want 8 rules, have %d", len(ids))
+	if len(ids) != 9 {
+		t.Errorf("want 9 rules, have %d", len(ids))
 	}
 }
 

@@ -24,12 +24,12 @@ func (a *analysis) checkUniqueKey() []Finding {
 		if !sc.keyUnique {
 			out = append(out, a.finding(RuleOutboxUniqueKey, s, off,
 				"%s.%s has no UNIQUE or PRIMARY KEY constraint: a retried transaction or a replay stores the same event twice and consumers cannot deduplicate",
-				table, keyColumn))
+				table, a.cfg.key))
 		}
 		if !sc.keyNotNull {
 			out = append(out, a.finding(RuleOutboxUniqueKey, s, off,
 				"%s.%s is nullable: a row without a key is never deduplicated (UNIQUE lets any number of NULLs through)",
-				table, keyColumn))
+				table, a.cfg.key))
 		}
 	}
 	a.allStmts(func(s *stmt) {
@@ -42,7 +42,7 @@ func (a *analysis) checkUniqueKey() []Finding {
 				var key *pg.ColumnDef
 				opaque := len(x.InhRelations) > 0 || x.Partbound != nil || x.OfTypename != nil
 				for _, e := range x.TableElts {
-					if cd := e.GetColumnDef(); cd != nil && cd.Colname == keyColumn {
+					if cd := e.GetColumnDef(); cd != nil && cd.Colname == a.cfg.key {
 						key = cd
 					}
 					if e.GetTableLikeClause() != nil {
@@ -52,10 +52,10 @@ func (a *analysis) checkUniqueKey() []Finding {
 				switch {
 				case key != nil:
 					checkColumn(s, key)
-				case !opaque && sc.cols[keyColumn] == nil:
+				case !opaque && sc.cols[a.cfg.key] == nil:
 					out = append(out, a.finding(RuleOutboxUniqueKey, s, s.posOf(x, x.Relation.Location),
 						"outbox table %s has no %s column: consumers and replays have nothing to deduplicate on",
-						table, keyColumn))
+						table, a.cfg.key))
 				}
 			case *pg.AlterTableStmt:
 				if !a.cfg.outbox.matches(x.Relation) {
@@ -65,14 +65,14 @@ func (a *analysis) checkUniqueKey() []Finding {
 					cmd := cn.GetAlterTableCmd()
 					switch cmd.GetSubtype() {
 					case pg.AlterTableType_AT_AddColumn:
-						if cd := cmd.Def.GetColumnDef(); cd != nil && cd.Colname == keyColumn {
+						if cd := cmd.Def.GetColumnDef(); cd != nil && cd.Colname == a.cfg.key {
 							checkColumn(s, cd)
 						}
 					case pg.AlterTableType_AT_DropNotNull:
-						if cmd.Name == keyColumn {
+						if cmd.Name == a.cfg.key {
 							out = append(out, a.finding(RuleOutboxUniqueKey, s, s.pos,
 								"DROP NOT NULL makes %s.%s nullable: rows without a key are never deduplicated",
-								table, keyColumn))
+								table, a.cfg.key))
 						}
 					}
 				}

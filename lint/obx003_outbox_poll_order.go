@@ -58,16 +58,16 @@ func conjuncts(n *pg.Node) []*pg.Node {
 	return []*pg.Node{n}
 }
 
-// singleRow: the WHERE clause pins one row by idempotency_key or id, so
+// singleRow: the WHERE clause pins one row by the key column or id, so
 // order cannot matter.
-func singleRow(where *pg.Node) bool {
+func singleRow(where *pg.Node, key string) bool {
 	for _, c := range conjuncts(where) {
 		e := c.GetAExpr()
 		if e == nil || e.Kind != pg.A_Expr_Kind_AEXPR_OP || opName(e) != "=" {
 			continue
 		}
 		for _, side := range []*pg.Node{e.Lexpr, e.Rexpr} {
-			if n := columnName(stripCasts(side)); n == keyColumn || n == "id" {
+			if n := columnName(stripCasts(side)); n == key || n == "id" {
 				return true
 			}
 		}
@@ -107,7 +107,7 @@ func (a *analysis) checkPollOrder() []Finding {
 			if !limit && !skipLocked {
 				continue
 			}
-			if singleRow(sel.WhereClause) || alreadySent(sel.WhereClause) {
+			if singleRow(sel.WhereClause, a.cfg.key) || alreadySent(sel.WhereClause) {
 				continue
 			}
 			var what string

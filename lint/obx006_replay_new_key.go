@@ -76,22 +76,22 @@ func (a *analysis) checkReplayNewKey() []Finding {
 			idx := -1
 			if len(ins.Cols) > 0 {
 				for i, c := range ins.Cols {
-					if c.GetResTarget().GetName() == keyColumn {
+					if c.GetResTarget().GetName() == a.cfg.key {
 						idx = i
 					}
 				}
 			} else {
-				idx = slices.Index(a.schema.order, keyColumn)
+				idx = slices.Index(a.schema.order, a.cfg.key)
 				if idx < 0 {
 					continue // no column list and no known column order: cannot tell
 				}
 			}
-			keyCol := a.schema.cols[keyColumn]
+			keyCol := a.schema.cols[a.cfg.key]
 			if idx < 0 {
 				if ins.SelectStmt != nil && keyCol != nil && keyCol.generator != "" {
 					out = append(out, a.finding(RuleReplayNewKey, s, off,
 						"replay from %s into %s leaves out %s, so its DEFAULT %s generates a new key: consumers see the replayed event as a new one and process it twice",
-						poison, rvName(ins.Relation), keyColumn, keyCol.generator))
+						poison, rvName(ins.Relation), a.cfg.key, keyCol.generator))
 				}
 				continue
 			}
@@ -105,7 +105,7 @@ func (a *analysis) checkReplayNewKey() []Finding {
 				}
 				out = append(out, a.finding(RuleReplayNewKey, s, s.at(firstLocation(v)),
 					"replay from %s into %s puts a newly generated key (%s) in %s instead of the original one: consumers see the replayed event as a new one and process it twice",
-					poison, rvName(ins.Relation), g, keyColumn))
+					poison, rvName(ins.Relation), g, a.cfg.key))
 			}
 		}
 	})

@@ -16,8 +16,9 @@ type schema struct {
 	// without a column list
 	order []string
 
-	keyUnique  bool // UNIQUE / PRIMARY KEY on idempotency_key alone, anywhere
-	keyNotNull bool // NOT NULL / PRIMARY KEY on idempotency_key, anywhere
+	key        string // the idempotency key column (Options.KeyColumn)
+	keyUnique  bool   // UNIQUE / PRIMARY KEY on the key column alone, anywhere
+	keyNotNull bool   // NOT NULL / PRIMARY KEY on the key column, anywhere
 
 	// triggers on the poison table: name → event mask (TRIGGER_TYPE_*)
 	triggers map[string]int32
@@ -35,10 +36,8 @@ const (
 	triggerTruncate = 1 << 5
 )
 
-const keyColumn = "idempotency_key"
-
 func (a *analysis) collectSchema() {
-	sc := &schema{cols: map[string]*column{}, triggers: map[string]int32{}}
+	sc := &schema{key: a.cfg.key, cols: map[string]*column{}, triggers: map[string]int32{}}
 	a.schema = sc
 	for _, f := range a.files {
 		for _, s := range f.stmts {
@@ -76,14 +75,14 @@ func (a *analysis) collectSchema() {
 								sc.addConstraint(c)
 							}
 						case pg.AlterTableType_AT_SetNotNull:
-							if cmd.Name == keyColumn {
+							if cmd.Name == sc.key {
 								sc.keyNotNull = true
 							}
 						}
 					}
 				case *pg.IndexStmt:
 					if x.Unique && x.WhereClause == nil && a.cfg.outbox.matches(x.Relation) &&
-						len(x.IndexParams) == 1 && x.IndexParams[0].GetIndexElem().GetName() == keyColumn {
+						len(x.IndexParams) == 1 && x.IndexParams[0].GetIndexElem().GetName() == sc.key {
 						sc.keyUnique = true
 					}
 				case *pg.CreateTrigStmt:
@@ -118,20 +117,20 @@ func (sc *schema) addColumn(cd *pg.ColumnDef) {
 		case pg.ConstrType_CONSTR_DEFAULT:
 			defaults = append(defaults, c.RawExpr)
 		case pg.ConstrType_CONSTR_NOTNULL:
-			if cd.Colname == keyColumn {
+			if cd.Colname == sc.key {
 				sc.keyNotNull = true
 			}
 		case pg.ConstrType_CONSTR_UNIQUE:
-			if cd.Colname == keyColumn {
+			if cd.Colname == sc.key {
 				sc.keyUnique = true
 			}
 		case pg.ConstrType_CONSTR_PRIMARY:
-			if cd.Colname == keyColumn {
+			if cd.Colname == sc.key {
 				sc.keyUnique, sc.keyNotNull = true, true
 			}
 		}
 	}
-	if cd.IsNotNull && cd.Colname == keyColumn {
+	if cd.IsNotNull && cd.Colname == sc.key {
 		sc.keyNotNull = true
 	}
 	for _, d := range defaults {
@@ -155,7 +154,7 @@ func (sc *schema) addColumn(cd *pg.ColumnDef) {
 }
 
 func (sc *schema) addConstraint(c *pg.Constraint) {
-	if len(c.Keys) != 1 || strVal(c.Keys[0]) != keyColumn {
+	if len(c.Keys) != 1 || strVal(c.Keys[0]) != sc.key {
 		return
 	}
 	switch c.Contype {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -12,12 +13,14 @@ import (
 func newLintCommand() *cobra.Command {
 	var (
 		jsonOut     bool
+		format      string
 		disable     []string
 		outboxTable string
 		poisonTable string
+		keyColumn   string
 	)
 	cmd := &cobra.Command{
-		Use:   "lint [--json] [--disable RULE]… FILE|DIR…",
+		Use:   "lint [--format text|json|sarif] [--disable RULE]… FILE|DIR…",
 		Short: "Check application SQL for outbox anti-patterns (offline, for CI)",
 		Long: `lint parses SQL files (directories are searched recursively for *.sql) with
 PostgreSQL's own parser, PL/pgSQL function bodies and DO blocks included, and
@@ -26,12 +29,24 @@ see the README).
 
 Exit status: 0 clean, 1 findings, 2 a file could not be read or parsed.
 
-Table names come from postgres.table and postgres.poison_table; rules listed in
+Table names come from postgres.table and postgres.poison_table, the idempotency
+key column from the mapping: mapping.key_column with mapping.profile walpost
+(idempotency_key), mapping.id_column with debezium (id). Rules listed in
 lint.disable (config file or WALPOST_LINT_DISABLE) are skipped, as are those
-given with --disable (id or name, repeatable).`,
+given with --disable (id or name, repeatable).
+
+A finding is silenced by a comment on its line or the line before:
+  -- walpost-lint: ignore OBX003 single-row lookup by primary key
+naming the rule (id or name, several with commas) and the reason; a
+suppression without a reason, or of no rule, is an error (exit 2).
+
+--format sarif prints a SARIF 2.1.0 log for code-scanning UIs (GitHub code
+scanning, GitLab, Azure DevOps); --json is --format json.`,
 		Example: "  walpost lint db/migrations/ app/sql/\n\n" +
 			"  # findings as JSON, one rule skipped\n" +
-			"  walpost lint --json --disable OBX003 schema.sql",
+			"  walpost lint --json --disable OBX003 schema.sql\n\n" +
+			"  # Debezium's outbox table, for a code-scanning upload\n" +
+			"  WALPOST_MAPPING_PROFILE=debezium WALPOST_POSTGRES_TABLE=outboxevent walpost lint --format sarif db/ > walpost-lint.sarif",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cmd.SilenceUsage = true
@@ -39,10 +54,22 @@ given with --disable (id or name, repeatable).`,
 			if err != nil {
 				return err
 			}
+			switch {
+			case jsonOut && cmd.Flags().Changed("format") && format != lint.FormatJSON:
+				return usageError(fmt.Errorf("--json and --format %s: give one of them", format))
+			case jsonOut:
+				format = lint.FormatJSON
+			case !slices.Contains(lint.Formats, format):
+				return usageError(fmt.Errorf("--format %q: text, json or sarif", format))
+			}
 			opts := lint.Options{
 				OutboxTable: cfg.Postgres.Table,
 				PoisonTable: cfg.Postgres.PoisonTable,
+				KeyColumn:   idempotencyKeyColumn(cfg.Mapping),
 				Disable:     append(append([]string{}, cfg.Lint.Disable...), disable...),
+			}
+			if cmd.Flags().Changed("key-column") {
+				opts.KeyColumn = keyColumn
 			}
 			if cmd.Flags().Changed("outbox-table") {
 				opts.OutboxTable = outboxTable
@@ -50,7 +77,7 @@ given with --disable (id or name, repeatable).`,
 			if cmd.Flags().Changed("poison-table") {
 				opts.PoisonTable = poisonTable
 			}
-			code, err := lint.Run(cmd.Context(), opts, args, cmd.OutOrStdout(), jsonOut)
+			code, err := lint.RunFormat(cmd.Context(), opts, args, cmd.OutOrStdout(), format, build().Version)
 			if err != nil { // invalid --disable, or stdout failed
 				return &exitError{code: lint.ExitErrors, err: fmt.Errorf("lint: %w", err)}
 			}
@@ -63,7 +90,10 @@ given with --disable (id or name, repeatable).`,
 	}
 	fs := cmd.Flags()
 	addConfigFlags(cmd, config.FlagsNone)
-	fs.BoolVar(&jsonOut, "json", false, `print {"findings":[…],"errors":[…]} instead of text`)
+	fs.BoolVar(&jsonOut, "json", false, `print {"findings":[…],"errors":[…]} instead of text (--format json)`)
+	fs.StringVar(&format, "format", lint.FormatText, "output: text, json or sarif (SARIF 2.1.0, for code-scanning UIs)")
+	fs.StringVar(&keyColumn, "key-column", lint.DefaultKeyColumn, "the outbox's idempotency key column (overrides the mapping: mapping.key_column, or mapping.id_column with the debezium profile)")
+	_ = cmd.RegisterFlagCompletionFunc("format", fixedCompletion(lint.Formats...))
 	fs.StringArrayVar(&disable, "disable", nil, "skip a rule, by id (OBX003) or name (outbox-poll-order); repeatable, added to lint.disable")
 	fs.StringVar(&outboxTable, "outbox-table", lint.DefaultOutboxTable, "outbox table, optionally schema-qualified (overrides postgres.table)")
 	fs.StringVar(&poisonTable, "poison-table", lint.DefaultPoisonTable, "poison table (overrides postgres.poison_table)")
@@ -78,4 +108,13 @@ given with --disable (id or name, repeatable).`,
 		return []cobra.Completion{"sql"}, cobra.ShellCompDirectiveFilterFileExt
 	}
 	return cmd
+}
+
+// idempotencyKeyColumn is the outbox column consumers deduplicate on: the
+// record key column in walpost's layout, the event id in Debezium's.
+func idempotencyKeyColumn(m config.Mapping) string {
+	if m.Profile == config.ProfileDebezium {
+		return m.IDColumn
+	}
+	return m.KeyColumn
 }

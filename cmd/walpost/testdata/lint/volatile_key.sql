@@ -1,0 +1,1 @@
+INSERT INTO outbox (idempotency_key, payload) VALUES (gen_random_uuid()::text, '{}');
