@@ -132,6 +132,14 @@ var badInputs = []badInput{
 		want: `invalid config: log.level (WALPOST_LOG_LEVEL) = "loud" from the flag --log-level: one of debug, info, warn, error`},
 	{name: "flag broker with scheme", flags: []string{"--kafka-brokers", "SASL_SSL://b-1.example:9096"},
 		want: `invalid config: kafka.brokers (WALPOST_KAFKA_BROKERS) = "SASL_SSL://b-1.example:9096" from the flag --kafka-brokers: host:port without a scheme: drop the scheme "SASL_SSL://" (a listener name is the broker's setting, not the client's), e.g. b-1.example:9096`},
+	{name: "flag --set unknown key", flags: []string{"--set", "kafka.compresion=zstd"},
+		want: "invalid config: --set kafka.compresion=zstd: unknown key kafka.compresion: did you mean kafka.compression (WALPOST_KAFKA_COMPRESSION)? walpost config --reference lists the keys"},
+	{name: "flag --set without a value", flags: []string{"--set", "kafka.compression"},
+		want: `invalid config: --set "kafka.compression": want KEY=VALUE, e.g. --set kafka.compression=zstd`},
+	{name: "flag --set invalid value", env: []string{"WALPOST_KAFKA_COMPRESSION", "zstd"}, flags: []string{"--set", "kafka.compression=brotli"},
+		want: `invalid config: kafka.compression (WALPOST_KAFKA_COMPRESSION) = "brotli" from the flag --set: one of none, gzip, snappy, lz4, zstd`},
+	{name: "flag --set acks", flags: []string{"--set", "kafka.acks=1"},
+		want: "invalid config: --set kafka.acks=1: unknown key kafka.acks: acks are fixed at all (-1): walpost's delivery guarantee needs every in-sync replica's ack, so the producer always asks for it (with idempotence); there is no setting; remove it"},
 	// Case, sources and all at once.
 	{name: "case of enumerations is not significant", env: []string{"WALPOST_LOG_LEVEL", "INFO", "WALPOST_KAFKA_SASL_MECHANISM", "scram-sha-512", "WALPOST_KAFKA_SASL_USERNAME", "u", "WALPOST_LOG_FORMAT", "JSON"},
 		want: ""},
@@ -152,5 +160,20 @@ func TestEnumerationCase(t *testing.T) {
 		if c[0] != c[1] {
 			t.Errorf("read %q, want %q", c[0], c[1])
 		}
+	}
+}
+
+// TestSetFlag: --set KEY=VALUE sets any key, over the file, the
+// environment and the shortcut flags; a list key takes commas.
+func TestSetFlag(t *testing.T) {
+	cfg, err := load(t, with(minimalEnv, "WALPOST_KAFKA_COMPRESSION", "gzip"), "log:\n  format: json\n", NeedAll,
+		"--set", "kafka.compression=zstd", "--log-level", "warn", "--set", "log.level=debug",
+		"--set", "kafka.brokers=a:1,b:2", "--set", "Delivery.Mode=exactly-once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kafka.Compression != "zstd" || cfg.Log.Level != "debug" || cfg.Log.Format != "json" ||
+		strings.Join(cfg.Kafka.Brokers, " ") != "a:1 b:2" || cfg.Delivery.Mode != "exactly-once" {
+		t.Errorf("compression %q, log %q/%q, brokers %v, mode %q", cfg.Kafka.Compression, cfg.Log.Level, cfg.Log.Format, cfg.Kafka.Brokers, cfg.Delivery.Mode)
 	}
 }

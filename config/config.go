@@ -503,6 +503,42 @@ func AddFlagsFor(fs *pflag.FlagSet, groups FlagGroup) {
 		}
 		fs.String(s.flag, def, usage)
 	}
+	fs.StringArray("set", nil, "set any key, KEY=VALUE, e.g. --set kafka.compression=zstd (repeatable; wins over the file, the environment and the other flags)")
+}
+
+// setValues are the --set KEY=VALUE entries of fs by key (the last one of
+// a key wins), and the errors of entries that are not KEY=VALUE of a key.
+func setValues(fs *pflag.FlagSet) (map[string]string, []error) {
+	out := map[string]string{}
+	if fs == nil || fs.Lookup("set") == nil {
+		return out, nil
+	}
+	entries, _ := fs.GetStringArray("set")
+	known := map[string]bool{}
+	for _, k := range Keys() {
+		known[k.Key] = true
+	}
+	var errs []error
+	for _, e := range entries {
+		key, value, ok := strings.Cut(e, "=")
+		key = strings.ToLower(strings.TrimSpace(key))
+		switch {
+		case !ok || key == "":
+			errs = append(errs, fmt.Errorf("invalid config: --set %q: want KEY=VALUE, e.g. --set kafka.compression=zstd", e))
+		case known[key]:
+			out[key] = value
+		default:
+			head := fmt.Sprintf("invalid config: --set %s: unknown key %s: ", e, key)
+			if why, ok := notKeys[key]; ok {
+				errs = append(errs, fmt.Errorf("%s%s; remove it", head, why))
+			} else if k, ok := closestKey(key, func(k Key) string { return k.Key }); ok {
+				errs = append(errs, fmt.Errorf("%sdid you mean %s (%s)? walpost config --reference lists the keys", head, k.Key, k.Env))
+			} else {
+				errs = append(errs, fmt.Errorf("%sno key is close to it; walpost config --reference lists the keys", head))
+			}
+		}
+	}
+	return out, errs
 }
 
 // Enumerations are the allowed values of the keys that take one of a
@@ -586,10 +622,18 @@ func newViper(fs *pflag.FlagSet, env bool) (*viper.Viper, error) {
 				}
 			}
 		}
+		var errs []error
 		if f := fs.Lookup("config"); f != nil && f.Value.String() != "" {
 			if err := readFile(v, f.Value.String()); err != nil {
-				return v, err
+				errs = append(errs, err)
 			}
+		}
+		set, setErrs := setValues(fs)
+		for key, value := range set {
+			v.Set(key, value)
+		}
+		if err := errors.Join(append(errs, setErrs...)...); err != nil {
+			return v, err
 		}
 	}
 	return v, nil
@@ -617,9 +661,7 @@ const (
 func Load(fs *pflag.FlagSet, need Needs) (*Config, error) {
 	errs := checkEnvironment(os.Environ())
 	v, err := newViper(fs, true)
-	if err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, flatten(err)...)
 	errs = append(errs, checkUnknownKeys(v, fs)...)
 	errs = append(errs, checkTypes(v, fs)...)
 	cfg, err := decode(v, need)

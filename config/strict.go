@@ -300,6 +300,11 @@ func keyOf(key string) Key {
 // source says where the value of k came from, by viper's precedence:
 // "flag --name", "environment", "config file PATH", or "" (the default).
 func source(v *viper.Viper, k Key, fs *pflag.FlagSet) string {
+	if set, _ := setValues(fs); set != nil {
+		if _, ok := set[k.Key]; ok {
+			return "flag --set"
+		}
+	}
 	if fs != nil {
 		for flag, key := range flagKeys {
 			if f := fs.Lookup(flag); key == k.Key && f != nil && f.Changed {

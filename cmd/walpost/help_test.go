@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,4 +117,38 @@ func TestCLIReference(t *testing.T) {
 		buf.WriteString("\n")
 	}
 	golden(t, filepath.Join("..", "..", "docs", "cli.md"), bytes.TrimRight(buf.Bytes(), "\n"))
+}
+
+// TestCompletions: the enumerated values complete: log levels, lint rules
+// and formats, and through --set the compressions, profiles and delivery
+// modes. (Mutation: completeSet returning no values for an "=" prefix
+// fails the --set cases.)
+func TestCompletions(t *testing.T) {
+	clearWalpostEnv(t)
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"run", "--log-level", ""}, []string{"debug", "info", "warn", "error"}},
+		{[]string{"lint", "--disable", "OBX00"}, []string{"OBX001\toutbox-unique-key", "OBX009\tvolatile-key"}},
+		{[]string{"lint", "--format", ""}, []string{"text", "json", "sarif"}},
+		{[]string{"run", "--set", "kafka.compression="}, []string{"kafka.compression=none", "kafka.compression=zstd"}},
+		{[]string{"check", "--set", "mapping.profile="}, []string{"mapping.profile=walpost", "mapping.profile=debezium"}},
+		{[]string{"run", "--set", "delivery.mode="}, []string{"delivery.mode=at-least-once", "delivery.mode=exactly-once"}},
+		{[]string{"run", "--set", "kafka.tls.enabled="}, []string{"kafka.tls.enabled=true", "kafka.tls.enabled=false"}},
+		{[]string{"run", "--set", "kafka.comp"}, []string{"kafka.compression=\tdefault snappy"}},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, stderr, code := run(t, append([]string{"__complete"}, tt.args...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			lines := strings.Split(out, "\n")
+			for _, w := range tt.want {
+				if !slices.Contains(lines, w) {
+					t.Errorf("completions lack %q:\n%s", w, out)
+				}
+			}
+		})
+	}
 }
