@@ -24,10 +24,11 @@ type restoredTxn struct {
 	keys        []string
 }
 
-// runWAL streams txns through h with tr as the stream does, and returns
+// runWAL streams txns through h with tr as the stream does (tx's commits
+// made as its Run makes them), and returns
 // the keys handed on to the transactor's sink (produced) and the highest
 // watermark the tracker reported after each transaction.
-func runWAL(t *testing.T, h replication.Handler, tr *checkpoint.Tracker, s *fakeTxnSink, txns []restoredTxn) (maxConfirmed pglogrepl.LSN) {
+func runWAL(t *testing.T, h replication.Handler, tx *transactor, tr *checkpoint.Tracker, s *fakeTxnSink, txns []restoredTxn) (maxConfirmed pglogrepl.LSN) {
 	t.Helper()
 	for _, x := range txns {
 		txn, err := tr.Open()
@@ -38,8 +39,10 @@ func runWAL(t *testing.T, h replication.Handler, tr *checkpoint.Tracker, s *fake
 			e := ev(k, x.commit)
 			e.CommitTime = x.at
 			h.Emit(e, tr.Add(txn, 1))
+			tx.sync()
 		}
 		h.Commit(x.end)
+		tx.sync()
 		if err := tr.Seal(txn, x.end); err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +120,7 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 		tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
 		s := &fakeTxnSink{}
 		h, _, tx := f.exactlyOnce(plan, id, 0x5000, slot, nil, tr, s, cp, true)
-		confirmed := runWAL(t, h, tr, s, restored)
+		confirmed := runWAL(t, h, tx, tr, s, restored)
 		if confirmed > 0x100 {
 			t.Errorf("the tracker confirmed %s past walpost_position 0/100 over transactions never produced", confirmed)
 		}
@@ -130,11 +133,11 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 		// The next session does not use it: everything is produced.
 		tr = checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
 		s = &fakeTxnSink{}
-		h, skip, _ := f.exactlyOnce(plan, id, 0x5000, slot, nil, tr, s, cp, true)
+		h, skip, tx := f.exactlyOnce(plan, id, 0x5000, slot, nil, tr, s, cp, true)
 		if skip != nil {
 			t.Fatalf("next session skips up to %s: want nothing skipped", skip.upTo)
 		}
-		runWAL(t, h, tr, s, restored)
+		runWAL(t, h, tx, tr, s, restored)
 		if got := tr.Confirmed(); got != 0xa00 || len(s.commits) != 4 {
 			t.Errorf("next session: confirmed %s after %d commits, want 0/A00 after all 4 produced", got, len(s.commits))
 		}
@@ -146,11 +149,11 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 		same := append([]restoredTxn(nil), restored...)
 		same[2].at = old
 		h, _, tx := f.exactlyOnce(plan, id, 0x5000, slot, nil, tr, s, cp, true)
-		runWAL(t, h, tr, s, same[:3])
+		runWAL(t, h, tx, tr, s, same[:3])
 		if got := tr.Confirmed(); got != 0x100 {
 			t.Errorf("before the stream passed the checkpoint: confirmed %s, want held at 0/100", got)
 		}
-		runWAL(t, h, tr, s, same[3:])
+		runWAL(t, h, tx, tr, s, same[3:])
 		if err := tx.failure(); err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +168,7 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 		c := cp
 		c.AnchorCommitLSN, c.AnchorCommitTime = 0x1d0, now
 		h, _, tx := f.exactlyOnce(plan, id, 0x5000, slot, nil, tr, s, c, true)
-		if confirmed := runWAL(t, h, tr, s, restored); confirmed > 0x200 {
+		if confirmed := runWAL(t, h, tx, tr, s, restored); confirmed > 0x200 {
 			t.Errorf("confirmed %s: want at most the anchor's transaction end 0/200", confirmed)
 		}
 		if err := tx.failure(); !errors.Is(err, ErrCheckpointMismatch) {
@@ -185,7 +188,7 @@ func TestCheckpointPartialOfAnotherTransaction(t *testing.T) {
 	tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
 	s := &fakeTxnSink{}
 	h, _, tx := f.exactlyOnce(position.Plan{SkipTo: 0x100}, id, 0x5000, slot, nil, tr, s, cp, true)
-	runWAL(t, h, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(time.Minute), []string{"p1", "p2", "p3"}}})
+	runWAL(t, h, tx, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(time.Minute), []string{"p1", "p2", "p3"}}})
 	if err := tx.failure(); !errors.Is(err, ErrCheckpointMismatch) {
 		t.Errorf("session error %v, want ErrCheckpointMismatch", err)
 	}
@@ -227,7 +230,7 @@ func TestCheckpointVerifiedOnQuietOutbox(t *testing.T) {
 	tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
 	s := &fakeTxnSink{}
 	h, skip, tx := f.exactlyOnce(position.Plan{SkipTo: 0x100}, id, 0x5000, slot, nil, tr, s, cp, true)
-	runWAL(t, h, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(-time.Minute), []string{"a"}}, {0x8d0, 0x900, at, []string{"b"}}})
+	runWAL(t, h, tx, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(-time.Minute), []string{"a"}}, {0x8d0, 0x900, at, []string{"b"}}})
 	tr.Idle(0x5000)
 	if got := tr.Confirmed(); got != 0x100 {
 		t.Fatalf("before the check decided: confirmed %s, want held at 0/100", got)
@@ -243,7 +246,7 @@ func TestCheckpointVerifiedOnQuietOutbox(t *testing.T) {
 	f, _ = eosForwarder()
 	tr = checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
 	h, skip, tx = f.exactlyOnce(position.Plan{SkipTo: 0x100}, id, 0x5000, slot, nil, tr, s, cp, true)
-	runWAL(t, h, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(-time.Minute), []string{"a"}}})
+	runWAL(t, h, tx, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(-time.Minute), []string{"a"}}})
 	tr.Idle(0x5000)
 	skip.verify.idle()
 	if err := tx.failure(); !errors.Is(err, ErrCheckpointMismatch) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -334,6 +335,46 @@ func TestSessionReconnectsAtOnceAfterProgress(t *testing.T) {
 		}
 		if gap := time.Since(at); gap > 1500*time.Millisecond {
 			t.Errorf("session %d began %s after the server ended session %d, which had confirmed its events: want the first back-off step (at most 1 s)", i+1, gap.Round(time.Millisecond), i)
+		}
+	}
+}
+
+// TestSessionStatusDuringSlowCommit (exactly-once, INV-6): a Kafka
+// transaction's commit that takes longer than wal_sender_timeout (here
+// EndTxn held 3 s against 2 s) does not silence the stream: it pauses
+// while the transactor commits and goes on sending status updates at
+// least every half of wal_sender_timeout, so the walsender keeps the
+// session.
+func TestSessionStatusDuringSlowCommit(t *testing.T) {
+	t.Parallel()
+	const sender = 2 * time.Second
+	k := newKafkaFake(t)
+	h := newSessionHarness(t, replicationtest.Config{SenderTimeout: sender}, func(c *config.Config) {
+		exactlyOnce(k)(c)
+		c.Postgres.StatusInterval = 10 * time.Second
+	})
+	h.run(Deps{})
+	h.waitFlush(h.pg.Append(row(1)).End)
+
+	var once sync.Once
+	slow := make(chan struct{})
+	k.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		once.Do(func() {
+			close(slow)
+			k.SleepControl(func() { time.Sleep(3 * time.Second) })
+		})
+		return nil, nil, false
+	})
+	n := len(h.pg.Statuses())
+	h.pg.Append(row(2))
+	<-slow
+	h.pg.Append(row(3))
+	h.waitFlush(h.pg.Append(row(4)).End)
+	sts := h.pg.Statuses()
+	for i := max(n, 1); i < len(sts); i++ {
+		if gap := sts[i].At.Sub(sts[i-1].At); gap > sender/2+500*time.Millisecond {
+			t.Errorf("status updates %d and %d came %s apart while a commit took 3 s: the walsender (wal_sender_timeout %s) would end the session; want at most %s", i-1, i, gap, sender, sender/2)
 		}
 	}
 }

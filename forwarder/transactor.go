@@ -166,6 +166,20 @@ type transactor struct {
 	failed []txnFailure // in the order of the acks
 
 	fail chan struct{}
+	// due: the stream asked for a commit (the transaction is full, or old
+	// at a PostgreSQL commit); Run commits it while the stream is paused
+	// (tracker.SetPaused), so the stream keeps sending status updates
+	// however long the flush and EndTxn take (INV-6). kick wakes Run.
+	due  bool
+	kick chan struct{}
+
+	// committing: Run commits (flush, EndTxn) with the stream paused; the
+	// stream's calls that come meanwhile wait in queue, not on mu, and
+	// Run applies them in order once the commit is done. qmu is taken
+	// before mu when both are held.
+	qmu        sync.Mutex
+	committing bool
+	queue      []queuedCall
 }
 
 // newTransactor wires a transactor; its ctx (for poison writes) is set
@@ -175,7 +189,8 @@ func newTransactor(cfg transactorConfig, s TxnSink, tracker Tracker, refused *re
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &transactor{cfg: cfg, sink: s, tracker: tracker, refused: refused, iso: iso, ctx: context.Background(),
-		lsn: cfg.Resume.LSN, anchor: cfg.Resume.AnchorCommitLSN, anchorTime: cfg.Resume.AnchorCommitTime, fail: make(chan struct{}, 1)}
+		lsn: cfg.Resume.LSN, anchor: cfg.Resume.AnchorCommitLSN, anchorTime: cfg.Resume.AnchorCommitTime, fail: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1)}
 }
 
 // txnAck is one produced event's outcome receiver.
@@ -224,8 +239,35 @@ func (a txnAck) Acked(r sink.Result, err error) {
 // batch of its own when it failed inside an earlier transaction, or
 // quarantines it when Kafka refused it alone poison.max_attempts times.
 func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
-	t.mu.Lock()
+	if t.queued(queuedCall{ev: ev, tk: tk}) {
+		return
+	}
 	defer t.mu.Unlock()
+	t.emitLocked(ev, tk)
+}
+
+// queuedCall is a call of the stream that came while Run committed.
+type queuedCall struct {
+	ev  *outbox.Event
+	tk  checkpoint.Ticket
+	end pglogrepl.LSN // a Commit(end) when ev is nil
+}
+
+// queued queues c when Run is committing (true), so the stream never
+// waits for a flush and an EndTxn; otherwise it returns with mu held.
+func (t *transactor) queued(c queuedCall) bool {
+	t.qmu.Lock()
+	if t.committing {
+		t.queue = append(t.queue, c)
+		t.qmu.Unlock()
+		return true
+	}
+	t.mu.Lock()
+	t.qmu.Unlock()
+	return false
+}
+
+func (t *transactor) emitLocked(ev *outbox.Event, tk checkpoint.Ticket) {
 	if t.err != nil {
 		return // the session ends; the event is not confirmed, the next session reads it again
 	}
@@ -254,8 +296,34 @@ func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 	} else {
 		t.produceLocked(ev, tk)
 	}
-	if t.n >= t.cfg.Records || (t.cfg.Bytes > 0 && t.bytes >= t.cfg.Bytes) {
-		t.commitLocked()
+	if t.n >= t.cfg.Records || (t.cfg.Bytes > 0 && t.bytes >= t.cfg.Bytes) || time.Since(t.began) >= t.cfg.Interval {
+		t.requestCommitLocked()
+	}
+}
+
+// requestCommitLocked asks Run to commit the open transaction and pauses
+// the stream until it has: a flush and an EndTxn can take as long as
+// kafka.flush_timeout (a slow or failing broker), longer than the
+// server's wal_sender_timeout, and the stream must go on answering the
+// server meanwhile, which it does while paused, not while it waits in
+// Emit or Commit.
+func (t *transactor) requestCommitLocked() {
+	if t.due {
+		return
+	}
+	t.due = true
+	t.tracker.SetPaused(true)
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// resumeLocked ends the pause of requestCommitLocked.
+func (t *transactor) resumeLocked() {
+	if t.due {
+		t.due = false
+		t.tracker.SetPaused(false)
 	}
 }
 
@@ -343,14 +411,20 @@ func (t *transactor) stop(err error) {
 // Commit notes the end of a PostgreSQL transaction: its events are all
 // emitted, so a checkpoint may name its end.
 func (t *transactor) Commit(end pglogrepl.LSN) {
-	t.mu.Lock()
+	if t.queued(queuedCall{end: end}) {
+		return
+	}
 	defer t.mu.Unlock()
+	t.commitMarkLocked(end)
+}
+
+func (t *transactor) commitMarkLocked(end pglogrepl.LSN) {
 	t.lsn, t.cur, t.ord = end, 0, 0
 	if t.seen != 0 {
 		t.anchor, t.anchorTime, t.seen = t.seen, t.seenTime, 0
 	}
 	if t.err == nil && t.open && time.Since(t.began) >= t.cfg.Interval {
-		t.commitLocked()
+		t.requestCommitLocked()
 	}
 }
 
@@ -369,25 +443,64 @@ func (t *transactor) Run(ctx context.Context) error {
 			if t.err == nil {
 				t.commitLocked()
 			}
+			t.resumeLocked()
 			return t.err
 		case <-t.fail:
+		case <-t.kick:
 		case <-tick.C:
 		}
 		t.mu.Lock()
+		need := false
 		if t.err == nil {
 			t.amu.Lock()
 			failed := len(t.failed) > 0
 			t.amu.Unlock()
-			if failed || (t.open && time.Since(t.began) >= t.cfg.Interval) {
-				t.commitLocked()
-			}
+			need = failed || t.due || (t.open && time.Since(t.began) >= t.cfg.Interval)
 		}
+		t.mu.Unlock()
+		if need {
+			t.commitPaused()
+		}
+		t.mu.Lock()
 		err := t.err
 		t.mu.Unlock()
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// commitPaused commits the open transaction with the stream paused (it
+// goes on sending status updates) and the stream's calls queued meanwhile,
+// then applies those in order and lets the stream read again, unless one
+// of them asked for the next commit.
+func (t *transactor) commitPaused() {
+	t.qmu.Lock()
+	t.committing = true
+	t.qmu.Unlock()
+	t.tracker.SetPaused(true)
+	t.mu.Lock()
+	if t.err == nil {
+		t.commitLocked()
+	}
+	t.due = false
+	t.mu.Unlock()
+
+	t.qmu.Lock()
+	t.mu.Lock()
+	for _, c := range t.queue {
+		if c.ev != nil {
+			t.emitLocked(c.ev, c.tk)
+		} else {
+			t.commitMarkLocked(c.end)
+		}
+	}
+	t.queue, t.committing = nil, false
+	if !t.due {
+		t.tracker.SetPaused(false)
+	}
+	t.mu.Unlock()
+	t.qmu.Unlock()
 }
 
 // commitLocked flushes the open transaction and commits it with the

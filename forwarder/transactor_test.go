@@ -30,6 +30,10 @@ type fakeTxnSink struct {
 	inTxn   int
 	// abortErr is what AbortTxn returns.
 	abortErr error
+	// committing, when set, receives a value as CommitTxn begins, and
+	// CommitTxn waits for release.
+	committing chan struct{}
+	release    chan struct{}
 }
 
 func (s *fakeTxnSink) Produce(ev *outbox.Event, a sink.Acker) {
@@ -48,6 +52,10 @@ func (s *fakeTxnSink) BeginTxn() error {
 	return nil
 }
 func (s *fakeTxnSink) CommitTxn(_ context.Context, cp kafka.Checkpoint) error {
+	if s.committing != nil {
+		s.committing <- struct{}{}
+		<-s.release
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.commits = append(s.commits, cp)
@@ -97,6 +105,17 @@ func newTestTransactor(s *fakeTxnSink, tr *countTracker, records int, resume kaf
 		s, tr, &refusals{}, NewIsolator(IsolatorConfig{}, nil, nil, tr))
 }
 
+// sync commits what the stream's calls asked for, as Run does: the tests
+// drive the transactor without Run.
+func (t *transactor) sync() {
+	t.mu.Lock()
+	due := t.due
+	t.mu.Unlock()
+	if due {
+		t.commitPaused()
+	}
+}
+
 func ev(key string, commit pglogrepl.LSN) *outbox.Event {
 	return &outbox.Event{ID: key, IdempotencyKey: key, Payload: []byte(`{}`), CommitLSN: commit}
 }
@@ -109,12 +128,16 @@ func TestTransactorConfirmsOnlyAfterCommit(t *testing.T) {
 	s, tr := &fakeTxnSink{}, &countTracker{}
 	x := newTestTransactor(s, tr, 3, kafka.Checkpoint{LSN: 0x100})
 	x.Emit(ev("a", 0x200), checkpoint.Ticket{})
+	x.sync()
 	x.Emit(ev("b", 0x200), checkpoint.Ticket{})
+	x.sync()
 	if tr.n() != 0 || len(s.commits) != 0 {
 		t.Fatalf("before any commit: %d tickets done, %d commits", tr.n(), len(s.commits))
 	}
 	x.Commit(0x280)
+	x.sync()
 	x.Emit(ev("c", 0x300), checkpoint.Ticket{}) // third record: commit inside the transaction at 0/300
+	x.sync()
 	if tr.n() != 3 || len(s.commits) != 1 {
 		t.Fatalf("after 3 records: %d tickets done, %d commits; want 3 and 1", tr.n(), len(s.commits))
 	}
@@ -123,7 +146,9 @@ func TestTransactorConfirmsOnlyAfterCommit(t *testing.T) {
 		t.Fatalf("checkpoint %+v, want %+v", s.commits[0], want)
 	}
 	x.Emit(ev("d", 0x300), checkpoint.Ticket{})
+	x.sync()
 	x.Commit(0x380)
+	x.sync()
 	if tr.n() != 3 {
 		t.Fatalf("%d tickets done before the second commit, want 3", tr.n())
 	}
@@ -143,7 +168,9 @@ func TestTransactorResumesOrdinal(t *testing.T) {
 	s, tr := &fakeTxnSink{}, &countTracker{}
 	x := newTestTransactor(s, tr, 2, kafka.Checkpoint{LSN: 0x100, PartialCommitLSN: 0x300, Ordinal: 5})
 	x.Emit(ev("f", 0x300), checkpoint.Ticket{})
+	x.sync()
 	x.Emit(ev("g", 0x300), checkpoint.Ticket{})
+	x.sync()
 	if len(s.commits) != 1 || s.commits[0].PartialCommitLSN != 0x300 || s.commits[0].Ordinal != 7 || s.commits[0].LSN != 0x100 {
 		t.Fatalf("commits %+v, want one at 0/100 with ordinal 7 of 0/300", s.commits)
 	}
@@ -163,8 +190,11 @@ func TestTransactorRefusedRecordAborts(t *testing.T) {
 		x.refused = shared // across sessions, as the Forwarder keeps it
 		x.iso = NewIsolator(IsolatorConfig{}, nil, q, tr)
 		x.Emit(ev("ok", 0x200), checkpoint.Ticket{})
+		x.sync()
 		x.Emit(ev("bad", 0x200), checkpoint.Ticket{})
+		x.sync()
 		x.Commit(0x280)
+		x.sync()
 		wait := 5 * time.Second // a failure returns at once
 		if attempt > 2 {
 			wait = 100 * time.Millisecond // then Run commits what is open
@@ -200,10 +230,15 @@ func TestTransactorCheckpointAnchor(t *testing.T) {
 	}
 	x.skipped(at("a1", 0x1d0, t1))
 	x.Commit(0x200)
+	x.sync()
 	x.Emit(at("b1", 0x2d0, t2), checkpoint.Ticket{})
+	x.sync()
 	x.Emit(at("b2", 0x2d0, t2), checkpoint.Ticket{})
+	x.sync()
 	x.Commit(0x300)
+	x.sync()
 	x.Emit(at("c1", 0x3d0, t3), checkpoint.Ticket{}) // the third record commits
+	x.sync()
 	if len(s.commits) != 1 {
 		t.Fatalf("commits %+v, want one", s.commits)
 	}
@@ -213,8 +248,10 @@ func TestTransactorCheckpointAnchor(t *testing.T) {
 		t.Errorf("checkpoint %+v: want 0/300 anchored at 0/2D0 (%v), partial 0/3D0 (%v) ordinal 1", cp, t2, t3)
 	}
 	x.Commit(0x400)
+	x.sync()
 	for _, k := range []string{"d1", "d2", "d3"} {
 		x.Emit(at(k, 0x4d0, t3.Add(time.Second)), checkpoint.Ticket{})
+		x.sync()
 	}
 	if cp := s.commits[len(s.commits)-1]; cp.LSN != 0x400 || cp.AnchorCommitLSN != 0x3d0 || !cp.AnchorCommitTime.Equal(t3) || cp.PartialCommitLSN != 0x4d0 || cp.Ordinal != 3 {
 		t.Errorf("checkpoint %+v: want 0/400 anchored at 0/3D0, partial 0/4D0 ordinal 3", cp)
@@ -224,7 +261,9 @@ func TestTransactorCheckpointAnchor(t *testing.T) {
 	y := newTestTransactor(s, tr, 1, kafka.Checkpoint{LSN: 0x100})
 	y.skipped(at("a1", 0x1d0, t1))
 	y.Commit(0x200)
+	y.sync()
 	y.Emit(at("b1", 0x2d0, t2), checkpoint.Ticket{})
+	y.sync()
 	if cp := s.commits[len(s.commits)-1]; cp.LSN != 0x200 || cp.AnchorCommitLSN != 0x1d0 || !cp.AnchorCommitTime.Equal(t1) {
 		t.Errorf("checkpoint %+v: want 0/200 anchored at the skipped 0/1D0", cp)
 	}
@@ -238,12 +277,14 @@ func TestTransactorFencedAtAbort(t *testing.T) {
 	s := &fakeTxnSink{refuse: map[string]error{"a": kerr.InvalidProducerEpoch}, abortErr: fmt.Errorf("abort the kafka transaction: %w: %w", kafka.ErrFenced, kerr.ProducerFenced)}
 	x := newTestTransactor(s, &countTracker{}, 1, kafka.Checkpoint{LSN: 0x100})
 	x.Emit(ev("a", 0x1d0), checkpoint.Ticket{})
+	x.sync()
 	if err := x.failure(); !errors.Is(err, kafka.ErrFenced) {
 		t.Errorf("session error %v, want kafka.ErrFenced from the abort", err)
 	}
 	s = &fakeTxnSink{refuse: map[string]error{"a": kerr.InvalidProducerEpoch}}
 	x = newTestTransactor(s, &countTracker{}, 1, kafka.Checkpoint{LSN: 0x100})
 	x.Emit(ev("a", 0x1d0), checkpoint.Ticket{})
+	x.sync()
 	if err := x.failure(); err == nil || errors.Is(err, kafka.ErrFenced) {
 		t.Errorf("session error %v, want a retried error (the abort succeeded)", err)
 	}
@@ -261,8 +302,87 @@ func TestTransactorReportsDataLoss(t *testing.T) {
 		var lost []string
 		x.cfg.OnDataLoss = func(topic string, partition int32) { lost = append(lost, fmt.Sprintf("%s/%d", topic, partition)) }
 		x.Emit(ev("a", 0x1d0), checkpoint.Ticket{})
+		x.sync()
 		if len(lost) != 1 || lost[0] != "t/0" {
 			t.Errorf("%v: data loss reported %v, want t/0 once", kerrv, lost)
 		}
 	}
+}
+
+// pauseTracker counts Done calls and records the pauses.
+type pauseTracker struct {
+	countTracker
+	pmu    sync.Mutex
+	paused bool
+}
+
+func (p *pauseTracker) SetPaused(v bool) { p.pmu.Lock(); p.paused = v; p.pmu.Unlock() }
+func (p *pauseTracker) isPaused() bool   { p.pmu.Lock(); defer p.pmu.Unlock(); return p.paused }
+
+// TestTransactorStreamNeverWaitsForCommit (INV-6): while Run commits (a
+// flush and an EndTxn that may take as long as kafka.flush_timeout) the
+// stream is paused, and a call of the stream that came meanwhile (it read
+// the message before it saw the pause) returns at once: it is queued and
+// applied, in order, in the next transaction once the commit is done. The
+// stream blocked in it could not answer the server, whose
+// wal_sender_timeout would end the session.
+func TestTransactorStreamNeverWaitsForCommit(t *testing.T) {
+	s := &fakeTxnSink{committing: make(chan struct{}), release: make(chan struct{})}
+	tr := &pauseTracker{}
+	x := newTransactor(transactorConfig{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 1},
+		Interval: time.Hour, Records: 2, Timeout: 5 * time.Second, MaxAttempts: 2, Resume: kafka.Checkpoint{LSN: 0x100}, DefaultTopic: "t"},
+		s, tr, &refusals{}, NewIsolator(IsolatorConfig{}, nil, nil, tr))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- x.Run(ctx) }()
+
+	x.Emit(ev("a", 0x200), checkpoint.Ticket{})
+	x.Emit(ev("b", 0x200), checkpoint.Ticket{}) // the transaction is full: Run commits it
+	<-s.committing
+	if !tr.isPaused() {
+		t.Fatal("the stream is not paused while Run commits")
+	}
+	done := make(chan struct{})
+	go func() {
+		x.Commit(0x280)
+		x.Emit(ev("c", 0x300), checkpoint.Ticket{})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the stream's Commit and Emit waited for the Kafka commit")
+	}
+	close(s.release)
+	go func() {
+		for range s.committing { // later commits go through
+		}
+	}()
+	waitUntil := time.Now().Add(5 * time.Second)
+	for tr.isPaused() || s.inTxnCount() != 1 {
+		if time.Now().After(waitUntil) {
+			t.Fatalf("after the commit: paused %v, %d records in the next transaction; want not paused and c in it", tr.isPaused(), s.inTxnCount())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if len(s.commitList()) != 1 || tr.n() != 2 {
+		t.Fatalf("%d commits, %d tickets done; want the first transaction's 1 and 2", len(s.commitList()), tr.n())
+	}
+	// The queued Commit(0x280) moved the position the next checkpoint names.
+	x.Emit(ev("d", 0x300), checkpoint.Ticket{})
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if cps := s.commitList(); len(cps) < 2 || cps[1].LSN != 0x280 || cps[1].PartialCommitLSN != 0x300 || cps[1].Ordinal != 2 {
+		t.Fatalf("checkpoints %+v, want the second at 0/280 with 2 events of 0/300", cps)
+	}
+}
+
+func (s *fakeTxnSink) inTxnCount() int { s.mu.Lock(); defer s.mu.Unlock(); return s.inTxn }
+func (s *fakeTxnSink) commitList() []kafka.Checkpoint {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]kafka.Checkpoint(nil), s.commits...)
 }
