@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
@@ -144,7 +145,13 @@ func (f *Forwarder) checkTopic(ctx context.Context) error {
 		_, err = kafka.DescribeTopic(cctx, cl, cfg.Topic)
 	}
 	if err != nil {
-		return fmt.Errorf("kafka.topic: %w (brokers %v)", err, cfg.Brokers)
+		var ke *kerr.Error
+		if errors.Is(err, kafka.ErrTopicMissing) || errors.As(err, &ke) {
+			// A broker answered: the topic is missing or refused.
+			return fmt.Errorf("kafka.topic: %w (brokers %v)", err, cfg.Brokers)
+		}
+		// No broker answered: blame the address, not the topic.
+		return fmt.Errorf("kafka.brokers: no broker of %v answered (%w); fix: check kafka.brokers (WALPOST_KAFKA_BROKERS), that Kafka runs and that this host reaches it", cfg.Brokers, err)
 	}
 	if f.eos() {
 		return f.checkCheckpointTopic(cctx, cl)

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/position"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // Data loss reported by Kafka is counted per topic and partition and ends
@@ -102,5 +105,35 @@ func TestDataLossStopsConfirming(t *testing.T) {
 	w.remember()
 	if known.LSN > 0x100 {
 		t.Errorf("remembered %s after the data loss, want at most 0/100", known.LSN)
+	}
+}
+
+// TestCheckTopicBlamesTheRightKey: when no broker answers, the error names
+// kafka.brokers (its variable and the fix), not the topic; when a broker
+// answers that the topic is missing, it names kafka.topic.
+func TestCheckTopicBlamesTheRightKey(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.Kafka.Topic = "orders"
+	f := &Forwarder{cfg: cfg, log: slog.New(slog.DiscardHandler), m: newMetrics(prometheus.NewRegistry())}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := f.checkTopic(ctx)
+	if err == nil || !strings.HasPrefix(err.Error(), "kafka.brokers: no broker of [127.0.0.1:1] answered") || !strings.Contains(err.Error(), "WALPOST_KAFKA_BROKERS") {
+		t.Errorf("no broker: %v, want kafka.brokers named with its variable", err)
+	}
+
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg.Kafka.Brokers = c.ListenAddrs()
+	f.cfg = cfg
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	err = f.checkTopic(ctx2)
+	if err == nil || !strings.HasPrefix(err.Error(), "kafka.topic: ") || !errors.Is(err, kafka.ErrTopicMissing) {
+		t.Errorf("missing topic: %v, want kafka.topic named", err)
 	}
 }

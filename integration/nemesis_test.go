@@ -362,7 +362,7 @@ func (n *nemesis) checkExit() {
 		return
 	}
 	log, _ := os.ReadFile(n.p.log)
-	if !strings.Contains(string(log), "msg=streaming") && strings.Contains(string(log), "kafka.topic:") {
+	if !strings.Contains(string(log), "msg=streaming") && (strings.Contains(string(log), "kafka.topic:") || strings.Contains(string(log), "kafka.brokers:")) {
 		// Known: walpost started while Kafka is unreachable exits at once
 		// (TestStartWhileKafkaUnreachable). Restart it, as a supervisor
 		// would, so the round goes on testing delivery.

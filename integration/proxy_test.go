@@ -32,8 +32,8 @@ type tcpProxy struct {
 	down    *proxyLimiter // target → client
 	// blocked per direction (OneWay): bytes wait, like Stall, one way.
 	blockUp, blockDown atomic.Bool
-	wg      sync.WaitGroup
-	closed  bool
+	wg                 sync.WaitGroup
+	closed             bool
 
 	// peers get every fault of this proxy too (the other brokers of a
 	// cluster, see kafkaProxy).
