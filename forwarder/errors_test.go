@@ -73,9 +73,10 @@ func TestClassify(t *testing.T) {
 	}
 }
 
-// TestBackoffProgress: a session that made progress (confirmed something)
-// or ran longer than a minute starts the back-off again at 1 s; failures
-// in a row without progress grow it, and the streak counts them.
+// TestBackoffProgress: a session that made progress (delivered events)
+// or ran longer than a minute starts the back-off again at 1 s and the
+// streak at 0; failures in a row without progress grow it, and the streak
+// counts them.
 func TestBackoffProgress(t *testing.T) {
 	type run struct {
 		progressed bool
@@ -90,9 +91,9 @@ func TestBackoffProgress(t *testing.T) {
 	}{
 		{"first failure", []run{fail}, 2 * time.Second, 1},
 		{"three failures without progress", []run{fail, fail, fail}, 8 * time.Second, 3},
-		{"failures, then a session that confirmed events", []run{fail, fail, fail, ok}, 2 * time.Second, 1},
-		{"failures, then a quiet session of two minutes", []run{fail, fail, {false, 2 * time.Minute}}, 2 * time.Second, 1},
-		{"progress, then failures without it", []run{ok, fail, fail}, 8 * time.Second, 3},
+		{"failures, then a session that delivered events", []run{fail, fail, fail, ok}, 2 * time.Second, 0},
+		{"failures, then a quiet session of two minutes", []run{fail, fail, {false, 2 * time.Minute}}, 2 * time.Second, 0},
+		{"progress, then failures without it", []run{ok, fail, fail}, 8 * time.Second, 2},
 		{"many failures: the ceiling", []run{fail, fail, fail, fail, fail, fail, fail, fail}, 30 * time.Second, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

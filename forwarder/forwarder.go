@@ -217,7 +217,7 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 	defer stop.release()
 	for {
 		started := time.Now()
-		moved := f.m.movedAt.Load()
+		acked := f.m.producedN.Load()
 		err := f.session(ctx, stop)
 		action, cause := Classify(ctx, err)
 		switch action {
@@ -240,9 +240,15 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 			return err
 		}
 		f.m.reconnects.WithLabelValues(cause).Inc()
-		// A session that confirmed something (or ran long) resets the
-		// back-off: only failures in a row without progress grow it.
-		b.after(f.m.movedAt.Load() != moved, time.Since(started))
+		// A session that delivered events (Kafka acknowledged them) or ran
+		// long resets the back-off: only failures in a row without progress
+		// grow it. Not a moved confirmed LSN: walpost's own position write
+		// and keepalives move it in a session that delivers nothing. A
+		// standby waiting for the slot is not failing.
+		b.after(f.m.producedN.Load() != acked, time.Since(started))
+		if action == StandBy {
+			b.streak = 0
+		}
 		f.m.failStreak.Set(float64(b.streak))
 		f.m.failures.Store(int64(b.streak))
 		var wait time.Duration
@@ -297,13 +303,14 @@ func (b *backoff) reset() { b.d, b.streak = time.Second, 0 }
 const backoffResetAfter = time.Minute
 
 // after records how the session that just failed went: one that made
-// progress (confirmed something) or ran longer than backoffResetAfter
-// starts the back-off afresh, so a healthy session ended by the server (an
-// idle_session_timeout, a restart) reconnects at once; a failure without
-// progress adds to the streak, and the back-off keeps growing.
+// progress (delivered events) or ran longer than backoffResetAfter starts
+// the back-off afresh (streak 0), so a healthy session ended by the server
+// (an idle_session_timeout, a restart) reconnects at once; a failure
+// without progress adds to the streak, and the back-off keeps growing.
 func (b *backoff) after(progressed bool, ran time.Duration) {
 	if progressed || ran > backoffResetAfter {
 		b.reset()
+		return
 	}
 	b.streak++
 }

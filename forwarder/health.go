@@ -30,10 +30,10 @@ func (f *Forwarder) ready() (bool, string) {
 		return true, "standing by: the slot is held by another process; ready to take over"
 	}
 	if st != stateStreaming && st != stateBackpressured {
-		if n := m.failures.Load(); st == stateReconnecting && n > 1 {
+		if n := m.failures.Load(); st == stateReconnecting && n > 0 {
 			return false, fmt.Sprintf("not streaming: state %s, %d session failures in a row without progress", st, n)
-		} else if st == stateReconnecting && n == 1 {
-			return false, "not streaming: state " + st + " after a session that made progress"
+		} else if st == stateReconnecting {
+			return false, "not streaming: state " + st + " after a session that delivered events"
 		}
 		return false, "not streaming: state " + st
 	}

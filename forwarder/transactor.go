@@ -463,6 +463,11 @@ func (t *transactor) Run(ctx context.Context) error {
 		}
 		t.mu.Lock()
 		err := t.err
+		if err != nil {
+			// A failure outside a commit (a record produced alone) may have
+			// asked for one: the stream must not stay paused.
+			t.resumeLocked()
+		}
 		t.mu.Unlock()
 		if err != nil {
 			return err

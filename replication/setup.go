@@ -106,10 +106,14 @@ func ReceiveTimeoutFor(configured, sender time.Duration) time.Duration {
 // with a shorter timeout. With sender 0 the configured interval stays.
 func StatusIntervalFor(configured, sender time.Duration) time.Duration {
 	if sender > 0 && configured > sender/2 {
-		return sender / 2
+		return max(sender/2, minStatusInterval)
 	}
 	return configured
 }
+
+// minStatusInterval bounds StatusIntervalFor below (a wal_sender_timeout
+// of a few milliseconds would make a busy loop of status updates).
+const minStatusInterval = 100 * time.Millisecond
 
 // CheckPublication verifies the publication exists, covers exactly table
 // and publishes inserts. pgoutput reports a missing publication only when

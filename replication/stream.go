@@ -497,7 +497,7 @@ func (s *Stream) shutdown(parent context.Context) error {
 		if events == 0 {
 			break
 		}
-		wctx, wcancel := context.WithTimeout(ctx, time.Second)
+		wctx, wcancel := context.WithTimeout(ctx, min(time.Second, s.cfg.StatusInterval))
 		err := s.tracker.WaitDrained(wctx)
 		wcancel()
 		if err == nil {
