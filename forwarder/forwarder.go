@@ -64,9 +64,10 @@ type Forwarder struct {
 	pool  *pgxpool.Pool
 
 	lost atomic.Pointer[chan error] // the running session's data-loss signal (onDataLoss)
-	// The server identity the last session checked walpost's position
-	// against (nil: none yet); prune passes run only on it (retention.go).
-	ident atomic.Pointer[position.Identity]
+	// The server identity the running session checked walpost's position
+	// against, until the session ends (nil: no session streams); prune
+	// passes run only on it and stop with the session (retention.go).
+	ident atomic.Pointer[sessionIdentity]
 	// Record-level refusals per event in exactly-once mode, across
 	// sessions (transactor).
 	refused refusals
