@@ -14,13 +14,13 @@ import (
 // walpost's position checked against the server's identity (before the
 // first, between two, or standing by for a slot another process holds),
 // so a prune pass waits.
+var errNoSession = errors.New("no replication session has checked the position yet")
 
 // sessionIdentity is the identity a running session checked, and its end.
 type sessionIdentity struct {
 	id   position.Identity
 	done chan struct{} // closed when the session ends
 }
-var errNoSession = errors.New("no replication session has checked the position yet")
 
 // prunePass is one prune of the outbox (Forwarder.prunePass); the rows it
 // deleted are in the report, also when it failed part way.

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/walpost/walpost/config"
-	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/internal/leak"
+	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/prune"
 )
 

@@ -179,8 +179,8 @@ func report(rs []result, kinds []*kindStats, svg, note, rev string) string {
 
 	type tot struct {
 		schedules, written, delivered, lost, ooo, unexpected, dups, dupsRd, lostRd, over, poisoned, sessions, exits, startFail, failed int
-		rss                                                                                                                           int64
-		secs                                                                                                                          float64
+		rss                                                                                                                            int64
+		secs                                                                                                                           float64
 	}
 	modes := []string{"at-least-once", "exactly-once"}
 	t := map[string]*tot{}
