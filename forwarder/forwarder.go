@@ -19,6 +19,7 @@ import (
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/position"
+	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
 )
@@ -175,7 +176,7 @@ func (f *Forwarder) forward(ctx context.Context) error {
 	}
 	// The poison table is written over its own pool, never over the
 	// replication connection.
-	pool, err := pgxpool.New(ctx, cfg.Postgres.URL)
+	pool, err := replication.NewPool(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return redact.Error(fmt.Errorf("postgres.url: %w", err))
 	}

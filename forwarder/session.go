@@ -50,7 +50,7 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		StopDeadline:   stop.deadline,
 		Logger:         f.log,
 	}
-	side, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	side, err := replication.ConnectSQL(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return fmt.Errorf("connect to postgres: %w", replication.Explain(err, cfg.Postgres.Slot, cfg.Postgres.Publication))
 	}

@@ -68,7 +68,7 @@ func runCheck(t *testing.T, env []string) checkRun {
 }
 
 // allChecks are the checks `walpost check` reports, in order.
-var allChecks = []string{"postgres", "wal_level", "replication", "outbox", "publication", "slot", "position", "capacity", "poison_table", "kafka", "topic"}
+var allChecks = []string{"postgres", "wal_level", "replication", "sessions", "outbox", "publication", "slot", "position", "capacity", "poison_table", "kafka", "topic"}
 
 // expectFailures asserts that check exited 1 and that exactly the checks in
 // want failed, each FAIL line containing every given substring (the fix).

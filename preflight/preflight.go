@@ -112,7 +112,7 @@ func (r *runner) fail(name string, err error) {
 }
 
 func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
-	names := []string{"wal_level", "replication", "outbox", "publication", "slot", "position", "capacity", "poison_table"}
+	names := []string{"wal_level", "replication", "sessions", "outbox", "publication", "slot", "position", "capacity", "poison_table"}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, cfg.Postgres.URL)
@@ -156,6 +156,15 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 		r.fail("replication", fmt.Errorf("role %q may not replicate; fix: %s", srv.User, replicationFix(plat, srv.User)))
 	} else {
 		r.ok("replication", fmt.Sprintf("role %q has REPLICATION", srv.User))
+	}
+
+	// What the role and the database set that would end or cancel a
+	// session; walpost sets each to 0 on its own connections (this one,
+	// opened plainly, shows what others get).
+	if found, err := replication.ReadSessionSettings(ctx, conn); err != nil {
+		r.fail("sessions", err)
+	} else {
+		r.ok("sessions", sessionsDetail(found, srv.User, srv.Database))
 	}
 
 	table, err := replication.ResolveTable(ctx, conn, cfg.Postgres.Table)
@@ -437,4 +446,19 @@ func failoverWarning(ctx context.Context, conn *pgx.Conn, srv replication.Server
 		return ""
 	}
 	return fmt.Sprintf("synchronized_standby_slots is empty while %d physical standby(s) stream from this primary: walpost may publish a transaction a promoted standby never received; fix: ALTER SYSTEM SET synchronized_standby_slots = '<the standbys' physical slots>'; SELECT pg_reload_conf()", f.PhysicalStandbys)
+}
+
+// sessionsDetail says which of replication.SessionSettings the role or
+// database sets, and that walpost overrides them.
+func sessionsDetail(found map[string]string, user, db string) string {
+	var set []string
+	for _, name := range replication.SessionSettingNames() {
+		if v := found[name]; v != "" && v != "0" {
+			set = append(set, name+"="+v)
+		}
+	}
+	if len(set) == 0 {
+		return fmt.Sprintf("role %q on database %q: %s are 0", user, db, strings.Join(replication.SessionSettingNames(), ", "))
+	}
+	return fmt.Sprintf("role %q on database %q: %s; walpost sets each to 0 on its own connections, so none ends or cancels them", user, db, strings.Join(set, ", "))
 }

@@ -73,8 +73,8 @@ func TestRunNoPostgres(t *testing.T) {
 	var streamed bytes.Buffer
 	res := Run(ctx, testConfig(closedAddr(t), c.ListenAddrs(), "events"), &streamed)
 
-	wantNames := []string{"postgres", "wal_level", "replication", "outbox", "publication", "slot", "position", "capacity", "poison_table", "kafka", "topic"}
-	wantStatus := []Status{Fail, Skip, Skip, Skip, Skip, Skip, Skip, Skip, Skip, OK, OK}
+	wantNames := []string{"postgres", "wal_level", "replication", "sessions", "outbox", "publication", "slot", "position", "capacity", "poison_table", "kafka", "topic"}
+	wantStatus := []Status{Fail, Skip, Skip, Skip, Skip, Skip, Skip, Skip, Skip, Skip, OK, OK}
 	if len(res.Checks) != len(wantNames) {
 		t.Fatalf("%d checks, want %d:\n%s", len(res.Checks), len(wantNames), streamed.String())
 	}
@@ -91,7 +91,7 @@ func TestRunNoPostgres(t *testing.T) {
 		strings.Contains(pg.Detail, "s3cret") || strings.Contains(pg.Err.Error(), "s3cret") {
 		t.Errorf("postgres FAIL detail: %q", pg.Detail)
 	}
-	if got := res.Checks[10].Detail; !strings.HasPrefix(got, `"events" has 2 partition(s), max.message.bytes `) {
+	if got := res.Checks[11].Detail; !strings.HasPrefix(got, `"events" has 2 partition(s), max.message.bytes `) {
 		t.Errorf("topic OK detail: %q", got)
 	}
 	if res.Failed() != 1 {
@@ -121,10 +121,10 @@ func TestRunKafka(t *testing.T) {
 	last2 := func(cfg *config.Config) (Check, Check) {
 		t.Helper()
 		res := Run(ctx, cfg, nil)
-		if len(res.Checks) != 11 {
-			t.Fatalf("%d checks, want 11", len(res.Checks))
+		if len(res.Checks) != 12 {
+			t.Fatalf("%d checks, want 12", len(res.Checks))
 		}
-		return res.Checks[9], res.Checks[10]
+		return res.Checks[10], res.Checks[11]
 	}
 
 	t.Run("topic missing", func(t *testing.T) {
@@ -145,10 +145,10 @@ func TestRunKafka(t *testing.T) {
 		t.Helper()
 		cfg.Delivery.Mode = config.ExactlyOnce
 		res := Run(ctx, cfg, nil)
-		if len(res.Checks) != 12 || res.Checks[11].Name != "checkpoint_topic" {
-			t.Fatalf("checks %+v, want 12 ending with checkpoint_topic", res.Checks)
+		if len(res.Checks) != 13 || res.Checks[12].Name != "checkpoint_topic" {
+			t.Fatalf("checks %+v, want 13 ending with checkpoint_topic", res.Checks)
 		}
-		return res.Checks[11]
+		return res.Checks[12]
 	}
 	t.Run("exactly-once: checkpoint topic missing", func(t *testing.T) {
 		cfg := testConfig(pg, c.ListenAddrs(), "events")

@@ -113,7 +113,7 @@ func (p *Pruner) Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	conn, err := replication.ConnectSQL(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return &Report{DryRun: opts.DryRun}, redact.Error(fmt.Errorf("connect to postgres.url: %w", err))
 	}

@@ -143,7 +143,7 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, errNeedsAllowDuplicates
 	}
 
-	side, err := pgx.Connect(ctx, cfg.Postgres.URL)
+	side, err := replication.ConnectSQL(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return rep, redact.Error(fmt.Errorf("connect to postgres.url: %w", err))
 	}

@@ -280,6 +280,7 @@ func replicationConfig(connString string) (*pgconn.Config, error) {
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	forceRendering(cfg.RuntimeParams)
+	ownSession(cfg.RuntimeParams)
 	cfg.RuntimeParams["application_name"] = "walpost"
 	return cfg, nil
 }

@@ -51,7 +51,7 @@ func Gather(ctx context.Context, cfg *config.Config) (*Report, error) {
 }
 
 func gatherPostgres(ctx context.Context, cfg *config.Config, r *Report) error {
-	pcfg, err := pgxpool.ParseConfig(cfg.Postgres.URL)
+	pcfg, err := replication.PoolConfig(cfg.Postgres.URL)
 	if err != nil {
 		return redact.Error(fmt.Errorf("postgres.url: %w", err))
 	}

@@ -188,7 +188,7 @@ func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
 	}
 
 	// PostgreSQL: the outbox table as walpost resolves it.
-	pcfg, err := pgxpool.ParseConfig(l.PostgresURL)
+	pcfg, err := replication.PoolConfig(l.PostgresURL)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}

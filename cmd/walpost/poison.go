@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
+	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
 )
 
@@ -28,7 +28,7 @@ func newPoisonCommand() *cobra.Command {
 }
 
 func openPoisonStore(cmd *cobra.Command, cfg *config.Config) (*poison.Store, func(), error) {
-	pool, err := pgxpool.New(cmd.Context(), cfg.Postgres.URL)
+	pool, err := replication.NewPool(cmd.Context(), cfg.Postgres.URL)
 	if err != nil {
 		return nil, nil, redact.Error(fmt.Errorf("postgres.url: %w", err))
 	}

@@ -1,0 +1,88 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// SessionSettings are set (as startup parameters) on every connection
+// walpost opens, so that settings a managed database or a DBA puts on the
+// role or the database (ALTER ROLE/DATABASE … SET) cannot end or cancel
+// walpost's own sessions: an idle_session_timeout ends the replication
+// session's side connection between two position writes, an
+// idle_in_transaction_session_timeout one of recover's snapshot
+// transactions, a statement_timeout or lock_timeout the poison row's
+// insert behind a lock or prune's delete. 0 disables each: walpost bounds
+// its own waits (kafka.flush_timeout, the receive timeout, contexts). All
+// four are settable by any role (PGC_USERSET), so none is refused.
+var SessionSettings = map[string]string{
+	"idle_session_timeout":                "0",
+	"idle_in_transaction_session_timeout": "0",
+	"statement_timeout":                   "0",
+	"lock_timeout":                        "0",
+}
+
+// ownSession adds SessionSettings to a connection's startup parameters.
+func ownSession(params map[string]string) { maps.Copy(params, SessionSettings) }
+
+// ConnectSQL opens a plain (SQL) connection to connString with
+// SessionSettings.
+func ConnectSQL(ctx context.Context, connString string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	ownSession(cfg.RuntimeParams)
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// PoolConfig parses connString for a pool whose connections have
+// SessionSettings.
+func PoolConfig(connString string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	ownSession(cfg.ConnConfig.RuntimeParams)
+	return cfg, nil
+}
+
+// NewPool opens a pool to connString whose connections have
+// SessionSettings.
+func NewPool(ctx context.Context, connString string) (*pgxpool.Pool, error) {
+	cfg, err := PoolConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// SessionSettingNames are SessionSettings' names, in a fixed order.
+func SessionSettingNames() []string {
+	return []string{"idle_session_timeout", "idle_in_transaction_session_timeout", "statement_timeout", "lock_timeout"}
+}
+
+// ReadSessionSettings reads SessionSettings' values in effect on conn
+// (current_setting, as PostgreSQL renders them: "0", "2s").
+func ReadSessionSettings(ctx context.Context, conn *pgx.Conn) (map[string]string, error) {
+	rows, err := conn.Query(ctx, `SELECT n, current_setting(n) FROM unnest($1::text[]) AS n`, SessionSettingNames())
+	if err != nil {
+		return nil, fmt.Errorf("read the session settings: %w", err)
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var n, v string
+		if err := rows.Scan(&n, &v); err != nil {
+			return nil, fmt.Errorf("read the session settings: %w", err)
+		}
+		out[n] = v
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the session settings: %w", err)
+	}
+	return out, nil
+}
