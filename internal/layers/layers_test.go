@@ -41,6 +41,7 @@ var allowed = map[string][]string{
 	"verify":          {"config", "replication", "sink/kafka", "internal/redact", "outbox"},
 	"integration":     {"config", "replication", "sink", "sink/kafka", "verify", "status", "outbox", "checkpoint", "position", "internal/redact", "writer"},
 	"bench/drain":     {"config", "forwarder", "outbox", "sink", "sink/kafka", "replication", "checkpoint"},
+	"bench/nemesis":   {},
 	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "recovery", "prune", "migrations", "lint", "sink/kafka", "replication", "internal/redact", "internal/buildinfo"},
 	"internal/layers": {},
 	"writer":          {},
