@@ -65,10 +65,9 @@ type Forwarder struct {
 	pool  *pgxpool.Pool
 
 	lost atomic.Pointer[chan error] // the running session's data-loss signal (onDataLoss)
-	// The server identity the running session checked walpost's position
-	// against, until the session ends (nil: no session streams); prune
-	// passes run only on it and stop with the session (retention.go).
-	ident atomic.Pointer[sessionIdentity]
+	// The server identity the last session checked walpost's position
+	// against (nil: none yet); prune passes run only on it (retention.go).
+	ident atomic.Pointer[position.Identity]
 	// Record-level refusals per event in exactly-once mode, across
 	// sessions (transactor).
 	refused refusals

@@ -6,21 +6,13 @@ import (
 	"time"
 
 	"github.com/walpost/walpost/internal/redact"
-	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/prune"
 )
 
-// errNoSession: no replication session of this process runs with
-// walpost's position checked against the server's identity (before the
-// first, between two, or standing by for a slot another process holds),
-// so a prune pass waits.
+// errNoSession: no replication session of this process has checked
+// walpost's position against the server's identity yet (before the first,
+// or standing by for a slot another process holds), so a prune pass waits.
 var errNoSession = errors.New("no replication session has checked the position yet")
-
-// sessionIdentity is the identity a running session checked, and its end.
-type sessionIdentity struct {
-	id   position.Identity
-	done chan struct{} // closed when the session ends
-}
 
 // prunePass is one prune of the outbox (Forwarder.prunePass); the rows it
 // deleted are in the report, also when it failed part way.
@@ -62,40 +54,17 @@ func (f *Forwarder) pruneOutbox(ctx context.Context, every time.Duration, pass p
 }
 
 // prunePass prunes once over a connection of the side pool (never the
-// replication connection), on the identity the running session verified;
-// the pass ends (its batch rolled back) when that session ends.
+// replication connection), on the identity the last session verified.
 func (f *Forwarder) prunePass(ctx context.Context) (*prune.Report, error) {
-	sid := f.ident.Load()
-	if sid == nil {
+	id := f.ident.Load()
+	if id == nil {
 		return nil, errNoSession
 	}
-	select {
-	case <-sid.done:
-		return nil, errNoSession
-	default:
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go func() {
-		select {
-		case <-sid.done:
-			cancel(errNoSession)
-		case <-ctx.Done():
-		}
-	}()
-	rep, err := f.prunePassOn(ctx, sid.id)
-	if err != nil && errors.Is(context.Cause(ctx), errNoSession) {
-		err = errNoSession // the session ended: this pass's batch rolled back
-	}
-	return rep, err
-}
-
-func (f *Forwarder) prunePassOn(ctx context.Context, id position.Identity) (*prune.Report, error) {
 	c, err := f.pool.Acquire(ctx)
 	if err != nil {
 		return nil, redact.Error(err)
 	}
 	defer c.Release()
 	p := &prune.Pruner{Config: f.cfg, Logger: f.log}
-	return p.Pass(ctx, c.Conn(), id, prune.Options{OlderThan: f.cfg.Outbox.Retention, Batch: f.cfg.Outbox.PruneBatch})
+	return p.Pass(ctx, c.Conn(), *id, prune.Options{OlderThan: f.cfg.Outbox.Retention, Batch: f.cfg.Outbox.PruneBatch})
 }

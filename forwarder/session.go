@@ -172,15 +172,9 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	}, f.sink, f.store, tracker)
 	f.m.tracker.Store(tracker)
 	// Prune passes run on the identity this session checked the position
-	// against, and only while it runs: the next session checks the server
-	// behind the URL again before any row is pruned on its strength (a
-	// session that finds another system ends walpost, ErrOtherSystem).
-	sid := &sessionIdentity{id: id, done: make(chan struct{})}
-	f.ident.Store(sid)
-	defer func() {
-		f.ident.CompareAndSwap(sid, nil)
-		close(sid.done)
-	}()
+	// against, also while the next session waits (a destination down): a
+	// session that finds another system ends walpost (ErrOtherSystem).
+	f.ident.Store(&id)
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,
 		"table", table.String(), "lsn", slot.ConfirmedFlush.String())
 	var h replication.Handler
