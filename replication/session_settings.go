@@ -2,10 +2,13 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -37,7 +40,30 @@ func ConnectSQL(ctx context.Context, connString string) (*pgx.Conn, error) {
 		return nil, err
 	}
 	ownSession(cfg.RuntimeParams)
-	return pgx.ConnectConfig(ctx, cfg)
+	for {
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil || !dropUnknownSetting(err, cfg.RuntimeParams) {
+			return conn, err
+		}
+	}
+}
+
+// dropUnknownSetting removes from params the one of SessionSettings a
+// server refused as unknown (PostgreSQL 13 has no idle_session_timeout),
+// so the connection is tried again without it and the server's version
+// is refused with its own message; false for any other error.
+func dropUnknownSetting(err error, params map[string]string) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42704" {
+		return false
+	}
+	for name := range SessionSettings {
+		if _, set := params[name]; set && strings.Contains(pe.Message, `"`+name+`"`) {
+			delete(params, name)
+			return true
+		}
+	}
+	return false
 }
 
 // PoolConfig parses connString for a pool whose connections have

@@ -324,6 +324,9 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 		return pgproto3.NewFrontend(bufio.NewReaderSize(rd, replicationReadBuffer), w)
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	for err != nil && dropUnknownSetting(err, cfg.RuntimeParams) {
+		conn, err = pgconn.ConnectConfig(ctx, cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
