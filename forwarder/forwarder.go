@@ -250,7 +250,6 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 		if action == StandBy {
 			b.streak = 0
 		}
-		f.m.failStreak.Set(float64(b.streak))
 		f.m.failures.Store(int64(b.streak))
 		var wait time.Duration
 		switch action {

@@ -35,7 +35,6 @@ type metrics struct {
 	poisoned     *prometheus.CounterVec
 	replayed     *prometheus.CounterVec
 	reconnects   *prometheus.CounterVec
-	failStreak   prometheus.Gauge
 	orderBroken  *prometheus.CounterVec
 	dataLoss     *prometheus.CounterVec
 	produceLat   prometheus.Histogram
@@ -83,7 +82,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		orderBroken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_order_violations_total", Help: "Records appended ahead of an earlier record of their partition that the broker refused, by topic."}, []string{"topic"}),
 		dataLoss:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_kafka_data_loss_total", Help: "Data loss Kafka reported on a partition (records it had acknowledged may be gone); each ends the session, which produces everything after the slot's confirmed position again."}, []string{"topic", "partition"}),
 		reconnects:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_reconnects_total", Help: "Replication sessions restarted, by cause."}, []string{"cause"}),
-		failStreak:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_reconnect_failures_in_a_row", Help: "Session failures in a row without progress (sessions that delivered no event and ran under a minute); 0 after a session that delivered events. The reconnect back-off grows with it."}),
 		produceLat: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_produce_latency_seconds", Help: "From reading the event off the slot (or releasing it after a failed record was settled) to its ack.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15)}),
 		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "walpost_commit_to_ack_seconds", Help: "From the transaction's commit to the ack of its record.",
@@ -118,6 +116,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 		return 0
 	})
+	failStreak := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_reconnect_failures_in_a_row", Help: "Session failures in a row without progress (sessions that delivered no event and ran under a minute); 0 after a session that delivered events. The reconnect back-off grows with it."}, func() float64 {
+		return float64(m.failures.Load())
+	})
 	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_oldest_unconfirmed_event_age_seconds", Help: "Age of the oldest transaction received and not yet confirmed (0 when none)."}, func() float64 {
 		if t := m.tracker.Load(); t != nil {
 			if at, ok := t.OldestPending(); ok && !at.IsZero() {
@@ -126,7 +127,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, m.failStreak, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
+	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, failStreak, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest,
 		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions, m.cpRefused} {
 		f(c)

@@ -27,6 +27,19 @@ var generators = map[string]bool{
 	"timeofday": true, "nextval": true, "txid_current": true, "pg_current_xact_id": true,
 }
 
+// keyGenerator names the generator a value put in the key column comes
+// from: one used in the value, or the column's DEFAULT when the value is
+// DEFAULT (keyCol may be nil: unknown column); "" when none.
+func keyGenerator(v *pg.Node, keyCol *column) string {
+	if g := generatorIn(v); g != "" {
+		return g
+	}
+	if stripCasts(v).GetSetToDefault() != nil && keyCol != nil {
+		return keyCol.generator
+	}
+	return ""
+}
+
 // generatorIn names the first value generator used in an expression
 // ("gen_random_uuid()"), or "".
 func generatorIn(n *pg.Node) string {
@@ -96,10 +109,7 @@ func (a *analysis) checkReplayNewKey() []Finding {
 				continue
 			}
 			for _, v := range valuesAt(ins.SelectStmt, idx) {
-				g := generatorIn(v)
-				if g == "" && stripCasts(v).GetSetToDefault() != nil && keyCol != nil {
-					g = keyCol.generator
-				}
+				g := keyGenerator(v, keyCol)
 				if g == "" {
 					continue
 				}

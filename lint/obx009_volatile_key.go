@@ -57,10 +57,7 @@ func (a *analysis) checkVolatileKey() []Finding {
 				continue
 			}
 			for _, v := range valuesAt(ins.SelectStmt, idx) {
-				g := generatorIn(v)
-				if g == "" && stripCasts(v).GetSetToDefault() != nil && keyCol != nil {
-					g = keyCol.generator
-				}
+				g := keyGenerator(v, keyCol)
 				if g == "" {
 					continue
 				}
