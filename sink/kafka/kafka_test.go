@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -535,33 +536,18 @@ func TestKafkaTooLargeRecheckIsRateLimited(t *testing.T) {
 	}
 }
 
-// A topic limit that cannot be read is a transient failure (the session
-// restarts and reads it again), never a guessed limit: a record larger
-// than Kafka's default but within its topic's limit is never reported too
-// large, and is delivered once the limit can be read.
+// A topic limit that cannot be read is never guessed: a record larger
+// than Kafka's default but within its topic's limit waits in the sink
+// (no outcome: neither too large nor a transient failure that restarts
+// the session) and is delivered once the limit can be read.
 func TestKafkaUnreadableLimitIsTransient(t *testing.T) {
 	c := newCluster(t)
-	var mu sync.Mutex
-	refuse := true
-	c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		mu.Lock()
-		defer mu.Unlock()
-		if !refuse {
-			return nil, nil, false
-		}
-		req := kreq.(*kmsg.DescribeConfigsRequest)
-		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-		for _, r := range req.Resources {
-			rr := kmsg.NewDescribeConfigsResponseResource()
-			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
-			rr.ErrorCode = kerr.UnknownServerError.Code
-			resp.Resources = append(resp.Resources, rr)
-		}
-		return resp, nil, true
-	})
+	var refuse atomic.Bool
+	var describes atomic.Int64
+	refuse.Store(true)
+	unreadableLimits(c, &refuse, &describes)
 	k := newKafka(t, c, kafka.Config{})
-	kafka.SetLimitIntervals(k, time.Hour, time.Hour, 0)
+	kafka.SetLimitIntervals(k, time.Hour, time.Hour, 20*time.Millisecond)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	limit := "4194304"
@@ -574,15 +560,23 @@ func TestKafkaUnreadableLimitIsTransient(t *testing.T) {
 	}
 	// 1.5 MiB: above Kafka's default max.message.bytes, within the topic's.
 	ev := &outbox.Event{ID: "1", IdempotencyKey: "roomy-1", Payload: []byte(`{"b": "` + strings.Repeat("y", 3<<19) + `"}`), Topic: "roomy"}
-	err = produceWait(t, k, ev)
-	if kind, class := sink.KindOf(err); kind != sink.Transient || errors.Is(err, kafka.ErrRecordTooLarge) {
-		t.Fatalf("limit unreadable: outcome %v (%s, %s), want a transient failure, not too large", err, kind, class)
+	out := make(chan error, 2)
+	k.Produce(ev, sink.AckFunc(func(_ sink.Result, err error) { out <- err }))
+	before := describes.Load()
+	waitUntil(t, 10*time.Second, "three more failed reads of the limit", func() bool { return describes.Load() >= before+3 })
+	select {
+	case err := <-out:
+		t.Fatalf("limit unreadable: outcome %v, want the record held without an outcome", err)
+	default:
 	}
-	mu.Lock()
-	refuse = false
-	mu.Unlock()
-	if err := produceWait(t, k, ev); err != nil {
-		t.Fatalf("limit readable again: %v, want the record delivered", err)
+	refuse.Store(false)
+	select {
+	case err := <-out:
+		if err != nil {
+			t.Fatalf("limit readable again: %v, want the record delivered", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("no outcome once the limit could be read")
 	}
 	if got := consumeAll(t, c, "roomy", 1); len(got[0]) != 1 || string(got[0][0].Key) != "roomy-1" {
 		t.Errorf("consumed %v, want roomy-1", got[0])

@@ -82,6 +82,14 @@ type Sink struct {
 	built  sync.Map // topic → int, the smallest batch limit the client's partitions of topic were created with
 	remake sync.Mutex
 
+	// Records waiting for their topic's limit (hold.go).
+	holdMu  sync.Mutex
+	holds   map[string]*hold // topic → its held records, in order
+	nholds  atomic.Int32     // len(holds), read without the lock
+	holders sync.WaitGroup   // the goroutines that await a topic's limit
+	quit    chan struct{}    // closed by Close
+	closed  sync.Once
+
 	lay   *Layout                       // cfg.Layout
 	types atomic.Pointer[[2]ColumnType] // key and value column types (SetColumnTypes)
 
@@ -142,7 +150,7 @@ func New(cfg Config) (*Sink, error) {
 		// No AllowAutoTopicCreation: a missing topic is a destination
 		// error to fix, never created implicitly.
 	}
-	k := &Sink{cfg: cfg, log: cfg.Logger, limitRefresh: limitRefresh, limitRecheck: limitRecheck, limitRetry: limitRetry, lay: cfg.Layout}
+	k := &Sink{cfg: cfg, log: cfg.Logger, quit: make(chan struct{}), limitRefresh: limitRefresh, limitRecheck: limitRecheck, limitRetry: limitRetry, lay: cfg.Layout}
 	if k.lay != nil {
 		k.types.Store(&[2]ColumnType{k.lay.KeyType, k.lay.ValueType})
 	}
@@ -194,8 +202,9 @@ func (k *Sink) fallbackLimit() int {
 }
 
 // ErrLimitUnknown: the topic's max.message.bytes could not be read, so a
-// record's size cannot be checked. Transient: the session restarts and
-// the limit is read again; never a reason to quarantine.
+// record's size cannot be checked. Transient: the record waits in the sink
+// until the limit is read (hold.go), or in exactly-once mode the session
+// restarts and reads it again; never a reason to quarantine.
 var ErrLimitUnknown = errors.New("cannot read the topic's max.message.bytes")
 
 // ErrLimitRaised: the record fits its topic's max.message.bytes, which was
@@ -264,9 +273,9 @@ func (k *Sink) readLimit(topic string, now time.Time) topicLimit {
 	case refusesDescribe(err):
 		l.err, l.failedAt = fmt.Errorf("%w of topic %q: %w: fix: grant walpost's principal DESCRIBE_CONFIGS on the topic, or set kafka.max_message_bytes", ErrLimitUnknown, topic, err), time.Now()
 	case err != nil:
-		k.log.Warn("cannot read the topic's max.message.bytes; records that need it fail as transient and the session restarts",
+		k.log.Warn("cannot read the topic's max.message.bytes; records that need it wait in the sink until it is read (exactly-once: the session restarts)",
 			"topic", topic, "err", err.Error(), "retry_in", k.limitRetry.String())
-		l.err, l.failedAt = fmt.Errorf("%w of topic %q (the session restarts and reads it again): %w", ErrLimitUnknown, topic, err), time.Now()
+		l.err, l.failedAt = fmt.Errorf("%w of topic %q (read again in a moment): %w", ErrLimitUnknown, topic, err), time.Now()
 	default:
 		if l.bytes > 0 && l.bytes != info.MaxMessageBytes {
 			k.log.Info("the topic's max.message.bytes changed", "topic", topic, "from", l.bytes, "to", info.MaxMessageBytes)
@@ -406,16 +415,21 @@ func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	if err := k.checkSize(r, now); err != nil {
-		topic := r.Topic
-		p.release()
-		a.Acked(sink.Result{Topic: topic, Partition: -1, Offset: -1}, classified(err, topic))
-		return
-	}
 	// The Debezium layout partitions by the key bytes (its PartitionKey
 	// is the key column, already in r.Key in the key format's encoding).
 	p.pk, p.hasPK, p.done = ev.PartitionKey, ev.HasPartition && (k.lay == nil || !k.lay.Debezium), a
 	r.Context = p
+	if k.nholds.Load() > 0 && k.heldBehind(p) {
+		return // its topic's records wait for the topic's limit (hold.go)
+	}
+	if err := k.checkSize(r, now); err != nil {
+		if k.holdable(err) {
+			k.startHold(p, err)
+			return
+		}
+		k.fail(p, err)
+		return
+	}
 	k.client.Load().Produce(context.Background(), r, promise)
 }
 
@@ -488,12 +502,20 @@ func classified(err error, topic string) error {
 	return &sink.Error{Kind: kind, Class: class, Err: err}
 }
 
-// Flush waits until every produced record has an outcome or ctx ends.
-func (k *Sink) Flush(ctx context.Context) error { return k.client.Load().Flush(ctx) }
+// Flush waits until every produced record has an outcome (held records
+// too: they are sent once their topic's limit is read) or ctx ends.
+func (k *Sink) Flush(ctx context.Context) error {
+	if err := k.waitHeld(ctx); err != nil {
+		return err
+	}
+	return k.client.Load().Flush(ctx)
+}
 
-// Close closes the client; records without an outcome fail with
-// kgo.ErrClientClosed.
+// Close closes the client; records without an outcome, held ones too,
+// fail with kgo.ErrClientClosed.
 func (k *Sink) Close() {
+	k.closed.Do(func() { close(k.quit) })
+	k.holders.Wait()
 	k.remake.Lock()
 	defer k.remake.Unlock()
 	k.client.Load().Close()

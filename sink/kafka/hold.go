@@ -1,0 +1,189 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/sink"
+)
+
+// A topic's records wait in the sink while its max.message.bytes cannot
+// be read because Kafka does not answer (the first record of a topic the
+// sink has not produced to yet, or a recheck of a record above the limit
+// last read): the caller goes on (the replication stream keeps reading up
+// to its in-flight limit and sending status updates), the limit is read
+// again every limitRetry, and once it is known the held records are
+// checked and produced in the order they came, before any later record of
+// the topic. A record is never checked against a guessed limit, so none
+// is quarantined for a size the topic allows. Records of other topics are
+// not held.
+//
+// In exactly-once mode records are not held: a transaction's records must
+// reach the client before it commits, so an unreadable limit is a
+// transient failure of the session, as a Kafka outage is anyway.
+
+// hold is the queue of one topic's held records.
+type hold struct {
+	recs []*produced
+	done chan struct{} // closed once the queue is empty and removed
+}
+
+// holdable reports whether a record whose size check failed with err
+// waits in the sink for its topic's limit.
+func (k *Sink) holdable(err error) bool {
+	return k.cfg.TransactionalID == "" && errors.Is(err, ErrLimitUnknown) && !refusesDescribe(err)
+}
+
+// heldBehind appends p to its topic's queue when the topic has one, so p
+// is sent after the records held before it; false when the topic has no
+// queue.
+func (k *Sink) heldBehind(p *produced) bool {
+	k.holdMu.Lock()
+	defer k.holdMu.Unlock()
+	h := k.holds[p.rec.Topic]
+	if h == nil {
+		return false
+	}
+	h.recs = append(h.recs, p)
+	return true
+}
+
+// startHold queues p, the first record of its topic to wait for the
+// topic's limit (or the next one, if a queue was started meanwhile).
+func (k *Sink) startHold(p *produced, why error) {
+	topic := p.rec.Topic
+	k.holdMu.Lock()
+	defer k.holdMu.Unlock()
+	if h := k.holds[topic]; h != nil {
+		h.recs = append(h.recs, p)
+		return
+	}
+	if k.holds == nil {
+		k.holds = map[string]*hold{}
+	}
+	h := &hold{recs: []*produced{p}, done: make(chan struct{})}
+	k.holds[topic] = h
+	k.nholds.Add(1)
+	k.log.Warn("holding the topic's records until its max.message.bytes can be read; they are sent in order once it is",
+		"topic", topic, "first_idempotency_key", string(p.rec.Key), "err", why.Error(), "retry_in", k.limitRetry.String())
+	k.holders.Add(1)
+	go k.await(topic, h)
+}
+
+// await reads topic's limit every limitRetry until it is known, then
+// sends the held records in order; on Close it fails them as transient
+// (kgo.ErrClientClosed), so each still gets exactly one outcome.
+func (k *Sink) await(topic string, h *hold) {
+	defer k.holders.Done()
+	timer := time.NewTimer(k.limitRetry)
+	defer timer.Stop()
+	started, sent := time.Now(), 0
+	for {
+		select {
+		case <-k.quit:
+			k.holdMu.Lock()
+			recs := h.recs
+			h.recs = nil
+			k.unhold(topic, h)
+			k.holdMu.Unlock()
+			for _, p := range recs {
+				k.fail(p, kgo.ErrClientClosed)
+			}
+			return
+		case <-timer.C:
+		}
+		// The records are taken out of the queue in batches; records that
+		// arrive meanwhile queue behind them, so the topic's order holds.
+		for {
+			k.holdMu.Lock()
+			recs := h.recs
+			if len(recs) == 0 {
+				k.unhold(topic, h)
+				k.holdMu.Unlock()
+				k.log.Info("the topic's max.message.bytes was read; its held records were sent",
+					"topic", topic, "records", sent, "held_for", time.Since(started).Round(time.Millisecond).String())
+				return
+			}
+			h.recs = nil
+			k.holdMu.Unlock()
+			n := k.release(recs)
+			sent += n
+			if n < len(recs) {
+				// The limit could not be read again: the rest goes back
+				// to the front of the queue.
+				k.holdMu.Lock()
+				h.recs = append(recs[n:len(recs):len(recs)], h.recs...)
+				k.holdMu.Unlock()
+				timer.Reset(k.limitRetry)
+				break
+			}
+		}
+	}
+}
+
+// release checks and sends recs in order and returns how many were sent
+// or failed for good; it stops at the first record whose topic limit
+// still cannot be read.
+func (k *Sink) release(recs []*produced) int {
+	for i, p := range recs {
+		if err := k.checkSize(&p.rec, time.Now()); err != nil {
+			if k.holdable(err) {
+				return i
+			}
+			k.fail(p, err)
+			continue
+		}
+		k.client.Load().Produce(context.Background(), &p.rec, promise)
+	}
+	return len(recs)
+}
+
+// unhold removes h, empty, from the queues; k.holdMu is held.
+func (k *Sink) unhold(topic string, h *hold) {
+	delete(k.holds, topic)
+	k.nholds.Add(-1)
+	close(h.done)
+}
+
+// fail reports err as p's outcome and releases p.
+func (k *Sink) fail(p *produced, err error) {
+	a, topic := p.done, p.rec.Topic
+	p.release()
+	a.Acked(sink.Result{Topic: topic, Partition: -1, Offset: -1}, classified(err, topic))
+}
+
+// Held returns how many records wait for their topic's limit.
+func (k *Sink) Held() int {
+	k.holdMu.Lock()
+	defer k.holdMu.Unlock()
+	n := 0
+	for _, h := range k.holds {
+		n += len(h.recs)
+	}
+	return n
+}
+
+// waitHeld waits until no record is held, or ctx ends.
+func (k *Sink) waitHeld(ctx context.Context) error {
+	for k.nholds.Load() > 0 {
+		var done chan struct{}
+		k.holdMu.Lock()
+		for _, h := range k.holds {
+			done = h.done
+			break
+		}
+		k.holdMu.Unlock()
+		if done == nil {
+			return nil
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}

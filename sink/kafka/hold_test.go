@@ -1,0 +1,213 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
+)
+
+// unreadableLimits makes the cluster's DescribeConfigs answers fail (an
+// error that is neither an authorization refusal nor a missing topic)
+// while down is set, and counts the requests.
+func unreadableLimits(c *kfake.Cluster, down *atomic.Bool, describes *atomic.Int64) {
+	c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		describes.Add(1)
+		if !down.Load() {
+			return nil, nil, false
+		}
+		req := kreq.(*kmsg.DescribeConfigsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		for _, r := range req.Resources {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+			rr.ErrorCode = kerr.UnknownServerError.Code
+			resp.Resources = append(resp.Resources, rr)
+		}
+		return resp, nil, true
+	})
+}
+
+// outcomes records each event's acknowledgements by index.
+type outcomes struct {
+	mu    sync.Mutex
+	calls []int
+	errs  []error
+	offs  []int64
+	parts []int32
+}
+
+func newOutcomes(n int) *outcomes {
+	return &outcomes{calls: make([]int, n), errs: make([]error, n), offs: make([]int64, n), parts: make([]int32, n)}
+}
+
+func (o *outcomes) acker(i int) sink.Acker {
+	return sink.AckFunc(func(r sink.Result, err error) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.calls[i]++
+		o.errs[i], o.offs[i], o.parts[i] = err, r.Offset, r.Partition
+	})
+}
+
+func (o *outcomes) acked() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, c := range o.calls {
+		if c > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func heldEvent(i int, topic string) *outbox.Event {
+	return &outbox.Event{
+		ID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i), IdempotencyKey: fmt.Sprintf("%s-%04d", topic, i),
+		Payload: []byte(fmt.Sprintf(`{"n": %d}`, i)), Topic: topic, PartitionKey: "one-partition", HasPartition: true,
+		CommitLSN: 0x16B3748, CommitTime: time.Now(), Seq: i,
+	}
+}
+
+// TestHeldUntilTheTopicsLimitIsRead: while a topic's max.message.bytes
+// cannot be read (Kafka does not answer the describe), its records wait in
+// the sink, with no outcome (never a transient failure that would restart
+// the session, never a size decided on a guessed limit), while records
+// of a topic whose limit is known go on; once the limit is read they are
+// sent, each acknowledged once, in the order produced; Flush waits for
+// them.
+func TestHeldUntilTheTopicsLimitIsRead(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(3, "fresh"))
+	var down atomic.Bool
+	var describes atomic.Int64
+	unreadableLimits(c, &down, &describes)
+	k := newKafka(t, c, kafka.Config{})
+	kafka.SetLimitIntervals(k, time.Minute, time.Second, 20*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	known := newOutcomes(1)
+	k.Produce(heldEvent(0, testTopic), known.acker(0)) // the default topic's limit is read
+	if err := k.Flush(ctx); err != nil || known.errs[0] != nil {
+		t.Fatalf("first record of the default topic: flush %v, outcome %v", err, known.errs[0])
+	}
+
+	down.Store(true)
+	const n = 200
+	held := newOutcomes(n)
+	for i := range n {
+		k.Produce(heldEvent(i, "fresh"), held.acker(i))
+	}
+	// Several failed reads later, nothing of "fresh" has an outcome...
+	before := describes.Load()
+	waitUntil(t, 10*time.Second, "three more failed reads of the limit", func() bool { return describes.Load() >= before+3 })
+	if a := held.acked(); a != 0 || k.Held() != n {
+		t.Fatalf("while the limit cannot be read: %d of %d records have an outcome, %d held; want 0 and all held", a, n, k.Held())
+	}
+	// ...records of the topic whose limit is known are not held...
+	other := newOutcomes(10)
+	for i := range 10 {
+		k.Produce(heldEvent(100+i, testTopic), other.acker(i))
+	}
+	waitUntil(t, 10*time.Second, "the known topic's records acknowledged", func() bool { return other.acked() == 10 })
+	// ...and Flush waits for the held ones.
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	err := k.Flush(short)
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush with records held = %v, want it to wait for them (deadline exceeded)", err)
+	}
+
+	down.Store(false)
+	if err := k.Flush(ctx); err != nil {
+		t.Fatalf("Flush once the limit can be read: %v", err)
+	}
+	for i := range n {
+		if held.calls[i] != 1 || held.errs[i] != nil {
+			t.Fatalf("held record %d: %d outcomes, last %v; want one, nil", i, held.calls[i], held.errs[i])
+		}
+		if i > 0 && (held.parts[i] != held.parts[0] || held.offs[i] <= held.offs[i-1]) {
+			t.Fatalf("held record %d at %d/%d after record %d at %d/%d: the order produced is lost",
+				i, held.parts[i], held.offs[i], i-1, held.parts[i-1], held.offs[i-1])
+		}
+	}
+	if k.Held() != 0 {
+		t.Errorf("%d records still held after Flush", k.Held())
+	}
+}
+
+// TestHeldRecordsFailOnClose: Close gives each held record one outcome, a
+// transient failure (the next session sends it again from the slot).
+func TestHeldRecordsFailOnClose(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(3, "fresh"))
+	var down atomic.Bool
+	var describes atomic.Int64
+	down.Store(true)
+	unreadableLimits(c, &down, &describes)
+	k, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), DefaultTopic: testTopic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kafka.SetLimitIntervals(k, time.Minute, time.Second, time.Hour)
+	const n = 20
+	held := newOutcomes(n)
+	for i := range n {
+		k.Produce(heldEvent(i, "fresh"), held.acker(i))
+	}
+	if k.Held() != n {
+		t.Fatalf("%d held, want %d", k.Held(), n)
+	}
+	k.Close()
+	for i := range n {
+		var se *sink.Error
+		if held.calls[i] != 1 || !errors.As(held.errs[i], &se) || se.Kind != sink.Transient {
+			t.Fatalf("held record %d after Close: %d outcomes, last %v; want one transient failure", i, held.calls[i], held.errs[i])
+		}
+	}
+}
+
+// TestExactlyOnceDoesNotHold: a transactional sink does not hold records
+// (they must reach the client before the transaction commits): an
+// unreadable limit is a transient failure at once.
+func TestExactlyOnceDoesNotHold(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(3, "fresh"))
+	var down atomic.Bool
+	var describes atomic.Int64
+	down.Store(true)
+	unreadableLimits(c, &down, &describes)
+	k := newKafka(t, c, kafka.Config{TransactionalID: "walpost-test"})
+	out := newOutcomes(1)
+	k.Produce(heldEvent(0, "fresh"), out.acker(0))
+	var se *sink.Error
+	if out.calls[0] != 1 || !errors.As(out.errs[0], &se) || se.Kind != sink.Transient || !errors.Is(out.errs[0], kafka.ErrLimitUnknown) {
+		t.Fatalf("transactional Produce with the limit unreadable: %d outcomes, %v; want one transient ErrLimitUnknown", out.calls[0], out.errs[0])
+	}
+	if k.Held() != 0 {
+		t.Errorf("a transactional sink holds %d records", k.Held())
+	}
+}
+
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
