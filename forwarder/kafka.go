@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
@@ -31,7 +32,18 @@ func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
 	kcfg.ProducerOpts = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(f.reg)))}
 	kcfg.Logger = f.log.With("component", "kafka")
 	kcfg.OnDataLoss = f.onDataLoss
-	return kafka.New(kcfg)
+	k, err := kafka.New(kcfg)
+	if err != nil {
+		return nil, err
+	}
+	// Records waiting for their topic's max.message.bytes (Kafka did not
+	// answer the describe): they count against the in-flight limit, and
+	// /readyz turns red when they hold the confirmed LSN for longer than
+	// http.ready_stall_timeout.
+	_ = f.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_kafka_held_records",
+		Help: "Records waiting in the sink until their topic's max.message.bytes can be read (Kafka unreachable at the topic's first record); sent in order once it is."},
+		func() float64 { return float64(k.Held()) }))
+	return k, nil
 }
 
 // waitKafka waits until the default topic (and in exactly-once mode the

@@ -31,6 +31,8 @@ func Classify(err error) (sink.Kind, string) {
 		return sink.Record, "NULL_PAYLOAD"
 	case errors.Is(err, ErrLimitRaised):
 		return sink.Record, "LIMIT_RAISED"
+	case errors.Is(err, ErrHeldBehind):
+		return sink.Transient, "HELD_BEHIND"
 	case errors.Is(err, ErrLimitUnknown) && !refusesDescribe(err):
 		return sink.Transient, "DESCRIBE_TOPIC"
 	case errors.Is(err, kgo.ErrClientClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),

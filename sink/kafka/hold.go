@@ -57,6 +57,12 @@ func (k *Sink) startHold(p *produced, why error) {
 	topic := p.rec.Topic
 	k.holdMu.Lock()
 	defer k.holdMu.Unlock()
+	select {
+	case <-k.quit: // closed: no goroutine may start
+		go k.fail(p, kgo.ErrClientClosed)
+		return
+	default:
+	}
 	if h := k.holds[topic]; h != nil {
 		h.recs = append(h.recs, p)
 		return
@@ -109,8 +115,32 @@ func (k *Sink) await(topic string, h *hold) {
 			}
 			h.recs = nil
 			k.holdMu.Unlock()
-			n := k.release(recs)
+			n, failed := k.release(recs)
 			sent += n
+			if failed {
+				// A held record failed: the records behind it must not
+				// overtake it, so they fail too (transient: the session
+				// restarts and sends them again from the slot, in order).
+				// The queue stays until it is empty, so records that
+				// arrive meanwhile fail behind them too, and Flush
+				// returns only once each has its outcome.
+				k.log.Warn("a held record of the topic failed; the records held behind it fail too and are sent again in order",
+					"topic", topic, "idempotency_key", string(recs[n-1].rec.Key))
+				rest := recs[n:]
+				for {
+					for _, p := range rest {
+						k.fail(p, ErrHeldBehind)
+					}
+					k.holdMu.Lock()
+					rest, h.recs = h.recs, nil
+					if len(rest) == 0 {
+						k.unhold(topic, h)
+						k.holdMu.Unlock()
+						return
+					}
+					k.holdMu.Unlock()
+				}
+			}
 			if n < len(recs) {
 				// The limit could not be read again: the rest goes back
 				// to the front of the queue.
@@ -124,22 +154,28 @@ func (k *Sink) await(topic string, h *hold) {
 	}
 }
 
-// release checks and sends recs in order and returns how many were sent
-// or failed for good; it stops at the first record whose topic limit
-// still cannot be read.
-func (k *Sink) release(recs []*produced) int {
+// release checks and sends recs in order and returns how many it took:
+// sent, or the last one failed (failed true); it stops before the first
+// record whose topic limit still cannot be read, and after the first
+// that fails.
+func (k *Sink) release(recs []*produced) (n int, failed bool) {
 	for i, p := range recs {
 		if err := k.checkSize(&p.rec, time.Now()); err != nil {
 			if k.holdable(err) {
-				return i
+				return i, false
 			}
 			k.fail(p, err)
-			continue
+			return i + 1, true
 		}
 		k.client.Load().Produce(context.Background(), &p.rec, promise)
 	}
-	return len(recs)
+	return len(recs), false
 }
+
+// ErrHeldBehind: the record waited in the sink behind an earlier record
+// of its topic that failed; transient, so the session restarts and sends
+// both again from the slot, in order.
+var ErrHeldBehind = errors.New("held behind an earlier record of its topic that failed; sent again in order")
 
 // unhold removes h, empty, from the queues; k.holdMu is held.
 func (k *Sink) unhold(topic string, h *hold) {

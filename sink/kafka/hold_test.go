@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -135,6 +137,8 @@ func TestHeldUntilTheTopicsLimitIsRead(t *testing.T) {
 	if err := k.Flush(ctx); err != nil {
 		t.Fatalf("Flush once the limit can be read: %v", err)
 	}
+	held.mu.Lock()
+	defer held.mu.Unlock()
 	for i := range n {
 		if held.calls[i] != 1 || held.errs[i] != nil {
 			t.Fatalf("held record %d: %d outcomes, last %v; want one, nil", i, held.calls[i], held.errs[i])
@@ -171,6 +175,8 @@ func TestHeldRecordsFailOnClose(t *testing.T) {
 		t.Fatalf("%d held, want %d", k.Held(), n)
 	}
 	k.Close()
+	held.mu.Lock()
+	defer held.mu.Unlock()
 	for i := range n {
 		var se *sink.Error
 		if held.calls[i] != 1 || !errors.As(held.errs[i], &se) || se.Kind != sink.Transient {
@@ -191,6 +197,8 @@ func TestExactlyOnceDoesNotHold(t *testing.T) {
 	k := newKafka(t, c, kafka.Config{TransactionalID: "walpost-test"})
 	out := newOutcomes(1)
 	k.Produce(heldEvent(0, "fresh"), out.acker(0))
+	out.mu.Lock()
+	defer out.mu.Unlock()
 	var se *sink.Error
 	if out.calls[0] != 1 || !errors.As(out.errs[0], &se) || se.Kind != sink.Transient || !errors.Is(out.errs[0], kafka.ErrLimitUnknown) {
 		t.Fatalf("transactional Produce with the limit unreadable: %d outcomes, %v; want one transient ErrLimitUnknown", out.calls[0], out.errs[0])
@@ -211,3 +219,57 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 	}
 }
 
+// TestHeldBehindAFailedRecord: when a held record fails on release (here:
+// larger than the topic's limit, read once Kafka answers), the records
+// held behind it fail too, as transient (sent again from the slot, in
+// order), never sent ahead of it.
+func TestHeldBehindAFailedRecord(t *testing.T) {
+	c := newCluster(t)
+	var down atomic.Bool
+	var describes atomic.Int64
+	unreadableLimits(c, &down, &describes)
+	k := newKafka(t, c, kafka.Config{})
+	kafka.SetLimitIntervals(k, time.Minute, time.Minute, 20*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	limit := "2000"
+	resp, err := kadm.NewClient(k.Client()).CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, "small")
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("create topic: %v", err)
+	}
+	down.Store(true)
+	out := newOutcomes(4)
+	big := heldEvent(0, "small")
+	big.Payload = []byte(`{"b": "` + strings.Repeat("x", 4000) + `"}`)
+	k.Produce(big, out.acker(0))
+	for i := 1; i < 4; i++ {
+		k.Produce(heldEvent(i, "small"), out.acker(i))
+	}
+	if k.Held() != 4 {
+		t.Fatalf("%d held, want 4", k.Held())
+	}
+	down.Store(false)
+	if err := k.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out.mu.Lock()
+	defer out.mu.Unlock()
+	if out.calls[0] != 1 || !errors.Is(out.errs[0], kafka.ErrRecordTooLarge) {
+		t.Fatalf("the oversized held record: %d outcomes, %v; want one ErrRecordTooLarge", out.calls[0], out.errs[0])
+	}
+	for i := 1; i < 4; i++ {
+		if kind, _ := sink.KindOf(out.errs[i]); out.calls[i] != 1 || kind != sink.Transient || !errors.Is(out.errs[i], kafka.ErrHeldBehind) {
+			t.Fatalf("record %d held behind it: %d outcomes, %v (%s); want one transient ErrHeldBehind", i, out.calls[i], out.errs[i], kind)
+		}
+	}
+	ends, err := kadm.NewClient(k.Client()).ListEndOffsets(ctx, "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := ends.Lookup("small", 0); o.Err != nil || o.Offset != 0 {
+		t.Errorf("topic end offset %d (%v): records reached Kafka ahead of the failed one, want 0", o.Offset, o.Err)
+	}
+}
