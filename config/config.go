@@ -75,6 +75,10 @@ type Postgres struct {
 	// StatusInterval is the longest time between two standby status updates.
 	// Must stay below the server's wal_sender_timeout. Default 10s.
 	StatusInterval time.Duration `mapstructure:"status_interval" doc:"Longest interval between standby status updates (duration, ≤ 10s)." default:"10s"`
+	// OutageBudget is how long walpost may be stopped without losing its
+	// slot; walpost check warns when PostgreSQL 18's
+	// idle_replication_slot_timeout would invalidate the slot sooner.
+	OutageBudget time.Duration `mapstructure:"outage_budget" doc:"How long walpost may be stopped without losing its slot (duration); walpost check warns when idle_replication_slot_timeout (PostgreSQL 18) is shorter." default:"1h"`
 }
 
 // Kafka is the destination side.

@@ -52,7 +52,7 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 	if err != nil {
 		return row, found, position.Plan{}, err
 	}
-	slot := position.Slot{Name: name, Exists: info.Exists, Lost: info.WALStatus == "lost", Confirmed: info.ConfirmedFlush}
+	slot := position.Slot{Name: name, Exists: info.Exists, Lost: info.Invalidated(), LostWhy: info.InvalidatedWhy(), Confirmed: info.ConfirmedFlush}
 	plan, err := position.Check(row, found, id, slot)
 	if err != nil || !plan.TimelineChanged {
 		return row, found, plan, err

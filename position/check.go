@@ -11,7 +11,10 @@ import (
 type Slot struct {
 	Name      string
 	Exists    bool
-	Lost      bool          // wal_status = 'lost' (max_slot_wal_keep_size)
+	Lost      bool          // invalidated: wal_status = 'lost', or an invalidation_reason (PostgreSQL 17+)
+	// LostWhy says why Lost, naming the setting (replication.InvalidationText);
+	// empty: max_slot_wal_keep_size.
+	LostWhy string
 	Confirmed pglogrepl.LSN // confirmed_flush_lsn
 }
 
@@ -49,7 +52,10 @@ func Check(row Row, found bool, id Identity, slot Slot) (Plan, error) {
 	if !slot.Exists || slot.Lost {
 		state := "does not exist"
 		if slot.Lost {
-			state = "was invalidated (wal_status = lost, max_slot_wal_keep_size exceeded)"
+			state = slot.LostWhy
+			if state == "" {
+				state = "was invalidated (wal_status = lost, max_slot_wal_keep_size exceeded)"
+			}
 		}
 		return Plan{}, fmt.Errorf("%w: slot %q %s, but walpost had confirmed up to %s on it: events committed after %s may never reach Kafka, and walpost does not re-create the slot over the gap. Fix: %s",
 			ErrGap, slot.Name, state, row.Last(), since(row), recoverHint(slot.Name, row))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -209,7 +210,7 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 		if failover {
 			detail += " as a failover slot"
 		}
-		if w := failoverWarning(ctx, conn, srv, failover); w != "" {
+		if w := joinWarnings(failoverWarning(ctx, conn, srv, failover), idleTimeoutWarning(ctx, conn, cfg.Postgres.OutageBudget)); w != "" {
 			r.warn("slot", detail+"; "+w)
 		} else {
 			r.ok("slot", detail)
@@ -230,7 +231,7 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 					detail += ", not a failover slot (created without failover: a promoted standby will not have it)"
 				}
 			}
-			if w := failoverWarning(ctx, conn, srv, slot.Failover); w != "" {
+			if w := joinWarnings(failoverWarning(ctx, conn, srv, slot.Failover), idleTimeoutWarning(ctx, conn, cfg.Postgres.OutageBudget)); w != "" {
 				r.warn("slot", detail+"; "+w)
 			} else {
 				r.ok("slot", detail)
@@ -290,7 +291,7 @@ func checkPosition(ctx context.Context, cfg *config.Config, row position.Row, fo
 		return
 	}
 	plan, err := position.Check(row, found, id, position.Slot{
-		Name: cfg.Postgres.Slot, Exists: slot.Exists, Lost: slot.WALStatus == "lost", Confirmed: slot.ConfirmedFlush,
+		Name: cfg.Postgres.Slot, Exists: slot.Exists, Lost: slot.Invalidated(), LostWhy: slot.InvalidatedWhy(), Confirmed: slot.ConfirmedFlush,
 	})
 	switch {
 	case err != nil:
@@ -446,6 +447,64 @@ func failoverWarning(ctx context.Context, conn *pgx.Conn, srv replication.Server
 		return ""
 	}
 	return fmt.Sprintf("synchronized_standby_slots is empty while %d physical standby(s) stream from this primary: walpost may publish a transaction a promoted standby never received; fix: ALTER SYSTEM SET synchronized_standby_slots = '<the standbys' physical slots>'; SELECT pg_reload_conf()", f.PhysicalStandbys)
+}
+
+// idleTimeoutWarning warns when PostgreSQL 18's
+// idle_replication_slot_timeout would invalidate walpost's slot after an
+// outage shorter than budget (postgres.outage_budget). Empty when there is
+// nothing to warn about (0, or a server without the setting).
+func idleTimeoutWarning(ctx context.Context, conn *pgx.Conn, budget time.Duration) string {
+	var setting, unit *string
+	err := conn.QueryRow(ctx, `SELECT setting, unit FROM pg_settings WHERE name = 'idle_replication_slot_timeout'`).Scan(&setting, &unit)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ""
+	}
+	if err != nil {
+		return fmt.Sprintf("cannot read idle_replication_slot_timeout: %v", err)
+	}
+	timeout, ok := settingDuration(setting, unit)
+	if !ok || timeout == 0 || timeout >= budget {
+		return ""
+	}
+	return fmt.Sprintf("idle_replication_slot_timeout is %s, shorter than postgres.outage_budget (%s): a walpost stopped for longer loses its slot at the next checkpoint and walpost recover must close the gap; fix: ALTER SYSTEM SET idle_replication_slot_timeout = '0' (or longer than the outage budget); SELECT pg_reload_conf()",
+		timeout, budget)
+}
+
+// settingDuration is a pg_settings integer time setting as a duration.
+func settingDuration(setting, unit *string) (time.Duration, bool) {
+	if setting == nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(*setting, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	u := ""
+	if unit != nil {
+		u = *unit
+	}
+	switch u {
+	case "ms":
+		return time.Duration(n) * time.Millisecond, true
+	case "s":
+		return time.Duration(n) * time.Second, true
+	case "min":
+		return time.Duration(n) * time.Minute, true
+	case "h":
+		return time.Duration(n) * time.Hour, true
+	}
+	return 0, false
+}
+
+// joinWarnings joins the non-empty warnings with "; ".
+func joinWarnings(ws ...string) string {
+	var out []string
+	for _, w := range ws {
+		if w != "" {
+			out = append(out, w)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // sessionsDetail says which of replication.SessionSettings the role or

@@ -197,8 +197,8 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.SlotState = "missing"
 	case slot.Active:
 		return rep, fmt.Errorf("%w: slot %q is in use by PostgreSQL backend pid %d: stop the process streaming from it first", ErrRefused, name, slot.ActivePID)
-	case slot.WALStatus == "lost":
-		rep.SlotState, drop = "invalidated (wal_status = lost)", true
+	case slot.Invalidated():
+		rep.SlotState, drop = strings.TrimPrefix(slot.InvalidatedWhy(), "was "), true
 	case found && !row.RecoveringSince.IsZero():
 		rep.SlotState, drop = fmt.Sprintf("left by a recovery started at %s that did not finish", row.RecoveringSince.UTC().Format(time.RFC3339)), true
 	default:

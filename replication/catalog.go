@@ -173,6 +173,10 @@ type SlotRow struct {
 	// (PostgreSQL 17+); Synced: this slot is such a copy, on a standby.
 	// Both nil before 17, which has no such columns.
 	Failover, Synced *bool
+	// InvalidationReason is why the slot was invalidated (PostgreSQL 17+:
+	// wal_removed, rows_removed, wal_level_insufficient; 18: idle_timeout);
+	// nil when it is valid or the server has no such column.
+	InvalidationReason *string
 }
 
 // QuerySlot reads the slot's row; ok is false when there is none.
@@ -185,10 +189,12 @@ func QuerySlot(ctx context.Context, q Querier, name string) (row SlotRow, ok boo
 		       pg_wal_lsn_diff(cur.lsn, s.confirmed_flush_lsn)::bigint,
 		       pg_wal_lsn_diff(cur.lsn, s.restart_lsn)::bigint,
 		       s.wal_status, s.safe_wal_size, current_setting('max_slot_wal_keep_size') = '-1',
-		       (to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool
+		       (to_jsonb(s) ->> 'failover')::bool, (to_jsonb(s) ->> 'synced')::bool,
+		       to_jsonb(s) ->> 'invalidation_reason'
 		FROM pg_replication_slots s, cur WHERE s.slot_name = $1`, name).
 		Scan(&r.SlotType, &r.Plugin, &r.Database, &r.Active, &r.ActivePID, &r.ConfirmedFlushLSN, &r.RestartLSN,
-			&r.LagBytes, &r.RetainedWALBytes, &r.WALStatus, &r.SafeWALSize, &r.SafeWALUnlimited, &r.Failover, &r.Synced)
+			&r.LagBytes, &r.RetainedWALBytes, &r.WALStatus, &r.SafeWALSize, &r.SafeWALUnlimited, &r.Failover, &r.Synced,
+			&r.InvalidationReason)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return SlotRow{}, false, nil
 	}
@@ -221,6 +227,9 @@ func (r SlotRow) Info() SlotInfo {
 		s.RestartLSN, _ = pglogrepl.ParseLSN(*r.RestartLSN)
 	}
 	s.Failover = r.Failover != nil && *r.Failover
+	if r.InvalidationReason != nil {
+		s.InvalidationReason = *r.InvalidationReason
+	}
 	return s
 }
 
@@ -237,6 +246,40 @@ type SlotInfo struct {
 	WALStatus      string
 	SafeWALSize    *int64
 	Failover       bool // a failover slot (PostgreSQL 17+)
+	// InvalidationReason: see SlotRow; empty when valid.
+	InvalidationReason string
+}
+
+// Invalidated reports whether the slot can no longer be streamed from:
+// its WAL is gone (wal_status = lost) or PostgreSQL invalidated it for
+// another reason (invalidation_reason, PostgreSQL 17+, e.g. 18's
+// idle_timeout).
+func (s SlotInfo) Invalidated() bool {
+	return s.Exists && (s.WALStatus == "lost" || s.InvalidationReason != "")
+}
+
+// InvalidatedWhy says why, naming the setting that did it.
+func (s SlotInfo) InvalidatedWhy() string {
+	return InvalidationText(s.InvalidationReason, s.WALStatus)
+}
+
+// InvalidationText describes an invalidation_reason (or, before
+// PostgreSQL 17, wal_status lost) with the setting that caused it.
+func InvalidationText(reason, walStatus string) string {
+	switch reason {
+	case "idle_timeout":
+		return "was invalidated (invalidation_reason = idle_timeout: it was inactive for longer than idle_replication_slot_timeout)"
+	case "wal_removed", "":
+		if reason == "" && walStatus != "lost" {
+			return "is valid"
+		}
+		return "was invalidated (wal_status = lost, max_slot_wal_keep_size exceeded)"
+	case "rows_removed":
+		return "was invalidated (invalidation_reason = rows_removed: catalog rows it needed were removed)"
+	case "wal_level_insufficient":
+		return "was invalidated (invalidation_reason = wal_level_insufficient: wal_level was lowered below logical)"
+	}
+	return fmt.Sprintf("was invalidated (invalidation_reason = %s)", reason)
 }
 
 // ReadSlot reads the slot's row; Exists is false when there is none.

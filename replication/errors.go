@@ -80,7 +80,11 @@ func Explain(err error, slot, publication string) error {
 			return fmt.Errorf("%w: set wal_level = logical in postgresql.conf and restart PostgreSQL", err)
 		}
 		if containsAny(pgErr.Message+" "+pgErr.Detail, "invalidated", "lost", "exceeded the maximum reserved size") {
-			return fmt.Errorf("%w: %w: slot %q lost its WAL (max_slot_wal_keep_size); events after its confirmed position may be gone: drop it with SELECT pg_drop_replication_slot('%s'), re-create it, and reconcile the outbox rows written since then", ErrSlotLost, err, slot, slot)
+			why := "lost its WAL (max_slot_wal_keep_size)"
+			if containsAny(pgErr.Message+" "+pgErr.Detail, "idle_timeout") {
+				why = "was invalidated after being inactive for longer than idle_replication_slot_timeout"
+			}
+			return fmt.Errorf("%w: %w: slot %q %s; events after its confirmed position may never reach Kafka: run walpost recover (README, Runbook, \"Slot lost\"), or drop it with SELECT pg_drop_replication_slot('%s'), re-create it, and reconcile the outbox rows written since then", ErrSlotLost, err, slot, why, slot)
 		}
 	case "55006":
 		return fmt.Errorf("%w: %w", ErrSlotActive, err)

@@ -251,9 +251,9 @@ func EnableFailover(ctx context.Context, side *pgx.Conn, repl *pgconn.PgConn, na
 
 // CheckSlot verifies an existing slot is usable by walpost.
 func CheckSlot(ctx context.Context, conn *pgx.Conn, name string, slot SlotInfo) error {
-	if slot.WALStatus == "lost" {
-		return fmt.Errorf("%w: slot %q was invalidated (wal_status = lost, max_slot_wal_keep_size exceeded): the WAL after its confirmed position %s is gone and events written since may never be delivered; run walpost recover --since TIME (the commit time of the last event known delivered), which drops it, creates it again with an exported snapshot and produces the outbox rows committed since; or by hand drop it with SELECT pg_drop_replication_slot('%s'), start walpost to re-create it, and reconcile outbox rows written since %s",
-			ErrSlotLost, name, slot.ConfirmedFlush, name, slot.ConfirmedFlush)
+	if slot.Invalidated() {
+		return fmt.Errorf("%w: slot %q %s: it can no longer be streamed from, so events written after its confirmed position %s may never be delivered; run walpost recover --since TIME (the commit time of the last event known delivered), which drops it, creates it again with an exported snapshot and produces the outbox rows committed since; or by hand drop it with SELECT pg_drop_replication_slot('%s'), start walpost to re-create it, and reconcile outbox rows written since %s",
+			ErrSlotLost, name, slot.InvalidatedWhy(), slot.ConfirmedFlush, name, slot.ConfirmedFlush)
 	}
 	if slot.SlotType != "logical" {
 		return fmt.Errorf("%w: slot %q is a %s slot; walpost needs a logical slot: choose another postgres.slot", ErrConfig, name, slot.SlotType)

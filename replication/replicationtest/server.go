@@ -549,7 +549,8 @@ func (s *Server) slotRow() *Result {
 	r := Rows([]Col{{"slot_type", pgtype.TextOID}, {"plugin", pgtype.TextOID}, {"database", pgtype.TextOID}, {"active", pgtype.BoolOID},
 		{"active_pid", pgtype.Int4OID}, {"confirmed_flush_lsn", pgtype.TextOID}, {"restart_lsn", pgtype.TextOID},
 		{"lag", pgtype.Int8OID}, {"retained", pgtype.Int8OID}, {"wal_status", pgtype.TextOID}, {"safe_wal_size", pgtype.Int8OID},
-		{"unlimited", pgtype.BoolOID}, {"failover", pgtype.BoolOID}, {"synced", pgtype.BoolOID}})
+		{"unlimited", pgtype.BoolOID}, {"failover", pgtype.BoolOID}, {"synced", pgtype.BoolOID},
+		{"invalidation_reason", pgtype.TextOID}})
 	s.mu.Lock()
 	sl, end := s.slot, s.walEnd
 	s.mu.Unlock()
@@ -565,7 +566,7 @@ func (s *Server) slotRow() *Result {
 		status = "lost"
 	}
 	r.Add("logical", "pgoutput", s.cfg.Database, sl.ActivePID != 0, pid, sl.Confirmed, sl.Confirmed,
-		int64(end-sl.Confirmed), int64(end-sl.Confirmed), status, nil, true, nil, nil)
+		int64(end-sl.Confirmed), int64(end-sl.Confirmed), status, nil, true, nil, nil, nil)
 	return r
 }
 
