@@ -51,6 +51,9 @@ func (f *Forwarder) ready() (bool, string) {
 			return false, fmt.Sprintf("the slot retains %d bytes of WAL, above http.ready_max_retained_bytes %d", r, limit)
 		}
 	}
+	if why := m.unprotected.Load(); why != nil {
+		return true, "streaming; " + *why
+	}
 	return true, "streaming"
 }
 

@@ -45,6 +45,11 @@ type metrics struct {
 	retained     prometheus.Gauge
 	walStatus    *prometheus.GaugeVec
 	state        *prometheus.GaugeVec
+	standbySync  *prometheus.GaugeVec
+	// unprotected is why a failover would lose the slot now (a standby
+	// the URL lists has no synced copy yet); empty when protected or
+	// when the URL lists no standby.
+	unprotected atomic.Pointer[string]
 
 	skipped         *prometheus.CounterVec
 	positionWrites  *prometheus.CounterVec
@@ -91,6 +96,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lagBytes:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_replication_lag_bytes", Help: "Server WAL position minus the slot's confirmed LSN."}),
 		retained:     prometheus.NewGauge(prometheus.GaugeOpts{Name: "walpost_slot_retained_wal_bytes", Help: "WAL the slot retains (server WAL position minus restart LSN)."}),
 		walStatus:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_slot_wal_status", Help: "The slot's wal_status (1 for the current value)."}, []string{"wal_status"}),
+		standbySync: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_slot_standby_synced",
+			Help: "1 when the standby (a host of postgres.url in recovery, PostgreSQL 17+) has a synced, persistent copy of the slot, so a failover to it loses nothing; 0 while it has none, a temporary one, or cannot be reached."}, []string{"standby"}),
 		state:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_state", Help: "Forwarder state (1 for the current state)."}, []string{"state"}),
 
 		skipped:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_skipped_total", Help: "Events read from the slot and not produced, by reason (already_confirmed: the slot was behind walpost's stored position)."}, []string{"reason"}),
@@ -128,7 +135,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		return 0
 	})
 	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, failStreak, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
-		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, inflightEvents, inflightBytes, oldest,
+		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, m.standbySync, inflightEvents, inflightBytes, oldest,
 		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions, m.cpRefused} {
 		f(c)
 	}

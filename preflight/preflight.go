@@ -231,7 +231,9 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 					detail += ", not a failover slot (created without failover: a promoted standby will not have it)"
 				}
 			}
-			if w := joinWarnings(failoverWarning(ctx, conn, srv, slot.Failover), idleTimeoutWarning(ctx, conn, cfg.Postgres.OutageBudget)); w != "" {
+			synced, unsynced := standbysDetail(ctx, cfg)
+			detail += synced
+			if w := joinWarnings(failoverWarning(ctx, conn, srv, slot.Failover), idleTimeoutWarning(ctx, conn, cfg.Postgres.OutageBudget), unsynced); w != "" {
 				r.warn("slot", detail+"; "+w)
 			} else {
 				r.ok("slot", detail)
@@ -494,6 +496,33 @@ func settingDuration(setting, unit *string) (time.Duration, bool) {
 		return time.Duration(n) * time.Hour, true
 	}
 	return 0, false
+}
+
+// standbysDetail reads the slot's copies on the standbys postgres.url
+// lists (PostgreSQL 17+): what is protected goes into the detail, what is
+// not into a warning ("failover not yet protected").
+func standbysDetail(ctx context.Context, cfg *config.Config) (synced, unsynced string) {
+	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	standbys, err := replication.ReadStandbySlots(sctx, cfg.Postgres.URL, cfg.Postgres.Slot, false)
+	if err != nil {
+		return "", ""
+	}
+	var ok, not []string
+	for _, s := range standbys {
+		if s.Protected() {
+			ok = append(ok, s.Detail())
+		} else {
+			not = append(not, s.Detail())
+		}
+	}
+	if len(ok) > 0 {
+		synced = "; " + strings.Join(ok, "; ")
+	}
+	if len(not) > 0 {
+		unsynced = "failover not yet protected: " + strings.Join(not, "; ") + " (a promotion now loses the slot and needs walpost recover; PostgreSQL syncs it within about 30 s once the slot has moved, and a running walpost asks the standby to sync at once)"
+	}
+	return synced, unsynced
 }
 
 // joinWarnings joins the non-empty warnings with "; ".

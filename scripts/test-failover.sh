@@ -31,5 +31,5 @@ gotest=($GO test)
 if [[ -n ${TEST_REPORT_DIR:-} ]]; then
 	gotest=($GO run gotest.tools/gotestsum --format standard-quiet --hide-summary=skipped --jsonfile "$TEST_REPORT_DIR/failover$v.json" --)
 fi
-PG_VERSION=$v WALPOST_REQUIRE_STACK=1 "${gotest[@]}" -count=1 -timeout 15m -run '^TestFailoverPromotedStandby$' ./integration
+PG_VERSION=$v WALPOST_REQUIRE_STACK=1 "${gotest[@]}" -count=1 -timeout 15m -run '^(TestStandbySlotSyncReported|TestFailoverPromotedStandby)$' ./integration
 printf '== failover test on PostgreSQL %s: ok (%ss)\n' "$v" "$(($(date +%s) - t0))" >&2

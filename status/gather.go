@@ -85,6 +85,24 @@ func gatherPostgres(ctx context.Context, cfg *config.Config, r *Report) error {
 	// Slot.
 	var info replication.SlotInfo
 	r.Slot, info = readSlot(cctx, conn, cfg.Postgres.Slot)
+	r.Slot.Standbys = []StandbySlot{}
+	if info.Exists {
+		standbys, _ := replication.ReadStandbySlots(cctx, cfg.Postgres.URL, cfg.Postgres.Slot, false)
+		for _, s := range standbys {
+			st := StandbySlot{Standby: s.Standby, State: s.State}
+			if s.Confirmed != "" {
+				st.Confirmed = &s.Confirmed
+			}
+			if s.Err != "" {
+				msg := redact.String(s.Err)
+				st.Error = &msg
+			}
+			r.Slot.Standbys = append(r.Slot.Standbys, st)
+			if !s.Protected() {
+				note("failover not yet protected: %s", s.Detail())
+			}
+		}
+	}
 	if r.Slot.Exists {
 		if err := replication.CheckSlot(cctx, conn, cfg.Postgres.Slot, info); err != nil {
 			note("slot: %s", err)

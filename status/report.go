@@ -52,7 +52,20 @@ type Slot struct {
 	// Failover and Synced are null before PostgreSQL 17.
 	Failover *bool   `json:"failover"`
 	Synced   *bool   `json:"synced"`
-	Error    *string `json:"error"`
+	// Standbys: the slot's copy on each standby postgres.url lists
+	// (PostgreSQL 17+; empty with one host): state synced (a failover
+	// loses nothing), temporary, missing, invalidated, unreachable or
+	// unsupported.
+	Standbys []StandbySlot `json:"standbys"`
+	Error    *string       `json:"error"`
+}
+
+// StandbySlot is the slot's copy on one standby.
+type StandbySlot struct {
+	Standby   string  `json:"standby"`
+	State     string  `json:"state"`
+	Confirmed *string `json:"confirmed_flush_lsn"`
+	Error     *string `json:"error"`
 }
 
 // Publication is the publication (postgres.publication).

@@ -35,6 +35,7 @@ func healthyStatus() *Report {
 			LagBytes: ptr(int64(256)), RetainedWALBytes: ptr(int64(19087320)),
 			WALStatus: ptr("reserved"), SafeWALSizeBytes: ptr(int64(1054867456)),
 			Failover: ptr(true), Synced: ptr(false),
+			Standbys: []StandbySlot{{Standby: "db-replica:5432", State: "synced", Confirmed: ptr("3/1A2B3E00")}},
 		},
 		Publication: Publication{Name: "walpost_outbox", Exists: true, AllTables: ptr(false),
 			Tables: []string{"public.outbox"}, Operations: []string{"insert"}},

@@ -66,6 +66,15 @@ func (r *Report) WriteText(w io.Writer) error {
 			}
 			line("failover", failover)
 		}
+		for _, sb := range s.Standbys {
+			state := sb.State
+			if sb.State == "synced" {
+				state += " (a failover loses nothing)"
+			} else {
+				state += " (failover not yet protected)"
+			}
+			line("standby "+sb.Standby, state)
+		}
 	}
 	errLine(s.Error)
 
