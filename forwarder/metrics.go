@@ -98,7 +98,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		walStatus:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_slot_wal_status", Help: "The slot's wal_status (1 for the current value)."}, []string{"wal_status"}),
 		standbySync: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_slot_standby_synced",
 			Help: "1 when the standby (a host of postgres.url in recovery, PostgreSQL 17+) has a synced, persistent copy of the slot, so a failover to it loses nothing; 0 while it has none, a temporary one, or cannot be reached."}, []string{"standby"}),
-		state:        prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_state", Help: "Forwarder state (1 for the current state)."}, []string{"state"}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "walpost_state", Help: "Forwarder state (1 for the current state)."}, []string{"state"}),
 
 		skipped:         prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_skipped_total", Help: "Events read from the slot and not produced, by reason (already_confirmed: the slot was behind walpost's stored position)."}, []string{"reason"}),
 		positionWrites:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_position_writes_total", Help: "Writes of walpost_position, by result (ok, error)."}, []string{"result"}),

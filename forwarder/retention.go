@@ -3,7 +3,10 @@ package forwarder
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/prune"
@@ -13,6 +16,17 @@ import (
 // walpost's position against the server's identity yet (before the first,
 // or standing by for a slot another process holds), so a prune pass waits.
 var errNoSession = errors.New("no replication session has checked the position yet")
+
+// errOtherServer: a prune pass's connection reaches another system than
+// the one the last session checked walpost's position against.
+var errOtherServer = errors.New("outbox prune refused on another server")
+
+// isPrivilege: the role may not execute the function (a managed service
+// that revoked pg_control_system()); the session's identity stands alone.
+func isPrivilege(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
+}
 
 // prunePass is one prune of the outbox (Forwarder.prunePass); the rows it
 // deleted are in the report, also when it failed part way.
@@ -65,6 +79,16 @@ func (f *Forwarder) prunePass(ctx context.Context) (*prune.Report, error) {
 		return nil, redact.Error(err)
 	}
 	defer c.Release()
+	// The pool may have reconnected to another server behind the URL
+	// since the session's check: the pass runs only on the system the
+	// check vouched for.
+	var sys int64
+	switch err := c.QueryRow(ctx, `SELECT system_identifier FROM pg_control_system()`).Scan(&sys); {
+	case err == nil && sys != id.SystemID:
+		return nil, fmt.Errorf("%w: postgres.url now reaches system identifier %d, not %d where the last session checked walpost's position: no prune until a session has checked this server", errOtherServer, sys, id.SystemID)
+	case err != nil && !isPrivilege(err):
+		return nil, redact.Error(err)
+	}
 	p := &prune.Pruner{Config: f.cfg, Logger: f.log}
 	return p.Pass(ctx, c.Conn(), *id, prune.Options{OlderThan: f.cfg.Outbox.Retention, Batch: f.cfg.Outbox.PruneBatch})
 }

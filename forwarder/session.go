@@ -71,8 +71,14 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	if err != nil {
 		return err
 	}
+	if cur := f.ident.Load(); cur != nil && *cur != id {
+		// Another system or timeline behind the URL: no prune pass until
+		// a session has checked the position against it.
+		f.ident.Store(nil)
+	}
 	row, found, plan, err := f.checkPosition(ctx, side, conn, id)
 	if err != nil {
+		f.ident.Store(nil) // the check failed: nothing vouches for the server
 		return err
 	}
 	table, slot, err := replication.Prepare(ctx, side, rcfg)
@@ -172,8 +178,9 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	}, f.sink, f.store, tracker)
 	f.m.tracker.Store(tracker)
 	// Prune passes run on the identity this session checked the position
-	// against, also while the next session waits (a destination down): a
-	// session that finds another system ends walpost (ErrOtherSystem).
+	// against, also while the next session waits (a destination down),
+	// until a session finds another identity or its check fails; each
+	// pass also checks that its own connection reaches that system.
 	f.ident.Store(&id)
 	f.log.Info("streaming", "slot", cfg.Postgres.Slot, "publication", cfg.Postgres.Publication,
 		"table", table.String(), "lsn", slot.ConfirmedFlush.String())

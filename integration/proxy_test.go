@@ -20,7 +20,7 @@ import (
 // connections, like one link).
 type tcpProxy struct {
 	ln     net.Listener
-	target string
+	target atomic.Pointer[string] // Retarget changes it for new connections
 
 	mu      sync.Mutex
 	cut     bool
@@ -52,14 +52,19 @@ func newTCPProxy(t testing.TB, addr, target string) *tcpProxy {
 	if err != nil {
 		t.Fatalf("proxy listen %s: %v", addr, err)
 	}
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{},
+	p := &tcpProxy{ln: ln, conns: map[net.Conn]struct{}{},
 		links: map[*atomic.Bool]struct{}{}, up: &proxyLimiter{}, down: &proxyLimiter{}, open: make(chan struct{})}
 	close(p.open)
+	p.target.Store(&target)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
 	return p
 }
+
+// Retarget sends new connections to target; open ones keep theirs (Cut
+// ends them).
+func (p *tcpProxy) Retarget(target string) { p.target.Store(&target) }
 
 // Addr is the proxy's host:port.
 func (p *tcpProxy) Addr() string { return p.ln.Addr().String() }
@@ -239,7 +244,7 @@ func (p *tcpProxy) accept() {
 			if !p.wait(frozen) {
 				return
 			}
-			server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+			server, err := net.DialTimeout("tcp", *p.target.Load(), 5*time.Second)
 			if err != nil {
 				return
 			}
