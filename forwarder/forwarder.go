@@ -185,7 +185,7 @@ func (f *Forwarder) forward(ctx context.Context) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { f.monitorSlot(gctx, 5*time.Second); return nil })
-	g.Go(func() error { f.monitorStandbys(gctx, time.Second, 30*time.Second); return nil })
+	g.Go(func() error { f.monitorStandbys(gctx, time.Second, 5*time.Second, 30*time.Second); return nil })
 	g.Go(func() error { f.reportProgress(gctx, progressEvery); return nil })
 	if every := cfg.Postgres.HeartbeatInterval; every > 0 {
 		g.Go(func() error { f.heartbeat(gctx, every); return nil })

@@ -11,26 +11,33 @@ import (
 // monitorStandbys follows the slot's copies on the standbys postgres.url
 // lists (PostgreSQL 17+ failover slots): walpost_slot_standby_synced per
 // standby, and /readyz's detail while a failover would lose the slot.
-// Until every standby has a synced copy it reads them every fast and
-// asks each to synchronise at once (pg_sync_replication_slots), which
-// shortens the window after the slot's creation in which a failover
-// loses it from the slot sync worker's nap (up to 30 s) to the time the
-// primary's slot takes to move past what the standby had; then every
-// slow. A URL with one host has nothing to follow.
-func (f *Forwarder) monitorStandbys(ctx context.Context, fast, slow time.Duration) {
+// It reads them after fast, then backs off (doubling) up to most while a
+// copy is missing, and every slow once each is synced. A URL with one
+// host, or whose standbys all predate failover slots, has nothing to
+// follow.
+func (f *Forwarder) monitorStandbys(ctx context.Context, fast, most, slow time.Duration) {
 	url, slot := f.cfg.Postgres.URL, f.cfg.Postgres.Slot
 	protected, logged := false, false
+	wait := fast
 	for {
-		wait := fast
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		standbys, err := replication.ReadStandbySlots(rctx, url, slot, !protected)
+		standbys, err := replication.ReadStandbySlots(rctx, url, slot)
 		cancel()
-		if err != nil || len(standbys) == 0 {
-			f.m.unprotected.Store(nil)
-			return // one host (or a URL pgx cannot parse, refused elsewhere)
+		if ctx.Err() != nil {
+			return
 		}
 		var not []string
+		supported := 0
 		for _, s := range standbys {
+			if s.State == "unsupported" {
+				continue
+			}
+			supported++
 			v := 0.0
 			if s.Protected() {
 				v = 1
@@ -39,26 +46,29 @@ func (f *Forwarder) monitorStandbys(ctx context.Context, fast, slow time.Duratio
 			}
 			f.m.standbySync.WithLabelValues(s.Standby).Set(v)
 		}
+		if err != nil || supported == 0 {
+			f.m.unprotected.Store(nil)
+			return // one host, standbys before PostgreSQL 17, or a URL refused elsewhere
+		}
 		was := protected
 		protected = len(not) == 0
 		if protected {
 			f.m.unprotected.Store(nil)
 			wait = slow
 			if !was {
-				f.log.Info("failover protected: every standby of postgres.url has a synced copy of the slot", "slot", slot, "standbys", len(standbys))
+				f.log.Info("failover protected: every standby of postgres.url has a synced copy of the slot", "slot", slot, "standbys", supported)
 			}
-		} else {
-			why := "failover not yet protected: " + strings.Join(not, "; ")
-			f.m.unprotected.Store(&why)
-			if !logged || was {
-				f.log.Warn("failover not yet protected: a promotion now would lose the slot and need walpost recover", "slot", slot, "detail", strings.Join(not, "; "))
-				logged = true
-			}
+			continue
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
+		why := "failover not yet protected: " + strings.Join(not, "; ")
+		f.m.unprotected.Store(&why)
+		if !logged || was {
+			f.log.Warn("failover not yet protected: a promotion now would lose the slot and need walpost recover", "slot", slot, "detail", strings.Join(not, "; "))
+			logged = true
 		}
+		if was {
+			wait = fast
+		}
+		wait = min(2*wait, most)
 	}
 }

@@ -1,20 +1,23 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestStandbySlotSyncReported: on a stack with a standby (PG_VERSION=17
 // PG_STANDBY=1 make stack-up; run by scripts/test-failover.sh before the
 // failover test), a failover slot created on the primary has no synced
 // copy on the standby at first: walpost check warns "failover not yet
-// protected" naming the standby. walpost run asks the standby to sync
-// and reports walpost_slot_standby_synced{standby} 0 and then 1 (with
+// protected" naming the standby. walpost run reports
+// walpost_slot_standby_synced{standby} 0 and then 1 (with
 // /readyz's detail and the log saying so); check then names the synced
 // copy. The time from the slot's creation to "protected" is logged.
 func TestStandbySlotSyncReported(t *testing.T) {
@@ -51,15 +54,28 @@ func TestStandbySlotSyncReported(t *testing.T) {
 	series := fmt.Sprintf(`walpost_slot_standby_synced{standby=%q}`, standby)
 	sawUnsynced := false
 	l := newWriterLoad(f, 2, 5, 20*time.Millisecond).start()
-	waitFor(t, 2*time.Minute, "walpost_slot_standby_synced 1", func() bool {
-		v, ok := scrape(t, addr, "walpost_slot_standby_synced")[series]
-		if ok && v == 0 {
+	sb, err := pgx.Connect(context.Background(), standbyURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close(context.Background())
+	waitFor(t, 2*time.Minute, "the standby's synced, persistent copy of the slot", func() bool {
+		if v, ok := scrape(t, addr, "walpost_slot_standby_synced")[series]; ok && v == 0 {
 			sawUnsynced = true
 		}
-		return ok && v == 1
+		var ok bool
+		err := sb.QueryRow(context.Background(), `SELECT synced AND NOT temporary FROM pg_replication_slots WHERE slot_name = $1`, f.Slot).Scan(&ok)
+		return err == nil && ok
 	})
 	protectedAfter := time.Since(created)
 	t.Logf("standby %s: synced, persistent copy of the slot %s after the slot's creation", standby, protectedAfter.Round(10*time.Millisecond))
+	// walpost reads the standbys with a back-off up to 30 s while a copy
+	// is missing.
+	waitFor(t, time.Minute, "walpost_slot_standby_synced 1", func() bool {
+		v, ok := scrape(t, addr, "walpost_slot_standby_synced")[series]
+		return ok && v == 1
+	})
+	t.Logf("walpost_slot_standby_synced 1 after %s", time.Since(created).Round(10*time.Millisecond))
 	expected := l.finish(t)
 	if !sawUnsynced && logCount(p, "failover not yet protected") == 0 {
 		t.Errorf("walpost never reported the standby's copy as not yet synced (metric 0 or the log line)")

@@ -504,13 +504,13 @@ func settingDuration(setting, unit *string) (time.Duration, bool) {
 func standbysDetail(ctx context.Context, cfg *config.Config) (synced, unsynced string) {
 	sctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	standbys, err := replication.ReadStandbySlots(sctx, cfg.Postgres.URL, cfg.Postgres.Slot, false)
+	standbys, err := replication.ReadStandbySlots(sctx, cfg.Postgres.URL, cfg.Postgres.Slot)
 	if err != nil {
 		return "", ""
 	}
 	var ok, not []string
 	for _, s := range standbys {
-		if s.Protected() {
+		if s.Protected() || s.State == "unsupported" {
 			ok = append(ok, s.Detail())
 		} else {
 			not = append(not, s.Detail())
@@ -520,7 +520,7 @@ func standbysDetail(ctx context.Context, cfg *config.Config) (synced, unsynced s
 		synced = "; " + strings.Join(ok, "; ")
 	}
 	if len(not) > 0 {
-		unsynced = "failover not yet protected: " + strings.Join(not, "; ") + " (a promotion now loses the slot and needs walpost recover; PostgreSQL syncs it within about 30 s once the slot has moved, and a running walpost asks the standby to sync at once)"
+		unsynced = "failover not yet protected: " + strings.Join(not, "; ") + " (a promotion now loses the slot and needs walpost recover; the standby's slot sync worker copies it within about 30 s, and keeps the copy temporary until the primary's slot has moved past what the standby had)"
 	}
 	return synced, unsynced
 }

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // StandbySlot is the state of the slot's copy on one physical standby
@@ -48,15 +50,15 @@ func (s StandbySlot) Detail() string {
 	return fmt.Sprintf("standby %s unreachable: %s", s.Standby, s.Err)
 }
 
-// ReadStandbySlots connects to each host of connString that is a
-// standby (pg_is_in_recovery) and reads the state of its copy of slot;
-// hosts that are primaries are skipped, hosts that cannot be reached are
-// reported unreachable. With syncNow, a standby whose copy is not synced
-// yet is asked to synchronise at once (pg_sync_replication_slots(), which
-// PostgreSQL 17 allows beside its slot sync worker; a refusal is
-// ignored: the worker syncs within its nap of up to 30 s). A URL with one
-// host has no standbys to read: nil.
-func ReadStandbySlots(ctx context.Context, connString, slot string, syncNow bool) ([]StandbySlot, error) {
+// ReadStandbySlots connects to each host of connString (all at once)
+// and, for each that is a standby (pg_is_in_recovery), reads the state of
+// its copy of slot; primaries are skipped, hosts that cannot be reached
+// are reported unreachable (a standby down, or a former primary). Each
+// host is connected to with its own TLS settings from the URL (sslmode
+// prefer or allow fall back per host). It only reads: PostgreSQL's slot
+// sync worker makes the copies (pg_sync_replication_slots() is refused
+// while that worker runs). A URL with one host has no standbys: nil.
+func ReadStandbySlots(ctx context.Context, connString, slot string) ([]StandbySlot, error) {
 	base, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, err
@@ -64,42 +66,55 @@ func ReadStandbySlots(ctx context.Context, connString, slot string, syncNow bool
 	if len(base.Fallbacks) == 0 {
 		return nil, nil
 	}
-	type hostPort struct {
-		host string
-		port uint16
-	}
-	hosts := []hostPort{{base.Host, base.Port}}
-	seen := map[hostPort]bool{hosts[0]: true}
-	for _, fb := range base.Fallbacks {
-		hp := hostPort{fb.Host, fb.Port}
-		if !seen[hp] {
-			seen[hp] = true
-			hosts = append(hosts, hp)
+	// Each host with its attempts in the URL's order: the first TLS
+	// setting, then its fallbacks (prefer: TLS, then plaintext).
+	type attempt = pgconn.FallbackConfig
+	var order []string
+	attempts := map[string][]*attempt{}
+	add := func(a *attempt) {
+		k := net.JoinHostPort(a.Host, strconv.Itoa(int(a.Port)))
+		if _, ok := attempts[k]; !ok {
+			order = append(order, k)
 		}
+		attempts[k] = append(attempts[k], a)
 	}
-	var out []StandbySlot
-	for _, hp := range hosts {
+	add(&attempt{Host: base.Host, Port: base.Port, TLSConfig: base.TLSConfig})
+	for _, fb := range base.Fallbacks {
+		add(fb)
+	}
+	out := make([]*StandbySlot, len(order))
+	var wg sync.WaitGroup
+	for i, k := range order {
+		as := attempts[k]
 		cfg := base.Copy()
-		cfg.Host, cfg.Port, cfg.Fallbacks = hp.host, hp.port, nil
+		cfg.Host, cfg.Port, cfg.TLSConfig, cfg.Fallbacks = as[0].Host, as[0].Port, as[0].TLSConfig, as[1:]
 		cfg.ValidateConnect = nil // target_session_attrs: here, any server
 		if cfg.ConnectTimeout == 0 || cfg.ConnectTimeout > 5*time.Second {
 			cfg.ConnectTimeout = 5 * time.Second
 		}
 		ownSession(cfg.RuntimeParams)
-		name := net.JoinHostPort(hp.host, strconv.Itoa(int(hp.port)))
-		s, standby := readStandbySlot(ctx, cfg, slot, syncNow)
-		if !standby {
-			continue
-		}
-		s.Standby = name
-		out = append(out, s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if s, standby := readStandbySlot(ctx, cfg, slot); standby {
+				s.Standby = k
+				out[i] = &s
+			}
+		}()
 	}
-	return out, nil
+	wg.Wait()
+	var res []StandbySlot
+	for _, s := range out {
+		if s != nil {
+			res = append(res, *s)
+		}
+	}
+	return res, nil
 }
 
 // readStandbySlot reads the copy of slot on the server of cfg; standby is
 // false when the server is a primary.
-func readStandbySlot(ctx context.Context, cfg *pgx.ConnConfig, slot string, syncNow bool) (s StandbySlot, standby bool) {
+func readStandbySlot(ctx context.Context, cfg *pgx.ConnConfig, slot string) (s StandbySlot, standby bool) {
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return StandbySlot{State: "unreachable", Err: err.Error()}, true
@@ -115,13 +130,7 @@ func readStandbySlot(ctx context.Context, cfg *pgx.ConnConfig, slot string, sync
 	if version < FailoverSlotsVersionNum {
 		return StandbySlot{State: "unsupported"}, true
 	}
-	s = readCopy(ctx, conn, slot)
-	if syncNow && !s.Protected() && s.State != "unreachable" {
-		if _, err := conn.Exec(ctx, `SELECT pg_sync_replication_slots()`); err == nil {
-			s = readCopy(ctx, conn, slot)
-		}
-	}
-	return s, true
+	return readCopy(ctx, conn, slot), true
 }
 
 // readCopy reads the standby's copy of slot.

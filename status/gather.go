@@ -87,7 +87,11 @@ func gatherPostgres(ctx context.Context, cfg *config.Config, r *Report) error {
 	r.Slot, info = readSlot(cctx, conn, cfg.Postgres.Slot)
 	r.Slot.Standbys = []StandbySlot{}
 	if info.Exists {
-		standbys, _ := replication.ReadStandbySlots(cctx, cfg.Postgres.URL, cfg.Postgres.Slot, false)
+		// Their own budget: unreachable hosts must not starve the reads
+		// below of cctx's.
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		standbys, _ := replication.ReadStandbySlots(sctx, cfg.Postgres.URL, cfg.Postgres.Slot)
+		scancel()
 		for _, s := range standbys {
 			st := StandbySlot{Standby: s.Standby, State: s.State}
 			if s.Confirmed != "" {
@@ -98,7 +102,7 @@ func gatherPostgres(ctx context.Context, cfg *config.Config, r *Report) error {
 				st.Error = &msg
 			}
 			r.Slot.Standbys = append(r.Slot.Standbys, st)
-			if !s.Protected() {
+			if !s.Protected() && s.State != "unsupported" {
 				note("failover not yet protected: %s", s.Detail())
 			}
 		}
