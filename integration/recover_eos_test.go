@@ -62,6 +62,27 @@ func TestRecoverExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As walpost run does (INV-10): InitProducerID of the slot's
+	// transactional id, which answers only once the markers of its last
+	// transaction are written; Kafka writes them after EndTxn returned.
+	fence := func(rctx context.Context) {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = cl.ProducerID(rctx)
+		cl.Close()
+		if err != nil {
+			t.Fatalf("InitProducerID as %s: %v", key, err)
+		}
+	}
+	// The stopped walpost's last transaction's markers first: a COMMIT
+	// marker written after the record ahead would make that transaction's
+	// checkpoint the later one.
+	fctx, fcancel := context.WithTimeout(ctx, 30*time.Second)
+	fence(fctx)
+	fcancel()
 	if err := f.Kafka.ProduceSync(ctx, &kgo.Record{Topic: cpTopic, Key: []byte(key), Value: value}).FirstErr(); err != nil {
 		t.Fatalf("produce the checkpoint ahead: %v", err)
 	}
@@ -69,19 +90,7 @@ func TestRecoverExactlyOnce(t *testing.T) {
 		t.Helper()
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		// As walpost run does (INV-10): InitProducerID of the slot's
-		// transactional id first, which answers only once the markers of
-		// its last transaction are written; Kafka writes them after
-		// EndTxn returned.
-		fence, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _, err = fence.ProducerID(rctx)
-		fence.Close()
-		if err != nil {
-			t.Fatalf("InitProducerID as %s: %v", key, err)
-		}
+		fence(rctx)
 		cp, found, err := kafka.ReadCheckpoint(rctx, f.Kafka, cpTopic, key)
 		if err != nil || !found {
 			t.Fatalf("read the checkpoint of %s: found %v, %v", key, found, err)
