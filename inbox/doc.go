@@ -31,14 +31,14 @@
 //
 // # The rules
 //
-// A record is a first send when it has a commit_lsn header and neither
-// replayed_from_poison nor walpost_recovered. With W the watermark's LSN
-// and K its keys:
+// A record is a first send when it has a commit_lsn header and none of
+// replayed_from_poison, walpost_recovered and walpost_resent. With W the
+// watermark's LSN and K its keys:
 //
 //  1. a first send with an LSN below W was applied: skip it;
 //  2. a first send at W is applied unless its key is in K; K gains it;
 //  3. a first send above W is applied; W becomes its LSN, K its key;
-//  4. any other record (replayed, recovered, no commit_lsn) whose LSN is W
+//  4. any other record (replayed, recovered, resent, no commit_lsn) whose LSN is W
 //     and key in K was applied; else the key table decides: the key row is
 //     inserted and the effect runs, or the row exists and it is skipped.
 //

@@ -15,6 +15,9 @@ const (
 	HeaderCommitLSN      = "commit_lsn"
 	HeaderReplayed       = "replayed_from_poison"
 	HeaderRecovered      = "walpost_recovered"
+	// HeaderResent marks a record walpost resend re-drove from the outbox
+	// table: decided by the key table, like a recovered one.
+	HeaderResent = "walpost_resent"
 	// HeaderID is the Debezium layout's event id (the outbox row's id),
 	// the key of a Debezium-profile record, which has no idempotency_key.
 	HeaderID = "id"
@@ -69,7 +72,7 @@ const (
 	// ordered: a first send of walpost (commit_lsn, neither replayed nor
 	// recovered); the partition's watermark decides.
 	ordered kind = iota
-	// keyed: replayed from poison, recovered, or without commit_lsn
+	// keyed: replayed from poison, recovered, resent, or without commit_lsn
 	// (Debezium profile, another producer); the key table decides.
 	keyed
 )
@@ -108,7 +111,7 @@ func parse(r *kgo.Record) (event, error) {
 				return bad("commit_lsn header: " + err.Error())
 			}
 			ev.lsn, ev.hasLSN = l, true
-		case HeaderReplayed, HeaderRecovered:
+		case HeaderReplayed, HeaderRecovered, HeaderResent:
 			flagged = flagged || string(h.Value) == "true"
 		}
 	}

@@ -30,6 +30,9 @@ func rec(p int32, off int64, key, lsn string, flags ...string) *kgo.Record {
 	if has("replayed") {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderReplayed, Value: []byte("true")})
 	}
+	if has("resent") {
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderResent, Value: []byte("true")})
+	}
 	if has("recovered") {
 		r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderRecovered, Value: []byte("true")})
 	}
@@ -158,7 +161,9 @@ func TestRecoveredRecord(t *testing.T) {
 	c.want(c.batch(rec(0, 1, "b", "0/500", "recovered"), rec(0, 2, "c", "0/500", "recovered")), "b", "c")
 	c.want(c.batch(rec(0, 3, "b", "0/600", "recovered"), rec(0, 4, "d", "0/700")), "d")
 	c.want(c.batch(rec(0, 5, "a", "0/100")))
-	c.once("a", "b", "c", "d")
+	// walpost resend's records are decided the same way.
+	c.want(c.batch(rec(0, 6, "r", "0/800", "resent"), rec(0, 7, "r", "0/800", "resent")), "r")
+	c.once("a", "b", "c", "d", "r")
 }
 
 // recover's margin re-sends rows that were delivered before the slot was
