@@ -53,6 +53,10 @@ type Event struct {
 	// recover (a gap of a lost slot), not from the WAL; its record carries
 	// the header walpost_recovered.
 	Recovered bool
+	// Resent marks an event read from the outbox table by walpost resend
+	// (a re-drive of rows already streamed); its record carries the
+	// header walpost_resent.
+	Resent bool
 }
 
 // Placed are the mapped columns beyond walpost's own.

@@ -40,6 +40,10 @@ const (
 	// outbox table over a lost slot's gap (outbox.Event.Recovered); it
 	// comes after every other header.
 	HeaderRecovered = "walpost_recovered"
+	// HeaderResent ("true") marks a record walpost resend read from the
+	// outbox table (outbox.Event.Resent); it comes after every other
+	// header.
+	HeaderResent = "walpost_resent"
 )
 
 // BuildRecord turns an event into its Kafka record (DESIGN.md, Contracts): topic = the
@@ -133,6 +137,9 @@ func buildInto(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, defaultTo
 	}
 	if ev.Recovered {
 		hs = append(hs, kgo.RecordHeader{Key: HeaderRecovered, Value: []byte("true")})
+	}
+	if ev.Resent {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderResent, Value: []byte("true")})
 	}
 	r.Topic = topic
 	r.Key = view(ev.IdempotencyKey)
