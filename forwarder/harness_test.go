@@ -243,14 +243,19 @@ func (d *fakeDB) query(q string) (*replicationtest.Result, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch {
-	case regexp.MustCompile(`FROM walpost_position WHERE slot =`).MatchString(q):
+	case regexp.MustCompile(`FROM walpost_position p WHERE slot =`).MatchString(q):
 		r := replicationtest.Rows([]replicationtest.Col{{Name: "slot", OID: pgtype.TextOID}, {Name: "system_identifier", OID: pgtype.Int8OID},
 			{Name: "timeline", OID: pgtype.Int4OID}, {Name: "confirmed_lsn", OID: pgtype.TextOID}, {Name: "last_commit_at", OID: pgtype.TimestamptzOID},
-			{Name: "updated_at", OID: pgtype.TimestamptzOID}, {Name: "recovering_since", OID: pgtype.TimestamptzOID}})
+			{Name: "updated_at", OID: pgtype.TimestamptzOID}, {Name: "recovering_since", OID: pgtype.TimestamptzOID},
+			{Name: "snapshot", OID: pgtype.TextOID}, {Name: "snapshot_lsn", OID: pgtype.TextOID}, {Name: "next_snapshot", OID: pgtype.TextOID}, {Name: "next_snapshot_lsn", OID: pgtype.TextOID}})
 		if d.row != nil {
-			r.Add(d.row.Slot, d.row.SystemID, d.row.Timeline, d.row.LSN, nil, time.Now(), nil)
+			r.Add(d.row.Slot, d.row.SystemID, d.row.Timeline, d.row.LSN, nil, time.Now(), nil, nil, nil, nil, nil)
 		}
 		return r, nil
+	case q == `SELECT pg_current_snapshot()::text`:
+		return replicationtest.Rows([]replicationtest.Col{{Name: "s", OID: pgtype.TextOID}}, []any{"1000:1000:"}), nil
+	case q == `SELECT pg_current_wal_insert_lsn()::text`:
+		return replicationtest.Rows([]replicationtest.Col{{Name: "l", OID: pgtype.TextOID}}, []any{"0/0"}), nil
 	case reSavePosition.MatchString(q):
 		m := reSavePosition.FindStringSubmatch(q)
 		sys, _ := strconv.ParseInt(m[2], 10, 64)

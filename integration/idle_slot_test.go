@@ -14,7 +14,8 @@ import (
 // timeout is shorter than postgres.outage_budget; walpost stops, events
 // are written, and the next checkpoint invalidates the idle slot
 // (invalidation_reason = idle_timeout). walpost run refuses, naming the
-// invalidation and walpost recover; recover closes the gap: 0 lost.
+// invalidation and walpost recover; recover closes the gap (rows chosen by
+// the snapshot recorded with the position): 0 lost.
 func TestRecoverAfterIdleSlotTimeout(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
@@ -66,5 +67,5 @@ func TestRecoverAfterIdleSlotTimeout(t *testing.T) {
 	if code := waitExit(p, time.Minute); code != 1 || !strings.Contains(positionLog(p), "idle_replication_slot_timeout") {
 		t.Errorf("walpost run on the slot invalidated by idle_replication_slot_timeout: exit %d, want 1 naming the setting\n%s", code, tail(p.log, 10))
 	}
-	recoverAndCheck(t, f, w, env, before, gap, "created_at at or after")
+	recoverAndCheck(t, f, w, env, before, gap, "transaction snapshot")
 }

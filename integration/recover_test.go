@@ -235,15 +235,17 @@ func recoverAndCheck(t *testing.T, f, w *fixture, env []string, before, gap []ve
 }
 
 // TestRecoverAfterSlotDropped: walpost confirms events and stops; the slot
-// is dropped and writes go on (track_commit_timestamp off: rows chosen by
-// created_at minus recover.margin). walpost run refuses; after walpost
-// recover and walpost run, every event is in Kafka exactly as the report
-// says.
+// is dropped and writes go on (track_commit_timestamp off, and a position
+// row without a snapshot, as a walpost before snapshots recorded it: rows
+// chosen by created_at minus recover.margin). walpost run refuses; after
+// walpost recover and walpost run, every event is in Kafka exactly as the
+// report says.
 func TestRecoverAfterSlotDropped(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
 	forgetPosition(t, f.Pool, f.Slot)
 	before := runThenStop(t, f, f, nil, "before", 200)
+	mustExec(t, f.Pool, `UPDATE walpost_position SET snapshot = NULL, snapshot_lsn = NULL, next_snapshot = NULL, next_snapshot_lsn = NULL WHERE slot = $1`, f.Slot)
 	mustExec(t, f.Pool, `SELECT pg_drop_replication_slot($1)`, f.Slot)
 	gap := writeEvents(t, f, "gap", 300)
 	recoverAndCheck(t, f, f, nil, before, gap, "created_at at or after")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -85,6 +86,21 @@ type Row struct {
 	// the row before creating a slot over a gap (MarkRecovering); Reset
 	// clears it. A marked row is refused by Check.
 	RecoveringSince time.Time
+	// Snapshot, when not empty, is a snapshot of the server
+	// (pg_current_snapshot() as text) every transaction visible in which
+	// is confirmed: walpost recover re-sends the rows whose inserting
+	// transaction it does not show. SnapshotLSN is the WAL insert position
+	// read after it, at or below LSN. Empty before the first position
+	// write whose confirmed LSN reached a recorded candidate, and where
+	// walpost_position lacks the columns (walpost migrate adds them).
+	Snapshot    string
+	SnapshotLSN pglogrepl.LSN
+	// NextSnapshot and NextSnapshotLSN are the candidate taken at the
+	// last write: it becomes Snapshot once LSN reaches NextSnapshotLSN.
+	// Transactions visible in it and not in Snapshot may have been
+	// delivered: recover counts them as re-sent.
+	NextSnapshot    string
+	NextSnapshotLSN pglogrepl.LSN
 }
 
 // Last describes the last confirmed transaction for messages.
@@ -103,7 +119,48 @@ type DB interface {
 }
 
 // Store reads and writes walpost_position.
-type Store struct{ db DB }
+type Store struct {
+	db DB
+	// noSnapshots: the table lacks the snapshot columns (a walpost
+	// migrate of an older version); writes leave them out.
+	noSnapshots atomic.Bool
+}
+
+// errRetryWithout: Save found no snapshot columns and writes again
+// without them.
+var errRetryWithout = errors.New("walpost_position has no snapshot columns")
+
+func missingColumn(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42703"
+}
+
+// saveWithSnapshot is Save's write with a new candidate snapshot: the
+// server's snapshot now, then the WAL insert position (read after it, in
+// a statement of its own, so every transaction the snapshot shows had
+// inserted its commit record before it). The row's previous candidate
+// becomes its snapshot when the confirmed LSN written reaches the
+// candidate's position.
+func (s *Store) saveWithSnapshot(ctx context.Context, tx pgx.Tx, r Row, last *time.Time) error {
+	var snap, at string
+	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&snap); err != nil {
+		return err
+	}
+	if err := tx.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&at); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO `+Table+` AS p (slot, system_identifier, timeline, confirmed_lsn, last_commit_at, updated_at, next_snapshot, next_snapshot_lsn)
+VALUES ($1, $2, $3, $4::pg_lsn, $5, now(), $6::pg_snapshot, $7::pg_lsn)
+ON CONFLICT (slot) DO UPDATE SET timeline = excluded.timeline, confirmed_lsn = excluded.confirmed_lsn,
+    last_commit_at = COALESCE(excluded.last_commit_at, p.last_commit_at), updated_at = excluded.updated_at,
+    snapshot = CASE WHEN p.next_snapshot_lsn <= excluded.confirmed_lsn AND p.timeline = excluded.timeline THEN p.next_snapshot ELSE p.snapshot END,
+    snapshot_lsn = CASE WHEN p.next_snapshot_lsn <= excluded.confirmed_lsn AND p.timeline = excluded.timeline THEN p.next_snapshot_lsn ELSE p.snapshot_lsn END,
+    next_snapshot = excluded.next_snapshot, next_snapshot_lsn = excluded.next_snapshot_lsn
+WHERE p.system_identifier = excluded.system_identifier
+  AND (p.confirmed_lsn < excluded.confirmed_lsn OR p.timeline <> excluded.timeline)`,
+		r.Slot, r.SystemID, r.Timeline, r.LSN.String(), last, snap, at)
+	return err
+}
 
 // NewStore returns a store over db (a *pgxpool.Pool or a *pgx.Conn).
 func NewStore(db DB) *Store { return &Store{db: db} }
@@ -113,8 +170,13 @@ func NewStore(db DB) *Store { return &Store{db: db} }
 func (s *Store) Load(ctx context.Context, slot string) (row Row, ok bool, err error) {
 	var lsn string
 	var last, recovering *time.Time
-	err = s.db.QueryRow(ctx, `SELECT slot, system_identifier, timeline, confirmed_lsn::text, last_commit_at, updated_at, recovering_since FROM `+Table+` WHERE slot = $1`, slot).
-		Scan(&row.Slot, &row.SystemID, &row.Timeline, &lsn, &last, &row.UpdatedAt, &recovering)
+	var snap, snapLSN, next, nextLSN *string
+	// The snapshot columns through to_jsonb: a table walpost migrate has
+	// not given them yet reads as without a snapshot.
+	err = s.db.QueryRow(ctx, `SELECT slot, system_identifier, timeline, confirmed_lsn::text, last_commit_at, updated_at, recovering_since,
+	to_jsonb(p) ->> 'snapshot', to_jsonb(p) ->> 'snapshot_lsn', to_jsonb(p) ->> 'next_snapshot', to_jsonb(p) ->> 'next_snapshot_lsn'
+FROM `+Table+` p WHERE slot = $1`, slot).
+		Scan(&row.Slot, &row.SystemID, &row.Timeline, &lsn, &last, &row.UpdatedAt, &recovering, &snap, &snapLSN, &next, &nextLSN)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Row{}, false, nil
 	}
@@ -129,6 +191,16 @@ func (s *Store) Load(ctx context.Context, slot string) (row Row, ok bool, err er
 	}
 	if recovering != nil {
 		row.RecoveringSince = *recovering
+	}
+	if snap != nil && snapLSN != nil {
+		if l, err := pglogrepl.ParseLSN(*snapLSN); err == nil {
+			row.Snapshot, row.SnapshotLSN = *snap, l
+		}
+	}
+	if next != nil && nextLSN != nil {
+		if l, err := pglogrepl.ParseLSN(*nextLSN); err == nil {
+			row.NextSnapshot, row.NextSnapshotLSN = *next, l
+		}
 	}
 	return row, true, nil
 }
@@ -148,6 +220,17 @@ func (s *Store) Save(ctx context.Context, r Row) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
 			return err
 		}
+		if !s.noSnapshots.Load() {
+			err := s.saveWithSnapshot(ctx, tx, r, last)
+			if !missingColumn(err) {
+				return err
+			}
+			// walpost_position predates the snapshot columns: the
+			// position is written without them (recover then chooses the
+			// gap's rows by created_at) until walpost migrate adds them.
+			s.noSnapshots.Store(true)
+			return errRetryWithout
+		}
 		_, err := tx.Exec(ctx, `INSERT INTO `+Table+` AS p (slot, system_identifier, timeline, confirmed_lsn, last_commit_at, updated_at)
 VALUES ($1, $2, $3, $4::pg_lsn, $5, now())
 ON CONFLICT (slot) DO UPDATE SET timeline = excluded.timeline, confirmed_lsn = excluded.confirmed_lsn,
@@ -157,6 +240,9 @@ WHERE p.system_identifier = excluded.system_identifier
 			r.Slot, r.SystemID, r.Timeline, r.LSN.String(), last)
 		return err
 	})
+	if errors.Is(err, errRetryWithout) {
+		return s.Save(ctx, r)
+	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", Table, explain(err))
 	}
@@ -200,6 +286,28 @@ func (s *Store) Reset(ctx context.Context, r Row) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
 			return err
 		}
+		if !s.noSnapshots.Load() {
+			// The row's snapshot is r's (recover's exported snapshot,
+			// at its consistent point) or none: an old one says nothing
+			// about the new slot.
+			var snap, at *string
+			if r.Snapshot != "" {
+				l := r.SnapshotLSN.String()
+				snap, at = &r.Snapshot, &l
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+Table+` (slot, system_identifier, timeline, confirmed_lsn, last_commit_at, updated_at, recovering_since, snapshot, snapshot_lsn, next_snapshot, next_snapshot_lsn)
+VALUES ($1, $2, $3, $4::pg_lsn, $5, now(), NULL, $6::pg_snapshot, $7::pg_lsn, NULL, NULL)
+ON CONFLICT (slot) DO UPDATE SET system_identifier = excluded.system_identifier, timeline = excluded.timeline,
+    confirmed_lsn = excluded.confirmed_lsn, last_commit_at = excluded.last_commit_at,
+    updated_at = excluded.updated_at, recovering_since = NULL,
+    snapshot = excluded.snapshot, snapshot_lsn = excluded.snapshot_lsn, next_snapshot = NULL, next_snapshot_lsn = NULL`,
+				r.Slot, r.SystemID, r.Timeline, r.LSN.String(), last, snap, at)
+			if !missingColumn(err) {
+				return err
+			}
+			s.noSnapshots.Store(true)
+			return errRetryWithout
+		}
 		_, err := tx.Exec(ctx, `INSERT INTO `+Table+` (slot, system_identifier, timeline, confirmed_lsn, last_commit_at, updated_at, recovering_since)
 VALUES ($1, $2, $3, $4::pg_lsn, $5, now(), NULL)
 ON CONFLICT (slot) DO UPDATE SET system_identifier = excluded.system_identifier, timeline = excluded.timeline,
@@ -208,6 +316,9 @@ ON CONFLICT (slot) DO UPDATE SET system_identifier = excluded.system_identifier,
 			r.Slot, r.SystemID, r.Timeline, r.LSN.String(), last)
 		return err
 	})
+	if errors.Is(err, errRetryWithout) {
+		return s.Reset(ctx, r)
+	}
 	if err != nil {
 		return fmt.Errorf("reset %s of slot %q: %w", Table, r.Slot, explain(err))
 	}

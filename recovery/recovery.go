@@ -62,7 +62,8 @@ type By string
 
 const (
 	ByCommitTimestamp By = "commit timestamp"    // pg_xact_commit_timestamp(xmin)
-	ByCreatedAt       By = "created_at"          // track_commit_timestamp off
+	ByCreatedAt       By = "created_at"          // track_commit_timestamp off, no recorded snapshot
+	BySnapshot        By = "transaction snapshot" // track_commit_timestamp off: the position's recorded snapshot
 	BySince           By = "commit time --since" // the flag, no margin
 	ByAll             By = "the whole table"     // no transaction was ever confirmed
 )
@@ -99,6 +100,15 @@ type Report struct {
 	// Oldest is the created_at of the oldest row in the table (zero when
 	// it is empty): rows deleted before it are gone.
 	Oldest time.Time
+	// SnapshotFrom, with BySnapshot, is the recorded snapshot: the rows
+	// whose inserting transaction it does not show were chosen, whatever
+	// their created_at. SnapshotLSN is the WAL position every transaction
+	// it shows had committed by.
+	SnapshotFrom string
+	SnapshotLSN  pglogrepl.LSN
+	// maybeFrom is the position's candidate snapshot: chosen rows whose
+	// transaction it shows may have been delivered (Resent).
+	maybeFrom string
 	// New is the recorded position: the new slot's consistent point.
 	New position.Row
 	// Snapshot is the exported snapshot's name.
@@ -212,6 +222,9 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	last := row.LastCommit
 	rep.By, rep.CommitFrom, rep.CreatedFrom = window(row, opts.Since, commitTS, cfg.Recover.Margin)
+	if rep.By == BySnapshot {
+		rep.SnapshotFrom, rep.SnapshotLSN, rep.maybeFrom = row.Snapshot, row.SnapshotLSN, row.NextSnapshot
+	}
 	if drop && opts.DryRun {
 		rep.SlotState += ": would be dropped and created again"
 	} else if drop {
@@ -286,7 +299,8 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, err
 	}
 	var snapAt time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&snapAt); err != nil {
+	var snapshot string
+	if err := tx.QueryRow(ctx, `SELECT now(), pg_current_snapshot()::text`).Scan(&snapAt, &snapshot); err != nil {
 		return rep, err
 	}
 	p := &producer{sink: r.Sink, max: r.MaxInFlight}
@@ -321,7 +335,9 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	// Everything committed before the consistent point is in Kafka: that
 	// is the new position, and the snapshot's start bounds its commits.
-	rep.New = position.Row{Slot: name, Identity: id, LSN: cp, LastCommit: snapAt}
+	// The exported snapshot is the new position's: every transaction it
+	// shows is in Kafka now, the others are the slot's to stream.
+	rep.New = position.Row{Slot: name, Identity: id, LSN: cp, LastCommit: snapAt, Snapshot: snapshot, SnapshotLSN: cp}
 	if err := store.Reset(ctx, rep.New); err != nil {
 		return rep, fmt.Errorf("%w; the gap's rows are in Kafka, run walpost recover again to record the position (it sends them once more)", err)
 	}
@@ -345,6 +361,9 @@ func window(row position.Row, since time.Time, commitTS bool, margin time.Durati
 		return ByAll, time.Time{}, time.Time{}
 	case commitTS:
 		return ByCommitTimestamp, last.Add(-CommitSlack), last.Add(-margin)
+	case row.Snapshot != "":
+		// No clock: the transactions the recorded snapshot does not show.
+		return BySnapshot, time.Time{}, time.Time{}
 	default:
 		return ByCreatedAt, time.Time{}, last.Add(-margin)
 	}
@@ -367,9 +386,28 @@ func selection(t replication.TableName, cols []string, commitTS bool, rep *Repor
 	}
 	args := []any{rep.CommitFrom, rep.CreatedFrom}
 	var where string
+	from := t.String()
+	// maybe: the row's transaction may have been delivered before (it is
+	// counted as re-sent).
+	maybe := "false"
 	switch {
 	case rep.By == ByAll:
 		where, args = `true`, nil
+	case rep.By == BySnapshot:
+		// xmin is 32 bits: it is placed in the epoch of the reading
+		// transaction's snapshot (every row not frozen is within 2^31
+		// transactions of it), then tested against the recorded 64-bit
+		// snapshot. A frozen row older than 2^32 transactions may alias
+		// to one the snapshot does not show and is sent again, never
+		// missed.
+		from += `, (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax) ref`
+		x8 := `(((ref.xmax >> 32) << 32 | xmin::text::bigint) - CASE WHEN ((ref.xmax >> 32) << 32 | xmin::text::bigint) > ref.xmax THEN 4294967296 ELSE 0 END)::text::xid8`
+		where = `NOT pg_visible_in_snapshot(` + x8 + `, $3::pg_snapshot) AND $1::timestamptz IS NOT NULL AND $2::timestamptz IS NOT NULL`
+		args = append(args, rep.SnapshotFrom)
+		if rep.maybeFrom != "" {
+			maybe = `pg_visible_in_snapshot(` + x8 + `, $4::pg_snapshot)`
+			args = append(args, rep.maybeFrom)
+		}
 	case commitTS:
 		where = `(` + ts + ` >= $1 OR (` + ts + ` IS NULL AND created_at >= $2))`
 	default:
@@ -382,8 +420,8 @@ func selection(t replication.TableName, cols []string, commitTS bool, rep *Repor
        CASE WHEN isfinite(created_at) THEN created_at END, ` + ts + `,
        xmin::text::bigint, ` + opt("topic", "::text") + `, ` + opt("partition_key", "::text") + `, ` +
 		opt("event_type", "::text") + `, ` + opt("headers", "::text") + `,
-       CASE WHEN isfinite(` + at + `) THEN ` + at + ` END
-FROM ` + t.String() + `
+       CASE WHEN isfinite(` + at + `) THEN ` + at + ` END, ` + maybe + `
+FROM ` + from + `
 WHERE ` + where + `
 ORDER BY ` + at + `, xmin::text::bigint, cmin::text::bigint, ctid`, args
 }
@@ -423,8 +461,9 @@ func scan(ctx context.Context, q querier, sql string, args []any, rep *Report, l
 			headers                     *string
 			created, commit, at         *time.Time
 			xid                         int64
+			maybe                       bool
 		)
-		if err := rows.Scan(&ev.ID, &ev.IdempotencyKey, &payload, &ev.CreatedAt, &created, &commit, &xid, &topic, &pkey, &etype, &headers, &at); err != nil {
+		if err := rows.Scan(&ev.ID, &ev.IdempotencyKey, &payload, &ev.CreatedAt, &created, &commit, &xid, &topic, &pkey, &etype, &headers, &at, &maybe); err != nil {
 			return fmt.Errorf("read the gap's rows from %s: %w", rep.Table, err)
 		}
 		rep.Found++
@@ -433,9 +472,12 @@ func scan(ctx context.Context, q querier, sql string, args []any, rep *Report, l
 				rep.First = *at
 			}
 			rep.Last = *at
-			if !at.After(last) {
+			if rep.By != BySnapshot && !at.After(last) {
 				rep.Resent++
 			}
+		}
+		if maybe {
+			rep.Resent++
 		}
 		if emit == nil {
 			continue

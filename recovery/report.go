@@ -33,6 +33,8 @@ func (r *Report) Write(w io.Writer) error {
 		pr("rows chosen by:    commit timestamp (track_commit_timestamp = on) at or after %s (the last confirmed commit minus %s); rows without one by created_at at or after %s (recover.margin)", ts(r.CommitFrom), CommitSlack, ts(r.CreatedFrom))
 	case ByCreatedAt:
 		pr("rows chosen by:    created_at at or after %s: the last confirmed commit minus recover.margin (track_commit_timestamp = off: order by created_at, the transactions' start, which concurrent transactions may commit in another order)", ts(r.CreatedFrom))
+	case BySnapshot:
+		pr("rows chosen by:    transaction snapshot: every row whose inserting transaction the snapshot recorded with the position (%s, at LSN %s) does not show, whatever its created_at (track_commit_timestamp = off; no clock is used); ordered by created_at", r.SnapshotFrom, r.SnapshotLSN)
 	case ByAll:
 		pr("rows chosen by:    every row of the table: the recorded position confirmed no transaction yet, so every row may be in the gap")
 	case BySince:
@@ -44,7 +46,11 @@ func (r *Report) Write(w io.Writer) error {
 	}
 	pr("rows:              %d %s, %d produced with walpost_recovered: true", r.Found, verb, r.Produced)
 	pr("time range:        %s .. %s", ts(r.First), ts(r.Last))
-	pr("re-sent:           %d row(s) committed at or before the recorded last commit (most were delivered before; consumers deduplicate on idempotency_key)", r.Resent)
+	if r.By == BySnapshot {
+		pr("re-sent:           %d row(s) of transactions the position's last snapshot (taken at its last write) shows and the recorded one does not: they may have been delivered before (consumers deduplicate on idempotency_key)", r.Resent)
+	} else {
+		pr("re-sent:           %d row(s) committed at or before the recorded last commit (most were delivered before; consumers deduplicate on idempotency_key)", r.Resent)
+	}
 	if !r.DryRun {
 		pr("new position:      LSN %s (the new slot's consistent point), %s; walpost run streams from here", r.New.LSN, r.New.Identity)
 	}
