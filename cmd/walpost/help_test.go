@@ -76,7 +76,7 @@ func TestHelpSurface(t *testing.T) {
 	connecting := map[string]bool{
 		"walpost run": true, "walpost migrate": true, "walpost check": true, "walpost status": true,
 		"walpost poison list": true, "walpost poison replay": true, "walpost recover": true,
-		"walpost prune": true, "walpost verify": true, "walpost config": true,
+		"walpost resend": true, "walpost prune": true, "walpost verify": true, "walpost config": true,
 	}
 	for _, c := range allCommands(newRootCommand()) {
 		p := c.CommandPath()

@@ -162,6 +162,7 @@ func newRootCommand() *cobra.Command {
 		newStatusCommand(),
 		newPoisonCommand(),
 		newRecoverCommand(),
+		newResendCommand(),
 		newPruneCommand(),
 		newVerifyCommand(),
 		newConfigCommand(),
