@@ -14,6 +14,7 @@ import (
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
@@ -33,7 +34,10 @@ import (
 //     terminates ordinary backends first (SQLSTATE 57P01) and waits for
 //     walsenders until their client confirmed everything sent, which never
 //     happens with Kafka down; the watcher notices and ends the session,
-//     confirming only what the sink acknowledged;
+//     confirming only what the sink acknowledged. A side connection ended
+//     while the server accepts new ones (an administrator's
+//     pg_terminate_backend, idle_session_timeout) is replaced and the
+//     session goes on: a server shutting down refuses the new one;
 //   - the data-loss watch ends the session with ErrDataLoss when Kafka
 //     reports data loss (onDataLoss), so the next session produces
 //     everything after the slot's confirmed position again.
@@ -235,10 +239,25 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		case <-gctx.Done():
 			return nil
 		}
-		if err := side.PgConn().WaitForNotification(gctx); err != nil && gctx.Err() == nil {
-			return fmt.Errorf("postgres connection lost or server shutting down: %w", err)
+		watched := side
+		for {
+			err := watched.PgConn().WaitForNotification(gctx)
+			if err == nil || gctx.Err() != nil {
+				return nil
+			}
+			// A server that is shutting down refuses new connections
+			// (57P03): then the session ends, so the walsender can stop.
+			cctx, cancel := context.WithTimeout(gctx, 5*time.Second)
+			next, cerr := replication.ConnectSQL(cctx, cfg.Postgres.URL)
+			cancel()
+			if cerr != nil {
+				return fmt.Errorf("postgres connection lost or server shutting down: %w (a new connection: %v)", err, redact.Error(cerr))
+			}
+			defer next.Close(context.Background())
+			f.log.Warn("the server ended walpost's side connection while accepting new ones (pg_terminate_backend?); replaced it, the replication session goes on",
+				"slot", cfg.Postgres.Slot, "err", redact.String(err.Error()))
+			watched = next
 		}
-		return nil
 	})
 	g.Go(func() error { return pw.run(gctx, cfg.Postgres.PositionInterval) })
 	g.Go(func() error {

@@ -71,3 +71,50 @@ func TestSessionSettingsOfTheRole(t *testing.T) {
 		})
 	}
 }
+
+// TestSideConnectionTerminatedByAdmin: an administrator ends walpost's
+// ordinary connections (pg_terminate_backend on every walpost backend that
+// is not the walsender) while writers run. The server still accepts
+// connections, so walpost replaces its side connection and the pool's,
+// and the replication session goes on: the same walsender holds the slot,
+// no session restart, nothing lost.
+func TestSideConnectionTerminatedByAdmin(t *testing.T) {
+	t.Parallel()
+	f := stackFixture(t, 3)
+	// This walpost's ordinary connections carry an application_name of
+	// their own (the walsender's is "walpost").
+	app := "wp_" + f.Slot
+	u, err := url.Parse(f.PGURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	p := f.start("WALPOST_POSTGRES_URL=" + u.String())
+	waitStreaming(t, p)
+	l := newWriterLoad(f, 2, 10, 20*time.Millisecond).start()
+	l.waitWritten(t, 300, time.Minute)
+	pid := slotPID(f)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ended int
+	waitFor(t, 30*time.Second, "walpost's side connection terminated", func() bool {
+		var n int
+		err := f.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
+			WHERE backend_type = 'client backend' AND application_name = $1`, app).Scan(&n)
+		ended += n
+		return err == nil && logCount(p, "replaced it, the replication session goes on") > 0
+	})
+	t.Logf("terminated %d of walpost's ordinary backends", ended)
+	l.waitWritten(t, 300, time.Minute)
+	expected := l.finish(t)
+	verifyDelivery(t, f, expected, 2*time.Minute)
+	alive(t, p, "after its side connection was terminated")
+	if n := logCount(p, "session failed"); n != 0 {
+		t.Errorf("%d session restarts after the side connection was terminated, want 0:\n%s", n, tail(p.log, 20))
+	}
+	if after := slotPID(f); after != pid {
+		t.Errorf("walsender holding the slot: pid %d before, %d after: the replication session ended", pid, after)
+	}
+}
