@@ -138,7 +138,7 @@ func (f *Forwarder) checkTopic(ctx context.Context) error {
 	defer cl.Close()
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	_, err = kafka.DescribeTopic(cctx, cl, cfg.Topic)
+	info, err := kafka.DescribeTopic(cctx, cl, cfg.Topic)
 	grace := topicGrace
 	if errors.Is(err, kafka.ErrTopicMissing) && cfg.CreateTopicPartitions > 0 {
 		if err := kafka.CreateTopic(cctx, cl, cfg.Topic, int32(cfg.CreateTopicPartitions)); err != nil {
@@ -154,7 +154,7 @@ func (f *Forwarder) checkTopic(ctx context.Context) error {
 		if !sleep(cctx, 100*time.Millisecond) {
 			break
 		}
-		_, err = kafka.DescribeTopic(cctx, cl, cfg.Topic)
+		info, err = kafka.DescribeTopic(cctx, cl, cfg.Topic)
 	}
 	if err != nil {
 		var ke *kerr.Error
@@ -165,6 +165,7 @@ func (f *Forwarder) checkTopic(ctx context.Context) error {
 		// No broker answered: blame the address, not the topic.
 		return fmt.Errorf("kafka.brokers: no broker of %v answered (%w); fix: check kafka.brokers (WALPOST_KAFKA_BROKERS), that Kafka runs and that this host reaches it", cfg.Brokers, err)
 	}
+	f.m.initTopic(cfg.Topic, info.Partitions)
 	if f.eos() {
 		return f.checkCheckpointTopic(cctx, cl)
 	}

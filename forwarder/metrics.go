@@ -1,6 +1,7 @@
 package forwarder
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // States of the forwarder, one gauge each (1 for the current state).
@@ -139,9 +141,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions, m.cpRefused} {
 		f(c)
 	}
+	// Every labelled counter walpost can know at start is exported at 0,
+	// so increase() sees its first increment (an alert on the first
+	// poison, order violation or data loss fires).
 	for _, r := range []string{refusedWentBack, refusedAhead, refusedNotInWAL} {
-		m.cpRefused.WithLabelValues(r) // exported at 0, so increase() sees the first one
+		m.cpRefused.WithLabelValues(r)
 	}
+	for _, c := range reconnectCauses {
+		m.reconnects.WithLabelValues(c)
+	}
+	m.skipped.WithLabelValues("already_confirmed")
+	m.skipped.WithLabelValues("checkpoint")
+	m.positionWrites.WithLabelValues("ok")
+	m.positionWrites.WithLabelValues("error")
+	m.transactions.WithLabelValues("committed")
+	m.transactions.WithLabelValues("aborted")
 	m.movedAt.Store(time.Now().UnixNano())
 	m.lagB.Store(-1)
 	m.setState(stateStarting)
@@ -183,6 +197,25 @@ func (m *metrics) onReceived(*outbox.Event) {
 	m.receivedN.Add(1)
 }
 
+// reconnectCauses are the causes of walpost_reconnects_total (Classify,
+// retryCause, waitKafka).
+var reconnectCauses = []string{"other", "kafka_destination", "slot_active", "kafka_data_loss", "kafka_fenced_holding_slot",
+	"postgres_error", "network", "kafka"}
+
+// initTopic exports topic's counters at 0: produced, order violations,
+// each poison class, and data loss of each of its partitions (partitions
+// 0: none known).
+func (m *metrics) initTopic(topic string, partitions int) {
+	m.produced.WithLabelValues(topic)
+	m.orderBroken.WithLabelValues(topic)
+	for _, c := range kafka.RecordClasses {
+		m.poisoned.WithLabelValues(topic, c)
+	}
+	for p := range partitions {
+		m.dataLoss.WithLabelValues(topic, strconv.Itoa(p))
+	}
+}
+
 func (m *metrics) onPoisoned(topic, class string) { m.poisoned.WithLabelValues(topic, class).Inc() }
 
 func (m *metrics) onOrderViolation(topic string, _ int32) { m.orderBroken.WithLabelValues(topic).Inc() }
@@ -204,7 +237,9 @@ func (m *metrics) onAck(defaultTopic string) func(topic string, commit time.Time
 		}
 		c, ok := counters.Load(topic)
 		if !ok {
-			c, _ = counters.LoadOrStore(strings.Clone(topic), m.produced.WithLabelValues(topic))
+			topic = strings.Clone(topic)
+			m.initTopic(topic, 0)
+			c, _ = counters.LoadOrStore(topic, m.produced.WithLabelValues(topic))
 		}
 		c.(prometheus.Counter).Inc()
 	}

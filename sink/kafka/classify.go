@@ -16,6 +16,16 @@ import (
 // round trip and without touching its neighbours.
 var ErrRecordTooLarge = fmt.Errorf("record larger than the topic's max.message.bytes: %w", kerr.MessageTooLarge)
 
+// RecordClasses are the error classes Classify gives record-level
+// failures (sink.Record, quarantined after poison.max_attempts) and
+// unknown ones ("UNKNOWN" and Kafka's own names): the poison counter is
+// exported at 0 for each, so an alert sees the first quarantine.
+var RecordClasses = []string{
+	"INVALID_HEADERS", "EMPTY_KEY", "NULL_PAYLOAD", "LIMIT_RAISED",
+	kerr.MessageTooLarge.Message, kerr.RecordListTooLarge.Message, kerr.InvalidRecord.Message,
+	kerr.CorruptMessage.Message, kerr.InvalidTimestamp.Message, kerr.PolicyViolation.Message, "UNKNOWN",
+}
+
 // Classify sorts a produce failure by what walpost does with it (see
 // sink.Kind) and names its class (the Kafka error
 // name, or walpost's own for records it cannot build).
