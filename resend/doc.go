@@ -6,15 +6,18 @@
 // Run:
 //
 //  1. checks the flags (Options.Check) and the --where predicate
-//     (ParseWhere: PostgreSQL's own parser, then an allowlist of node
-//     kinds, operators, functions and types) before it connects;
+//     (ParseWhere: PostgreSQL's lexical rules, then an allowlist of
+//     keywords, operators, functions and types; every other word must be
+//     a column) before it connects;
 //  2. reads the progress file: the resend to continue with --resume, or
 //     one that did not finish, which it refuses to overwrite;
 //  3. on a plain SQL connection, resolves the table, checks the
 //     predicate's columns and reads track_commit_timestamp;
 //  4. opens a REPEATABLE READ, READ ONLY transaction with search_path =
-//     pg_catalog: its snapshot chooses the rows (those committed before
-//     it), counts them, and with DryRun stops there;
+//     pg_catalog and standard_conforming_strings on: its snapshot chooses
+//     the rows (those committed before it), counts them (PostgreSQL
+//     refuses a predicate that is malformed or not boolean here, before
+//     any record), and with DryRun stops there;
 //  5. records the selection in the progress file, then streams the rows
 //     in Order through the sink (walpost's idempotent producer; in
 //     exactly-once mode a transactional producer of its own), each record
@@ -38,9 +41,9 @@
 //  3. The progress file's cursor only names a row of a prefix of the
 //     order that is entirely in Kafka (acknowledged; in exactly-once mode
 //     committed), so --resume skips no row that is not.
-//  4. Nothing in --where runs before it was checked, and nothing it calls
-//     can write: the transaction is READ ONLY and resolves names in
-//     pg_catalog only.
+//  4. Nothing in --where runs before it was checked, it cannot end the
+//     parentheses it is embedded in, and nothing it calls can write: the
+//     transaction is READ ONLY and resolves names in pg_catalog only.
 //  5. Nothing is dropped: a row Kafka refuses (or walpost cannot build)
 //     stops the resend with its key; the progress stays before it.
 //

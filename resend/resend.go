@@ -269,12 +269,14 @@ func (r *Resender) prepare(ctx context.Context, side *pgx.Conn, where *Where, se
 }
 
 // snapshot sets up the snapshot transaction and reads its time. Invariant
-// 4: it is READ ONLY, so nothing --where calls can write, and functions,
-// operators and types resolve in pg_catalog only.
+// 4: it is READ ONLY, so nothing --where calls can write; functions,
+// operators and types resolve in pg_catalog only; and strings are lexed
+// as ParseWhere lexed them (standard_conforming_strings: a backslash is
+// an ordinary character, it never escapes a quote).
 func snapshot(ctx context.Context, tx pgx.Tx, rep *Report) error {
 	// created_at is rendered in PostgreSQL's ISO text in UTC, as on the
 	// replication connection (the created_at header).
-	if _, err := tx.Exec(ctx, `SET LOCAL search_path = pg_catalog; SET LOCAL DateStyle = 'ISO'; SET LOCAL TimeZone = 'UTC'`); err != nil {
+	if _, err := tx.Exec(ctx, `SET LOCAL search_path = pg_catalog; SET LOCAL standard_conforming_strings = on; SET LOCAL DateStyle = 'ISO'; SET LOCAL TimeZone = 'UTC'`); err != nil {
 		return fmt.Errorf("set up the snapshot transaction: %w", err)
 	}
 	// The snapshot is taken by this first query.
@@ -365,6 +367,7 @@ func (r *Resender) produce(ctx context.Context, tx pgx.Tx, q query, opts Options
 		serr := save(false)
 		return rep, r.failed(ctx, err, serr, opts, rep)
 	}
+	s.tick(true)
 	_, rep.Produced, rep.Bytes = em.front.prefix()
 	rep.Txns = em.txns
 	rep.Finished = true
@@ -457,12 +460,11 @@ func (s *streamer) stream(ctx context.Context, tx pgx.Tx, q query) error {
 	if err := rows.Err(); err != nil {
 		return q.explain(err)
 	}
-	s.tick(true)
 	return nil
 }
 
 // tick rewrites the progress file every saveEvery and reports progress
-// every ProgressEvery (and, with last, once more).
+// every ProgressEvery (and, with last, now).
 func (s *streamer) tick(last bool) {
 	now := time.Now()
 	if now.Sub(s.lastSave) >= saveEvery {

@@ -90,32 +90,52 @@ func TestFrontierCompacts(t *testing.T) {
 	}
 }
 
-// TestPacer: rows are spaced at the rate; a stall is not made up by a
-// burst. (Mutation: due times from the start instead of the previous row
-// fails the after-stall case.)
+// TestPacer: rows are spaced at the rate; an oversleep is made up, a
+// stall only up to maxCredit worth of rows. (Mutations: no catch-up at
+// all fails the oversleep case; unbounded catch-up the stall case.)
 func TestPacer(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	var slept []time.Duration
-	p := newPacer(100) // 10 ms apart
+	over := time.Duration(0) // each sleep oversleeps this much
+	p := newPacer(100)       // 10 ms apart
 	p.now = func() time.Time { return now }
-	p.sleep = func(_ context.Context, d time.Duration) error { slept = append(slept, d); now = now.Add(d); return nil }
-	for range 5 {
-		if err := p.wait(context.Background()); err != nil {
-			t.Fatal(err)
+	p.sleep = func(_ context.Context, d time.Duration) error {
+		slept = append(slept, d)
+		now = now.Add(d + over)
+		return nil
+	}
+	wait := func(n int) {
+		for range n {
+			if err := p.wait(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	wait(5)
 	want := []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}
 	if !slices.Equal(slept, want) {
 		t.Fatalf("slept %v, want %v", slept, want)
 	}
-	// A stall of a second: the next row goes at once, the one after it
-	// waits a whole interval again.
+	// At 1000/s every sleep oversleeps 4 ms: the schedule still holds,
+	// 1000 rows take 1 s (plus the last oversleep).
+	fast := newPacer(1000)
+	fast.now, fast.sleep = p.now, p.sleep
+	over, slept = 4*time.Millisecond, nil
+	start := now
+	for range 1000 {
+		_ = fast.wait(context.Background())
+	}
+	if el := now.Sub(start); el < time.Second-5*time.Millisecond || el > time.Second+20*time.Millisecond {
+		t.Fatalf("1000 rows at 1000/s with oversleeping timers took %s", el)
+	}
+	// A stall of a second: only maxCredit (5 rows) go at once, then the
+	// rate again.
+	over = 0
 	now = now.Add(time.Second)
 	slept = nil
-	_ = p.wait(context.Background())
-	_ = p.wait(context.Background())
-	if !slices.Equal(slept, []time.Duration{10 * time.Millisecond}) {
-		t.Fatalf("after a stall slept %v, want one interval", slept)
+	wait(8)
+	if len(slept) != 8-int(maxCredit/(10*time.Millisecond))-1 {
+		t.Fatalf("after a stall slept %v: want the first %d rows at once", slept, maxCredit/(10*time.Millisecond)+1)
 	}
 	// No rate: never sleeps.
 	q := newPacer(0)

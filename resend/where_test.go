@@ -33,6 +33,12 @@ func TestParseWhereAccepts(t *testing.T) {
 		{"substring(event_type from 1 for 5) = 'order'", []string{"event_type"}},
 		{"event_type SIMILAR TO 'order.(created|paid)'", []string{"event_type"}},
 		{"id = '00000000-0000-0000-0000-000000000000'::uuid", []string{"id"}},
+		{"CAST(attempts AS int8) > 0 AND cast(topic as text) <> ''", []string{"attempts", "topic"}},
+		{"created_at >= timestamptz '2026-12-01 10:00Z' AND created_at < '2026-12-02'::pg_catalog.timestamptz", []string{"created_at"}},
+		{"attempts=-1 OR attempts<>-2 OR attempts >= .5e1", []string{"attempts"}},
+		{"\"event_type\" = 'it''s' AND payload['a'] IS NOT NULL", []string{"event_type", "payload"}},
+		{"nullif(topic, '') IS NULL AND greatest(attempts, 0) < 3", []string{"attempts", "topic"}},
+		{"event_type LIKE 'order\\_%' OR topic = 'a\\' OR true", []string{"event_type", "topic"}},
 		{"true", nil},
 	}
 	for _, tt := range tests {
@@ -61,41 +67,54 @@ func TestParseWhereRefuses(t *testing.T) {
 		in, want string
 	}{
 		{"", "empty"},
-		{"event_type IN (SELECT event_type FROM outbox)", "subquery"},
-		{"EXISTS (SELECT 1 FROM pg_class)", "subquery"},
-		{"event_type = (SELECT 'x')", "subquery"},
-		{"idempotency_key = ANY(SELECT k FROM keys)", "subquery"},
+		{"event_type IN (SELECT event_type FROM outbox)", "a subquery (SELECT)"},
+		{"EXISTS (SELECT 1 FROM pg_class)", "a subquery (EXISTS)"},
+		{"event_type = (select 'x')", "a subquery (SELECT)"},
+		{"idempotency_key = ANY(VALUES ('k'))", "a subquery (VALUES)"},
 		{"nextval('s') > 0", "function nextval()"},
 		{"pg_terminate_backend(42)", "function pg_terminate_backend()"},
 		{"set_config('work_mem', '1GB', false) IS NOT NULL", "function set_config()"},
 		{"lo_unlink(1) = 1", "function lo_unlink()"},
-		{"public.lower(event_type) = 'x'", "function public.lower()"},
+		{"pg_catalog.pg_sleep(10) IS NULL", "function pg_catalog.pg_sleep()"}, {"pg_catalog.outbox IS NULL", "pg_catalog.outbox"},
+		{"public.lower(event_type) = 'x'", "qualified name"},
 		{"pg_sleep(10) IS NULL", "function pg_sleep()"},
 		{"count(*) > 0", "function count()"},
-		{"lower(event_type) OVER () = 'x'", "aggregate, window"},
+		{"lower(*) > 0", "(*)"},
+		{"lower(event_type) OVER () = 'x'", "function over()"},
+		{"\"lower\"(event_type) = 'x'", "call of a quoted name"},
 		{"true; DELETE FROM outbox", "semicolon"},
 		{"true;", "semicolon"},
-		{"event_type = 'x' -- and the rest", "comments"},
-		{"event_type = 'x' /* c */", "comments"},
-		{"true ORDER BY 1", "not one boolean expression"},
-		{"true LIMIT 1", "not one boolean expression"},
-		{"true GROUP BY 1", "not one boolean expression"},
-		{"true UNION SELECT 1", "not one boolean expression"},
-		{"true) OR (true", "parser"},
-		{"event_type = $1", "parameter"},
+		{"event_type = 'x' -- and the rest", "comment"},
+		{"event_type = 'x' /* c */", "comment"},
+		{"true ORDER BY 1", "a clause (ORDER)"},
+		{"true LIMIT 1", "a clause (LIMIT)"},
+		{"true GROUP BY 1", "a clause (GROUP)"},
+		{"true UNION SELECT 1", "a clause (UNION)"},
+		{"true) OR (true", "unbalanced )"},
+		{"(true", "unclosed ("},
+		{"payload['a'] = 'x']", "unbalanced ]"},
+		{"event_type = $1", "$"},
+		{"event_type = $$x$$", "$"},
+		{"event_type = E'x\\'", "prefixed string"},
+		{"event_type = U&'x'", "prefixed string"},
+		{"event_type = 'x", "unterminated string"},
+		{"event_type = 'a' \\ 'b'", "backslash"},
 		{"created_at > now()", "function now()"},
 		{"created_at > CURRENT_TIMESTAMP", "value of the session"},
 		{"current_user = 'x'", "value of the session"},
-		{"o.event_type = 'x'", "qualified column"},
+		{"o.event_type = 'x'", "qualified name"},
 		{"event_type::regclass IS NOT NULL", "cast to regclass"},
-		{"event_type::public.mytype IS NOT NULL", "cast to public.mytype"},
+		{"event_type::public.mytype IS NOT NULL", "cast to public"},
+		{"event_type::double precision > 0", "cast to double"},
+		{"CAST(event_type AS regclass) IS NULL", "cast to regclass"},
 		{"event_type === 'x'", "operator ==="},
-		{"event_type OPERATOR(public.=) 'x'", "operator public.="},
-		{"event_type COLLATE \"C\" = 'x'", "COLLATE"},
+		{"@ attempts > 1", "operator @"},
+		{"event_type OPERATOR(public.=) 'x'", "word operator after event_type"},
+		{"event_type COLLATE \"C\" = 'x'", "word collate after event_type"},
 		{"(headers).x = 'y'", "field selection"},
-		{"event_type = ", "parser"},
 		{"true\x00; DELETE FROM outbox", "NUL byte"},
 		{"event_type = '\xff'", "UTF-8"},
+		{"attempts = 1abc", "number followed by letters"},
 	}
 	for _, tt := range tests {
 		_, err := ParseWhere(tt.in)
@@ -136,11 +155,11 @@ func TestWhereCheckColumns(t *testing.T) {
 	}
 }
 
-// FuzzParseWhere: the checker never panics, and whatever it accepts is
-// one expression whose embedding cannot end early: the embedded text
-// parses, followed by more SQL, as one statement.
+// FuzzParseWhere: the checker never panics, and whatever it accepts
+// cannot end the parentheses it is embedded in: embedded between more
+// SQL, it is accepted again with the same columns.
 func FuzzParseWhere(f *testing.F) {
-	for _, s := range []string{"event_type = 'x'", "true) OR (true", "a -- b", "x; y", "lower(a) IN ('a')", "$$x$$ = a", "a @> '{}'::jsonb"} {
+	for _, s := range []string{"event_type = 'x'", "true) OR (true", "a -- b", "x; y", "lower(a) IN ('a')", "$$x$$ = a", "a @> '{}'::jsonb", "\"a\"\"b\" = 'c''d'"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
@@ -148,8 +167,15 @@ func FuzzParseWhere(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := ParseWhere("true AND " + w.SQL() + " AND true"); err != nil {
+		e, err := ParseWhere("a AND " + w.SQL() + " AND b")
+		if err != nil {
 			t.Fatalf("accepted %q, but embedded it is refused: %v", in, err)
+		}
+		want := append(slices.Clone(w.Columns), "a", "b")
+		slices.Sort(want)
+		want = slices.Compact(want)
+		if !slices.Equal(e.Columns, want) {
+			t.Fatalf("accepted %q (columns %v), but embedded its columns are %v", in, w.Columns, e.Columns)
 		}
 	})
 }

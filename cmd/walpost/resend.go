@@ -25,10 +25,10 @@ func newResendCommand() *cobra.Command {
 			"each record with the header walpost_resent: true and commit_lsn 0/0; in delivery.mode exactly-once\n" +
 			"inside Kafka transactions of a transactional id of its own. --topic sends them to another topic (a\n" +
 			"consumer's private re-drive). It prints a progress line every 5 s and a report.\n\n" +
-			"--where is one boolean expression over the outbox's columns, parsed by PostgreSQL's parser and checked\n" +
-			"before anything runs: comparisons, AND/OR/NOT, IN, BETWEEN, LIKE, IS NULL, CASE, COALESCE, casts,\n" +
-			"jsonb operators and a few immutable functions (docs/resend.md lists them); subqueries, other\n" +
-			"functions, semicolons and comments are refused. It runs in a READ ONLY transaction.\n\n" +
+			"--where is one boolean expression over the outbox's columns, checked before anything runs: columns,\n" +
+			"constants, comparisons, AND/OR/NOT, IN, BETWEEN, LIKE, IS NULL, CASE, casts, jsonb operators and a\n" +
+			"few immutable functions (docs/resend.md lists them); subqueries, other functions, semicolons and\n" +
+			"comments are refused. It runs in a READ ONLY transaction, and --dry-run shows what it matches.\n\n" +
 			"The progress (the last row of the acknowledged prefix) is recorded in --progress-file every second;\n" +
 			"--resume continues an interrupted resend after it, with its recorded selection.",
 		Example: "  # how many rows, and their time range; nothing is sent\n" +
