@@ -1,12 +1,12 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
-
-	"github.com/jackc/pgx/v5"
+	"slices"
 )
 
 // fakeDB is the inbox's two tables and an effect counter in memory,
@@ -45,21 +45,15 @@ type fakeTx struct {
 
 func (t *fakeTx) commit() { t.db.st = t.st }
 
-type fakeRow struct {
-	vals []any
-	err  error
-}
-
-func (r fakeRow) Scan(dest ...any) error {
-	if r.err != nil {
-		return r.err
-	}
+func scanInto(vals []any, dest []any) error {
 	for i, d := range dest {
 		switch d := d.(type) {
 		case *string:
-			*d = r.vals[i].(string)
+			*d = vals[i].(string)
 		case *int64:
-			*d = r.vals[i].(int64)
+			*d = vals[i].(int64)
+		case *int32:
+			*d = vals[i].(int32)
 		default:
 			return fmt.Errorf("fake: scan into %T", d)
 		}
@@ -67,69 +61,84 @@ func (r fakeRow) Scan(dest ...any) error {
 	return nil
 }
 
-func mkey(args []any) string { return fmt.Sprint(args[0], "/", args[1], "/", args[2]) }
+func mkey(group any, topic string, partition int32) string {
+	return fmt.Sprint(group, "/", topic, "/", partition)
+}
 
-func (t *fakeTx) queryRow(_ context.Context, s string, args ...any) interface{ Scan(...any) error } {
-	if s != lockSQL {
-		return fakeRow{err: fmt.Errorf("fake: unexpected query %s", s)}
+func kkey(group any, topic, key string) string { return fmt.Sprint(group, "/", topic, "/", key) }
+
+func (t *fakeTx) queryEach(_ context.Context, s string, args []any, each func(func(...any) error) error) error {
+	var rows [][]any
+	switch s {
+	case lockSQL:
+		var want []wmJSON
+		if err := json.Unmarshal([]byte(args[1].(string)), &want); err != nil {
+			return err
+		}
+		slices.SortFunc(want, func(a, b wmJSON) int {
+			return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		})
+		for _, w := range want {
+			if m, ok := t.st.marks[mkey(args[0], w.Topic, w.Partition)]; ok {
+				rows = append(rows, []any{w.Topic, w.Partition, m.lsn, m.keys, m.next})
+			}
+		}
+	case keysSQL:
+		var ks []struct{ T, K string }
+		if err := json.Unmarshal([]byte(args[1].(string)), &ks); err != nil {
+			return err
+		}
+		for _, k := range ks {
+			id := kkey(args[0], k.T, k.K)
+			if !t.st.keys[id] {
+				t.st.keys[id] = true
+				rows = append(rows, []any{k.T, k.K})
+			}
+		}
+	default:
+		return fmt.Errorf("fake: unexpected query %s", s)
 	}
-	m, ok := t.st.marks[mkey(args)]
-	if !ok {
-		return fakeRow{err: pgx.ErrNoRows}
+	for _, r := range rows {
+		if err := each(func(dest ...any) error { return scanInto(r, dest) }); err != nil {
+			return err
+		}
 	}
-	return fakeRow{vals: []any{m.lsn, m.keys, m.next}}
+	return nil
 }
 
 func (t *fakeTx) exec(_ context.Context, s string, args ...any) (int64, error) {
-	switch s {
-	case createSQL:
-		if _, ok := t.st.marks[mkey(args)]; ok {
-			return 0, nil
-		}
-		t.st.marks[mkey(args)] = fakeMark{lsn: "0/0", keys: "[]", next: -1}
-		return 1, nil
-	case storeSQL:
-		l, err := ParseLSN(args[3].(string))
-		if err != nil {
-			return 0, err
-		}
-		var keys []string
-		if err := json.Unmarshal([]byte(args[4].(string)), &keys); err != nil {
-			return 0, err
-		}
-		b, _ := json.Marshal(keys)
-		t.st.marks[mkey(args)] = fakeMark{lsn: l.String(), keys: string(b), next: args[5].(int64)}
-		return 1, nil
-	case storeOffsetSQL:
-		m := t.st.marks[mkey(args)]
-		m.next = args[3].(int64)
-		t.st.marks[mkey(args)] = m
-		return 1, nil
-	case keySQL:
-		if t.st.keys[mkey(args)] {
-			return 0, nil
-		}
-		t.st.keys[mkey(args)] = true
-		return 1, nil
+	var ws []wmJSON
+	if err := json.Unmarshal([]byte(args[1].(string)), &ws); err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("fake: unexpected statement %s", s)
-}
-
-func (t *fakeTx) queryStrings(_ context.Context, s string, args ...any) ([]string, error) {
-	if s != keysSQL {
-		return nil, fmt.Errorf("fake: unexpected query %s", s)
-	}
-	var keys []string
-	if err := json.Unmarshal([]byte(args[2].(string)), &keys); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, k := range keys {
-		id := mkey([]any{args[0], args[1], k})
-		if !t.st.keys[id] {
-			t.st.keys[id] = true
-			out = append(out, k)
+	var n int64
+	for _, w := range ws {
+		id := mkey(args[0], w.Topic, w.Partition)
+		m, ok := t.st.marks[id]
+		switch s {
+		case createSQL:
+			if !ok {
+				t.st.marks[id] = fakeMark{lsn: "0/0", keys: "[]", next: -1}
+				n++
+			}
+		case storeSQL:
+			if !ok {
+				continue
+			}
+			if w.LSN != "" {
+				l, err := ParseLSN(w.LSN)
+				if err != nil {
+					return 0, err
+				}
+				b, _ := json.Marshal(w.Keys)
+				m.lsn, m.keys = l.String(), string(b)
+			}
+			m.next = w.Next
+			t.st.marks[id] = m
+			n++
+		default:
+			return 0, fmt.Errorf("fake: unexpected statement %s", s)
 		}
 	}
-	return out, nil
+	return n, nil
 }

@@ -1,13 +1,11 @@
 package inbox
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,7 +93,9 @@ type topicPartition struct {
 }
 
 // run is every Apply: read the records, lock the watermarks, decide each
-// record, run the effect on the new ones, write the watermarks back.
+// record, run the effect on the new ones, write the watermarks back. Three
+// statements whatever the batch holds (a fourth when the key table is
+// asked, two more the first time a partition is seen).
 func (in *Inbox) run(ctx context.Context, q querier, recs []*kgo.Record, effect func([]*kgo.Record) error) (int, error) {
 	evs := make([]event, len(recs))
 	for i, r := range recs {
@@ -121,179 +121,203 @@ func (in *Inbox) run(ctx context.Context, q querier, recs []*kgo.Record, effect 
 			return 0, err
 		}
 	}
-	for tp, m := range marks {
-		if err := in.store(ctx, q, tp, m); err != nil {
-			return 0, err
-		}
+	if err := in.storeAll(ctx, q, marks); err != nil {
+		return 0, err
 	}
 	return len(fresh), nil
 }
 
+// wmJSON is a watermark as the statements exchange it.
+type wmJSON struct {
+	Topic     string   `json:"t"`
+	Partition int32    `json:"p"`
+	LSN       string   `json:"l,omitempty"`
+	Keys      []string `json:"k,omitempty"`
+	Next      int64    `json:"n"`
+}
+
+const (
+	// lockSQL locks the watermark rows of the partitions in $2, in topic
+	// and partition order (so that concurrent batches do not deadlock).
+	lockSQL = `SELECT w.topic, w.partition, w.commit_lsn::text, array_to_json(w.keys)::text, w.next_offset
+		FROM inbox_watermark w JOIN jsonb_to_recordset($2::jsonb) AS x(t text, p int) ON w.topic = x.t AND w.partition = x.p
+		WHERE w.consumer_group = $1 ORDER BY w.topic, w.partition FOR UPDATE OF w`
+	createSQL = `INSERT INTO inbox_watermark (consumer_group, topic, partition)
+		SELECT $1, x.t, x.p FROM jsonb_to_recordset($2::jsonb) AS x(t text, p int) ON CONFLICT DO NOTHING`
+	storeSQL = `UPDATE inbox_watermark w SET commit_lsn = coalesce(x.l::pg_lsn, w.commit_lsn),
+		keys = CASE WHEN x.l IS NULL THEN w.keys ELSE ARRAY(SELECT jsonb_array_elements_text(x.k)) END,
+		next_offset = x.n, updated_at = now()
+		FROM jsonb_to_recordset($2::jsonb) AS x(t text, p int, l text, k jsonb, n bigint)
+		WHERE w.consumer_group = $1 AND w.topic = x.t AND w.partition = x.p`
+	keysSQL = `INSERT INTO inbox_key (consumer_group, topic, idempotency_key)
+		SELECT $1, x.t, x.k FROM jsonb_to_recordset($2::jsonb) AS x(t text, k text)
+		ON CONFLICT DO NOTHING RETURNING topic, idempotency_key`
+)
+
 // lockAll locks the watermark row of every partition of evs, creating the
-// missing ones, in topic and partition order.
+// missing ones at LSN 0/0.
 func (in *Inbox) lockAll(ctx context.Context, q querier, evs []event) (map[topicPartition]*mark, error) {
-	var tps []topicPartition
 	marks := map[topicPartition]*mark{}
+	var want []wmJSON
 	for _, ev := range evs {
 		tp := topicPartition{ev.rec.Topic, ev.rec.Partition}
 		if _, ok := marks[tp]; !ok {
 			marks[tp] = nil
-			tps = append(tps, tp)
+			want = append(want, wmJSON{Topic: tp.topic, Partition: tp.partition})
 		}
 	}
-	slices.SortFunc(tps, func(a, b topicPartition) int {
-		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
-	})
-	for _, tp := range tps {
-		m, err := in.lock(ctx, q, tp)
-		if err != nil {
-			return nil, err
-		}
-		marks[tp] = m
+	arg, err := json.Marshal(want)
+	if err != nil {
+		return nil, err
 	}
-	return marks, nil
-}
-
-const (
-	lockSQL = `SELECT commit_lsn::text, array_to_json(keys)::text, next_offset FROM inbox_watermark
-		WHERE consumer_group = $1 AND topic = $2 AND partition = $3 FOR UPDATE`
-	createSQL = `INSERT INTO inbox_watermark (consumer_group, topic, partition) VALUES ($1, $2, $3)
-		ON CONFLICT DO NOTHING`
-	storeSQL = `UPDATE inbox_watermark SET commit_lsn = $4::pg_lsn, keys = ARRAY(SELECT jsonb_array_elements_text($5::jsonb)),
-		next_offset = $6, updated_at = now() WHERE consumer_group = $1 AND topic = $2 AND partition = $3`
-	storeOffsetSQL = `UPDATE inbox_watermark SET next_offset = $4, updated_at = now()
-		WHERE consumer_group = $1 AND topic = $2 AND partition = $3`
-	keySQL = `INSERT INTO inbox_key (consumer_group, topic, idempotency_key) VALUES ($1, $2, $3)
-		ON CONFLICT DO NOTHING`
-	keysSQL = `INSERT INTO inbox_key (consumer_group, topic, idempotency_key)
-		SELECT $1, $2, k FROM jsonb_array_elements_text($3::jsonb) AS k
-		ON CONFLICT DO NOTHING RETURNING idempotency_key`
-)
-
-// lock reads and locks tp's watermark, creating it at LSN 0/0.
-func (in *Inbox) lock(ctx context.Context, q querier, tp topicPartition) (*mark, error) {
 	for attempt := 0; ; attempt++ {
-		var lsn, keys string
-		m := &mark{}
-		err := q.queryRow(ctx, lockSQL, in.cfg.Group, tp.topic, tp.partition).Scan(&lsn, &keys, &m.nextOffset)
-		if isNoRows(err) && attempt == 0 {
-			if _, err := q.exec(ctx, createSQL, in.cfg.Group, tp.topic, tp.partition); err != nil {
-				return nil, fmt.Errorf("inbox: create the watermark of %s/%d: %w", tp.topic, tp.partition, err)
+		found := 0
+		err := q.queryEach(ctx, lockSQL, []any{in.cfg.Group, string(arg)}, func(scan func(...any) error) error {
+			var tp topicPartition
+			var lsn, keys string
+			m := &mark{}
+			if err := scan(&tp.topic, &tp.partition, &lsn, &keys, &m.nextOffset); err != nil {
+				return err
 			}
-			continue
-		}
+			l, err := ParseLSN(lsn)
+			if err != nil {
+				return err
+			}
+			m.lsn = l
+			if err := json.Unmarshal([]byte(keys), &m.keys); err != nil {
+				return err
+			}
+			marks[tp] = m
+			found++
+			return nil
+		})
 		if err != nil {
-			return nil, fmt.Errorf("inbox: lock the watermark of %s/%d: %w", tp.topic, tp.partition, err)
+			return nil, fmt.Errorf("inbox: lock the watermarks: %w", err)
 		}
-		l, err := ParseLSN(lsn)
-		if err != nil {
-			return nil, fmt.Errorf("inbox: watermark of %s/%d: %w", tp.topic, tp.partition, err)
+		if found == len(want) {
+			return marks, nil
 		}
-		m.lsn = l
-		if err := json.Unmarshal([]byte(keys), &m.keys); err != nil {
-			return nil, fmt.Errorf("inbox: watermark keys of %s/%d: %w", tp.topic, tp.partition, err)
+		if attempt == 1 {
+			return nil, fmt.Errorf("inbox: %d of %d watermark rows found after creating them (isolation level above READ COMMITTED?)", found, len(want))
 		}
-		return m, nil
+		if _, err := q.exec(ctx, createSQL, in.cfg.Group, string(arg)); err != nil {
+			return nil, fmt.Errorf("inbox: create the watermarks: %w", err)
+		}
 	}
 }
 
 // decide runs the rules over evs in order and returns the records to
-// apply. The key table is asked only for what the watermark cannot
-// decide.
+// apply. The key table is asked, in one statement, only for what the
+// watermark cannot decide (and with KeyEveryEvent for what it applies).
 func (in *Inbox) decide(ctx context.Context, q querier, evs []event, marks map[topicPartition]*mark) ([]*kgo.Record, error) {
-	fresh := make([]*kgo.Record, 0, len(evs))
-	var ordered []int // indexes into fresh of ordered records (KeyEveryEvent)
-	seen := map[topicKey]struct{}{}
+	verdicts := make([]verdict, len(evs))
+	var cands []int
+	var seen map[topicKey]struct{} // keys decided new in this batch, once a key is asked
 	for i := range evs {
 		ev := &evs[i]
-		tp := topicPartition{ev.rec.Topic, ev.rec.Partition}
-		m := marks[tp]
+		m := marks[topicPartition{ev.rec.Topic, ev.rec.Partition}]
 		v := m.decide(ev)
-		if v == lookup {
-			v = skip
-			if _, dup := seen[topicKey{tp.topic, ev.key}]; !dup {
-				n, err := q.exec(ctx, keySQL, in.cfg.Group, tp.topic, ev.key)
-				if err != nil {
-					return nil, fmt.Errorf("inbox: record key %q of %s: %w", ev.key, tp.topic, err)
-				}
-				if n == 1 {
-					v = apply
-				}
-			}
-		} else if v == apply {
-			m.advance(ev)
-			if in.cfg.KeyEveryEvent {
-				ordered = append(ordered, len(fresh))
-			}
-		}
 		if v == apply {
-			seen[topicKey{tp.topic, ev.key}] = struct{}{}
-			fresh = append(fresh, ev.rec)
+			m.advance(ev)
 		}
+		if v == lookup || (v == apply && in.cfg.KeyEveryEvent) {
+			if seen == nil {
+				seen = map[topicKey]struct{}{}
+				for j := range i {
+					if verdicts[j] != skip {
+						seen[topicKey{evs[j].rec.Topic, evs[j].key}] = struct{}{}
+					}
+				}
+			}
+			tk := topicKey{ev.rec.Topic, ev.key}
+			if _, dup := seen[tk]; dup {
+				v = skip
+			} else {
+				seen[tk] = struct{}{}
+				cands = append(cands, i)
+				v = lookup
+			}
+		} else if v == apply && seen != nil {
+			seen[topicKey{ev.rec.Topic, ev.key}] = struct{}{}
+		}
+		verdicts[i] = v
 		m.handled(ev.rec.Offset)
 	}
-	if len(ordered) > 0 {
-		return in.keyEvery(ctx, q, fresh, ordered)
+	if len(cands) > 0 {
+		inserted, err := in.insertKeys(ctx, q, evs, cands)
+		if err != nil {
+			return nil, err
+		}
+		for _, i := range cands {
+			verdicts[i] = skip
+			if inserted[topicKey{evs[i].rec.Topic, evs[i].key}] {
+				verdicts[i] = apply
+			}
+		}
+	}
+	fresh := make([]*kgo.Record, 0, len(evs))
+	for i, v := range verdicts {
+		if v == apply {
+			fresh = append(fresh, evs[i].rec)
+		}
 	}
 	return fresh, nil
 }
 
 type topicKey struct{ topic, key string }
 
-// keyEvery writes the key rows of the watermark's fresh records
-// (Config.KeyEveryEvent) and drops from fresh those whose key was applied
-// before as a recovered or replayed record.
-func (in *Inbox) keyEvery(ctx context.Context, q querier, fresh []*kgo.Record, ordered []int) ([]*kgo.Record, error) {
-	byTopic := map[string][]string{}
-	keyOf := make(map[int]string, len(ordered))
-	for _, i := range ordered {
-		ev, _ := parse(fresh[i]) // parsed before
-		byTopic[ev.rec.Topic] = append(byTopic[ev.rec.Topic], ev.key)
-		keyOf[i] = ev.key
+// insertKeys inserts the key rows of evs[cands] and returns those it
+// inserted: the others were there, applied before.
+func (in *Inbox) insertKeys(ctx context.Context, q querier, evs []event, cands []int) (map[topicKey]bool, error) {
+	type row struct {
+		T string `json:"t"`
+		K string `json:"k"`
 	}
-	inserted := map[topicKey]bool{}
-	for topic, keys := range byTopic {
-		b, _ := json.Marshal(keys)
-		got, err := q.queryStrings(ctx, keysSQL, in.cfg.Group, topic, string(b))
-		if err != nil {
-			return nil, fmt.Errorf("inbox: record the keys of %s: %w", topic, err)
-		}
-		for _, k := range got {
-			inserted[topicKey{topic, k}] = true
-		}
+	rows := make([]row, len(cands))
+	for j, i := range cands {
+		rows[j] = row{evs[i].rec.Topic, evs[i].key}
 	}
-	out := fresh[:0]
-	j := 0
-	for i, r := range fresh {
-		if j < len(ordered) && ordered[j] == i {
-			j++
-			if !inserted[topicKey{r.Topic, keyOf[i]}] {
-				continue // applied before as a keyed record
-			}
-		}
-		out = append(out, r)
+	arg, err := json.Marshal(rows)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	inserted := make(map[topicKey]bool, len(cands))
+	err = q.queryEach(ctx, keysSQL, []any{in.cfg.Group, string(arg)}, func(scan func(...any) error) error {
+		var tk topicKey
+		if err := scan(&tk.topic, &tk.key); err != nil {
+			return err
+		}
+		inserted[tk] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: record %d keys: %w", len(cands), err)
+	}
+	return inserted, nil
 }
 
-// store writes m back if it moved.
-func (in *Inbox) store(ctx context.Context, q querier, tp topicPartition, m *mark) error {
-	if !m.changed {
+// storeAll writes back the watermarks that moved, in one statement.
+func (in *Inbox) storeAll(ctx context.Context, q querier, marks map[topicPartition]*mark) error {
+	var rows []wmJSON
+	for tp, m := range marks {
+		if !m.changed {
+			continue
+		}
+		r := wmJSON{Topic: tp.topic, Partition: tp.partition, Next: m.nextOffset}
+		if m.keysMoved() {
+			r.LSN, r.Keys = m.lsn.String(), m.keys
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) == 0 {
 		return nil
 	}
-	var err error
-	if m.keysMoved() {
-		keys, _ := json.Marshal(m.keys)
-		_, err = q.exec(ctx, storeSQL, in.cfg.Group, tp.topic, tp.partition, m.lsn.String(), string(keys), m.nextOffset)
-	} else {
-		_, err = q.exec(ctx, storeOffsetSQL, in.cfg.Group, tp.topic, tp.partition, m.nextOffset)
-	}
+	arg, err := json.Marshal(rows)
 	if err != nil {
-		return fmt.Errorf("inbox: write the watermark of %s/%d: %w", tp.topic, tp.partition, err)
+		return err
+	}
+	if _, err := q.exec(ctx, storeSQL, in.cfg.Group, string(arg)); err != nil {
+		return fmt.Errorf("inbox: write the watermarks: %w", err)
 	}
 	return nil
-}
-
-func isNoRows(err error) bool {
-	return errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows)
 }

@@ -10,23 +10,25 @@ import (
 // querier is what the inbox needs of a transaction, pgx's or
 // database/sql's.
 type querier interface {
-	queryRow(ctx context.Context, sql string, args ...any) interface{ Scan(...any) error }
-	queryStrings(ctx context.Context, sql string, args ...any) ([]string, error)
+	// queryEach calls each for every row, with the row's Scan.
+	queryEach(ctx context.Context, sql string, args []any, each func(scan func(...any) error) error) error
 	exec(ctx context.Context, sql string, args ...any) (rowsAffected int64, err error)
 }
 
 type pgxQuerier struct{ tx pgx.Tx }
 
-func (q pgxQuerier) queryRow(ctx context.Context, s string, args ...any) interface{ Scan(...any) error } {
-	return q.tx.QueryRow(ctx, s, args...)
-}
-
-func (q pgxQuerier) queryStrings(ctx context.Context, s string, args ...any) ([]string, error) {
+func (q pgxQuerier) queryEach(ctx context.Context, s string, args []any, each func(func(...any) error) error) error {
 	rows, err := q.tx.Query(ctx, s, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 func (q pgxQuerier) exec(ctx context.Context, s string, args ...any) (int64, error) {
@@ -36,25 +38,18 @@ func (q pgxQuerier) exec(ctx context.Context, s string, args ...any) (int64, err
 
 type sqlQuerier struct{ tx *sql.Tx }
 
-func (q sqlQuerier) queryRow(ctx context.Context, s string, args ...any) interface{ Scan(...any) error } {
-	return q.tx.QueryRowContext(ctx, s, args...)
-}
-
-func (q sqlQuerier) queryStrings(ctx context.Context, s string, args ...any) ([]string, error) {
+func (q sqlQuerier) queryEach(ctx context.Context, s string, args []any, each func(func(...any) error) error) error {
 	rows, err := q.tx.QueryContext(ctx, s, args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	var out []string
 	for rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
+		if err := each(rows.Scan); err != nil {
+			return err
 		}
-		out = append(out, v)
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 func (q sqlQuerier) exec(ctx context.Context, s string, args ...any) (int64, error) {

@@ -1,0 +1,209 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/inbox"
+)
+
+// TestInboxCost compares an inbox.Consumer applying a no-op effect with
+// the same loop without the inbox (a consumer group member, read_committed,
+// one database transaction per polled batch, the Kafka commit after it),
+// over the same records, side by side: events/s of each, and the inbox's
+// state after the run. The records carry walpost's headers: transactions
+// of 1 to 5 records, commit LSNs increasing per partition, 1 in 1,000
+// replayed from poison. Run by hand (bench/results/inbox-*.md):
+//
+//	WALPOST_INBOX_COST=1 go test -run '^TestInboxCost$' -v ./integration
+//
+// WALPOST_INBOX_COST_EVENTS sets the count (default 1,000,000). Each
+// rate is the count over the time from the first record handed to the
+// effect to the last (the last batch's commit is left out of both).
+func TestInboxCost(t *testing.T) {
+	if os.Getenv("WALPOST_INBOX_COST") != "1" {
+		t.Skip("a measurement: WALPOST_INBOX_COST=1")
+	}
+	n := 1_000_000
+	if v, err := strconv.Atoi(os.Getenv("WALPOST_INBOX_COST_EVENTS")); err == nil && v > 0 {
+		n = v
+	}
+	f := newFixture(t, fixtureOpts{partitions: 6})
+	s := newInboxSchema(t, f)
+	replayed := produceWalpostLike(t, f, n)
+	t.Logf("%d records in %d partitions, %d of them replayed", n, f.Partitions, replayed)
+
+	for round := 1; round <= 3; round++ {
+		plain := runPlain(t, f, s.pool, n, fmt.Sprintf("plain_%d_%s", round, f.Slot))
+		in, err := inbox.New(inbox.Config{Group: fmt.Sprintf("inbox_%d_%s", round, f.Slot)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		withInbox := runInbox(t, f, s.pool, in, n)
+		t.Logf("round %d: plain %.0f events/s, inbox %.0f events/s (%.1f %%)", round, plain, withInbox, 100*withInbox/plain)
+		var marks, keys int
+		if err := s.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM inbox_watermark WHERE consumer_group = $1),
+			(SELECT count(*) FROM inbox_key WHERE consumer_group = $1)`, in.Group()).Scan(&marks, &keys); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round %d: inbox state %d watermark rows, %d key rows", round, marks, keys)
+		if marks != f.Partitions || keys != replayed {
+			t.Errorf("state %d watermark rows (want %d), %d key rows (want %d)", marks, f.Partitions, keys, replayed)
+		}
+	}
+}
+
+// produceWalpostLike writes n records as walpost would and returns how
+// many are marked replayed.
+func produceWalpostLike(t *testing.T, f *fixture, n int) int {
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(f.Topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	lsn := uint64(0x16B3748)
+	replayed := 0
+	var failed atomic.Value
+	payload := []byte(`{"event": "account.debited", "amount": 30, "account": "a1"}`)
+	for i := 0; i < n; {
+		lsn += 0x1000
+		size := 1 + i%5
+		p := int32(i % f.Partitions)
+		for j := 0; j < size && i < n; j++ {
+			key := fmt.Sprintf("%08d-0000-7000-8000-000000000000", i)
+			r := &kgo.Record{Partition: p, Key: []byte(key), Value: payload, Headers: []kgo.RecordHeader{
+				{Key: "idempotency_key", Value: []byte(key)}, {Key: "outbox_id", Value: []byte(key)},
+				{Key: "commit_lsn", Value: []byte(fmt.Sprintf("%X/%X", lsn>>32, uint32(lsn)))},
+				{Key: "created_at", Value: []byte("2026-12-02T08:00:00.000000Z")}, {Key: "event_type", Value: []byte("account.debited")},
+			}}
+			if i%1000 == 999 {
+				r.Headers = append(r.Headers, kgo.RecordHeader{Key: "replayed_from_poison", Value: []byte("true")})
+				replayed++
+			}
+			cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if err != nil {
+					failed.Store(err)
+				}
+			})
+			i++
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	return replayed
+}
+
+// consumerOpts are both loops' client options.
+func consumerOpts(f *fixture) []kgo.Opt {
+	return []kgo.Opt{kgo.FetchMaxWait(50 * time.Millisecond), kgo.FetchMaxPartitionBytes(4 << 20)}
+}
+
+const costBatch = 1000
+
+// runPlain is the consumer without the inbox: the same group loop, a
+// transaction per batch with a no-op effect per record.
+func runPlain(t *testing.T, f *fixture, pool *pgxpool.Pool, n int, group string) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(f.Topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(), kgo.BlockRebalanceOnPoll(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, consumerOpts(f)...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var start, end time.Time
+	done := 0
+	for done < n {
+		fetches := cl.PollRecords(ctx, costBatch)
+		if ctx.Err() != nil {
+			t.Fatalf("plain consumer: %d of %d after 5 min", done, n)
+		}
+		recs := fetches.Records()
+		if len(recs) == 0 {
+			cl.AllowRebalance()
+			continue
+		}
+		if start.IsZero() {
+			start = time.Now()
+		}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, r := range recs {
+				if err := noop(ctx, tx, r); err != nil {
+					return err
+				}
+			}
+			if done+len(recs) >= n {
+				end = time.Now()
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.CommitRecords(ctx, recs...); err != nil {
+			t.Fatal(err)
+		}
+		cl.AllowRebalance()
+		done += len(recs)
+	}
+	return float64(n) / end.Sub(start).Seconds()
+}
+
+// noop is the effect of both loops: nothing.
+func noop(context.Context, pgx.Tx, *kgo.Record) error { return nil }
+
+// runInbox is inbox.Consumer over the same records.
+func runInbox(t *testing.T, f *fixture, pool *pgxpool.Pool, in *inbox.Inbox, n int) float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var handled atomic.Int64
+	var first, last atomic.Int64
+	c, err := inbox.NewConsumer(inbox.ConsumerConfig{
+		Inbox: in, DB: pool, Brokers: brokers, Topics: []string{f.Topic}, MaxPollRecords: costBatch,
+		KafkaOpts: consumerOpts(f),
+		Handle: func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+			if handled.Add(1) == 1 {
+				first.Store(time.Now().UnixNano())
+			}
+			if handled.Load() == int64(n) {
+				last.Store(time.Now().UnixNano())
+			}
+			return noop(ctx, tx, r)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- c.Run(ctx) }()
+	// handled counts attempts; the state says what committed.
+	waitFor(t, 5*time.Minute, "the inbox consumer to apply every record", func() bool {
+		var next int64
+		_ = pool.QueryRow(ctx, `SELECT coalesce(sum(next_offset), 0) FROM inbox_watermark WHERE consumer_group = $1`, in.Group()).Scan(&next)
+		return next >= int64(n)
+	})
+	elapsed := time.Duration(last.Load() - first.Load())
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+	if handled.Load() != int64(n) {
+		t.Errorf("inbox consumer handled %d records, want %d", handled.Load(), n)
+	}
+	return float64(n) / elapsed.Seconds()
+}
