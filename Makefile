@@ -16,7 +16,7 @@ FUZZTIME ?= 1m
 
 PG_VERSIONS ?= 14 16 17 18
 
-.PHONY: all build run test test-pg test-failover test-debezium unit integration lint vet staticcheck fuzz fuzz-short bench nemesis soak stack-up stack-down stack-status clean
+.PHONY: all build run test test-pg test-failover test-debezium unit integration lint vet staticcheck fuzz fuzz-short bench nemesis soak stack-up stack-down stack-status clean image
 
 all: build
 
@@ -105,6 +105,14 @@ soak: stack-up
 
 clean:
 	rm -rf bin
+
+# The container image without a container engine (deploy/image, docs/image.md):
+# the static binary for linux/amd64 and linux/arm64 in an OCI image index,
+# written to dist/image/ as an OCI layout (oci/), its archive
+# (walpost.oci.tar: podman load, docker load on Docker 25+) and a `docker
+# save` archive per platform (walpost-linux-<arch>.docker.tar).
+image:
+	cd deploy && GO=$(GO) $(GO) run ./image -root .. -out ../dist/image -version "$(VERSION)" -commit "$(COMMIT)" -date "$(DATE)"
 
 # Release archives for linux/darwin × amd64/arm64 and checksums into dist/,
 # locally and without publishing (.goreleaser.yaml).
