@@ -76,10 +76,10 @@ type Options struct {
 
 // Result is what Build wrote.
 type Result struct {
-	Ref         string            // repository:tag the archives name
-	IndexDigest v1.Hash           // the image index
+	Ref         string             // repository:tag the archives name
+	IndexDigest v1.Hash            // the image index
 	Images      map[string]v1.Hash // platform → image manifest digest
-	Files       []string          // the files written, relative to Out
+	Files       []string           // the files written, relative to Out
 }
 
 func main() {
