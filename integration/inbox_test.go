@@ -195,6 +195,8 @@ type inboxSchema struct {
 	schema string
 	pool   *pgxpool.Pool
 	group  string
+	// keyEvery runs the consumer with inbox.Config.KeyEveryEvent.
+	keyEvery bool
 }
 
 func newInboxSchema(t *testing.T, f *fixture) *inboxSchema {
@@ -239,6 +241,9 @@ func (s *inboxSchema) start(t *testing.T, fromStart bool) *child {
 		"WALPOST_INBOX_CHILD_PG="+s.f.PGURL, "WALPOST_INBOX_CHILD_SCHEMA="+s.schema,
 		"WALPOST_INBOX_CHILD_BROKERS="+strings.Join(brokers, ","), "WALPOST_INBOX_CHILD_TOPIC="+s.f.Topic,
 		"WALPOST_INBOX_CHILD_GROUP="+s.group, fmt.Sprintf("WALPOST_INBOX_CHILD_FROM_START=%v", fromStart))
+	if s.keyEvery {
+		cmd.Env = append(cmd.Env, "WALPOST_INBOX_CHILD_KEY_EVERY=1")
+	}
 	log, err := os.CreateTemp(t.TempDir(), "consumer-*.log")
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +289,7 @@ func TestInboxConsumerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	in, err := inbox.New(inbox.Config{Group: os.Getenv("WALPOST_INBOX_CHILD_GROUP")})
+	in, err := inbox.New(inbox.Config{Group: os.Getenv("WALPOST_INBOX_CHILD_GROUP"), KeyEveryEvent: os.Getenv("WALPOST_INBOX_CHILD_KEY_EVERY") == "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,8 +329,15 @@ func TestInboxConsumerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Run(ctx); err != nil {
-		t.Fatal(err)
+	// A consumer's supervisor: Run again after a failed batch (PostgreSQL
+	// crashed under it); the batch comes again.
+	for {
+		err := c.Run(ctx)
+		if err == nil {
+			return
+		}
+		t.Logf("consumer: %v; running it again", err)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
