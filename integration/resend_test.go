@@ -591,3 +591,83 @@ func TestResendResume(t *testing.T) {
 		t.Errorf("a new resend after the finished one: exit %d", code)
 	}
 }
+
+// insertTyped inserts n rows keyed prefix-t<txn>-<i> in transactions of
+// 100, every other row of type order.created, and returns their keys by
+// type.
+func insertTyped(t *testing.T, f *fixture, prefix string, n int) map[string][]string {
+	t.Helper()
+	ctx := context.Background()
+	byType := map[string][]string{}
+	for txn := 0; txn*100 < n; txn++ {
+		b := &pgx.Batch{}
+		for i := 0; i < 100 && txn*100+i < n; i++ {
+			typ := eventTypes[(txn*100+i)%2]
+			key := fmt.Sprintf("%s-t%d-%d", prefix, txn, i)
+			b.Queue(fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, event_type) VALUES ($1, '{"x": 1}', $2)`, f.Table), key, typ)
+			byType[typ] = append(byType[typ], key)
+		}
+		if err := pgx.BeginFunc(ctx, f.Pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return byType
+}
+
+// TestResendExactlyOnce: in delivery.mode exactly-once, walpost resend
+// beside a streaming walpost run produces inside Kafka transactions of its
+// own transactional id: read_committed consumers see every matching row
+// once more (marked), the others once, and walpost run is not fenced: it
+// keeps streaming and committing after the resend. (Mutation: resend
+// using the slot's transactional id fences walpost run, which then exits
+// and the rows written after the resend never arrive.)
+func TestResendExactlyOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{partitions: 3})
+	env := f.exactlyOnceEnv("WALPOST_LOG_LEVEL=info")
+	p := f.start(env...)
+	waitStreaming(t, p)
+	before := insertTyped(t, f, "b", 600)
+	waitFor(t, time.Minute, "the rows in committed transactions", func() bool {
+		return f.countKeys(t, "b-", kgo.FetchIsolationLevel(kgo.ReadCommitted())) >= 600
+	})
+
+	progress := filepath.Join(t.TempDir(), "resend.json")
+	out, code := recoveryCommand(t, f.env(env...), "resend", "--where", "event_type = 'order.created'", "--progress-file", progress)
+	if code != 0 {
+		t.Fatalf("walpost resend in exactly-once mode: exit %d", code)
+	}
+	if !regexp.MustCompile(`exactly-once: +[1-9]\d* Kafka transaction\(s\) of walpost-` + f.Slot + `-\d+-resend`).MatchString(out) {
+		t.Errorf("the report does not name resend's own transactions:\n%s", out)
+	}
+	after := insertTyped(t, f, "a", 100)
+	alive(t, p, "after the resend")
+
+	recs := f.consumeAllWith(t, 700, time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	live, resent := map[string]int{}, map[string]int{}
+	for _, r := range recs {
+		if r.Headers["walpost_resent"] == "true" {
+			resent[r.Key]++
+		} else {
+			live[r.Key]++
+		}
+	}
+	for _, keys := range [][]string{before["order.created"], before["order.paid"], after["order.created"], after["order.paid"]} {
+		for _, k := range keys {
+			if live[k] != 1 {
+				t.Errorf("%s: %d live copies read_committed, want 1", k, live[k])
+			}
+		}
+	}
+	for _, k := range before["order.created"] {
+		if resent[k] != 1 {
+			t.Errorf("%s: %d resent copies read_committed, want 1", k, resent[k])
+		}
+	}
+	if len(resent) != len(before["order.created"]) {
+		t.Errorf("%d keys resent, want the %d order.created rows", len(resent), len(before["order.created"]))
+	}
+	if n := logCount(p, "fenced"); n > 0 {
+		t.Errorf("walpost run logged %d fencing lines:\n%s", n, tailOwn(p.log, 20))
+	}
+}
