@@ -157,17 +157,10 @@ func (r *Resender) Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	sel := opts.selection()
-	where := opts.Where
-	if opts.Resume {
-		sel, rep.Before, rep.BeforeBytes = st.Selection, st.Produced, st.Bytes
-		if sel.Where != "" {
-			if where, err = ParseWhere(sel.Where); err != nil {
-				return rep, fmt.Errorf("--progress-file %s: %w", opts.ProgressFile, err)
-			}
-		}
+	sel, where, err := selection(opts, st, rep)
+	if err != nil {
+		return rep, err
 	}
-	rep.Selection = sel
 
 	side, err := replication.ConnectSQL(ctx, cfg.Postgres.URL)
 	if err != nil {
@@ -180,12 +173,8 @@ func (r *Resender) Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.Table, rep.By = q.table.String(), q.by()
 	if opts.Resume {
-		if st.Table != rep.Table || st.By != rep.By {
-			return rep, fmt.Errorf("%w: --progress-file %s records a resend of %s ordered by %s, but postgres.table is %s ordered by %s now (track_commit_timestamp changed?): its position means nothing here; remove the file and start over", ErrRefused, opts.ProgressFile, st.Table, st.By, rep.Table, rep.By)
-		}
-		q.after = st.Cursor
-		if sel.Until.IsZero() {
-			q.bound = st.SnapshotAt.Add(ResumeSlack)
+		if err := resumeAt(&q, st, rep, opts.ProgressFile); err != nil {
+			return rep, err
 		}
 	}
 
@@ -209,6 +198,37 @@ func (r *Resender) Run(ctx context.Context, opts Options) (*Report, error) {
 		st = &State{Version: stateVersion, Table: rep.Table, By: rep.By, Selection: sel, StartedAt: time.Now().UTC(), SnapshotAt: rep.SnapshotAt, Matched: rep.Matched}
 	}
 	return r.produce(ctx, tx, q, opts, st, rep, log)
+}
+
+// selection is what the resend chooses: the flags', or with --resume the
+// recorded one (its predicate checked again: the file is text).
+func selection(opts Options, st *State, rep *Report) (Selection, *Where, error) {
+	sel, where := opts.selection(), opts.Where
+	if opts.Resume {
+		sel, rep.Before, rep.BeforeBytes = st.Selection, st.Produced, st.Bytes
+		if sel.Where != "" {
+			var err error
+			if where, err = ParseWhere(sel.Where); err != nil {
+				return sel, nil, fmt.Errorf("--progress-file %s: %w", opts.ProgressFile, err)
+			}
+		}
+	}
+	rep.Selection = sel
+	return sel, where, nil
+}
+
+// resumeAt makes q continue the recorded resend st: after its row, up to
+// its first snapshot (unless it had --until), over the same table in the
+// same order.
+func resumeAt(q *query, st *State, rep *Report, file string) error {
+	if st.Table != rep.Table || st.By != rep.By {
+		return fmt.Errorf("%w: --progress-file %s records a resend of %s ordered by %s, but postgres.table is %s ordered by %s now (track_commit_timestamp changed?): its position means nothing here; remove the file and start over", ErrRefused, file, st.Table, st.By, rep.Table, rep.By)
+	}
+	q.after = st.Cursor
+	if st.Selection.Until.IsZero() {
+		q.bound = st.SnapshotAt.Add(ResumeSlack)
+	}
+	return nil
 }
 
 // prior reads the progress file: the resend to resume, or (without
