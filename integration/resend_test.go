@@ -586,9 +586,30 @@ func TestResendResume(t *testing.T) {
 		}
 		last[r.Partition] = p
 	}
-	// Finished: a new resend is no longer refused.
-	if _, code := recoveryCommand(t, f.env("WALPOST_LOG_LEVEL=info"), "resend", "--key", "r-t0-0", "--progress-file", progress); code != 0 {
-		t.Errorf("a new resend after the finished one: exit %d", code)
+	// Finished: a new resend is no longer refused; --topic sends it to
+	// another topic, which must exist.
+	redrive := f.Topic + "_redrive"
+	out, code = recoveryCommand(t, f.env("WALPOST_LOG_LEVEL=info"), "resend", "--key", "r-t0-0", "--topic", redrive, "--progress-file", progress)
+	if code != 1 || !strings.Contains(out, "--topic") || !strings.Contains(out, "does not exist") {
+		t.Errorf("a resend to a missing --topic: exit %d, want 1 naming --topic and that it does not exist", code)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if resp, err := f.Admin.CreateTopic(cctx, 1, -1, nil, redrive); err != nil || resp.Err != nil {
+		t.Fatalf("create %s: %v %v", redrive, err, resp.Err)
+	}
+	t.Cleanup(func() { _, _ = f.Admin.DeleteTopics(context.Background(), redrive) })
+	waitFor(t, 30*time.Second, "the broker's metadata to list "+redrive, func() bool {
+		td, err := f.Admin.ListTopics(cctx, redrive)
+		return err == nil && td[redrive].Err == nil && len(td[redrive].Partitions) == 1 && td[redrive].Partitions[0].Leader >= 0
+	})
+	if _, code := recoveryCommand(t, f.env("WALPOST_LOG_LEVEL=info"), "resend", "--key", "r-t0-0", "--topic", redrive, "--progress-file", progress); code != 0 {
+		t.Fatalf("a new resend after the finished one, to --topic %s: exit %d", redrive, code)
+	}
+	other := &fixture{t: t, Topic: redrive}
+	got2 := other.consumeAll(t, 1, 30*time.Second)
+	if len(got2) != 1 || got2[0].Key != "r-t0-0" || got2[0].Headers["walpost_resent"] != "true" {
+		t.Errorf("--topic %s holds %d records %v, want r-t0-0 marked walpost_resent", redrive, len(got2), got2)
 	}
 }
 

@@ -424,7 +424,11 @@ func checkTopic(ctx context.Context, cfg *config.Config, topic string) error {
 	defer cl.Close()
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := kafka.DescribeTopic(dctx, cl, topic); err != nil {
+	_, err = kafka.DescribeTopic(dctx, cl, topic)
+	if errors.Is(err, kafka.ErrTopicMissing) {
+		return fmt.Errorf("%w: --topic %s does not exist: create it first (kafka-topics.sh --create --topic %s --partitions N); resend creates no topic", ErrRefused, topic, topic)
+	}
+	if err != nil {
 		return fmt.Errorf("--topic: %w", err)
 	}
 	return nil
