@@ -212,24 +212,25 @@ func (in *Inbox) lockAll(ctx context.Context, q querier, evs []event) (map[topic
 func (in *Inbox) decide(ctx context.Context, q querier, evs []event, marks map[topicPartition]*mark) ([]*kgo.Record, error) {
 	verdicts := make([]verdict, len(evs))
 	var cands []int
-	var seen map[topicKey]struct{} // keys decided new in this batch, once a key is asked
+	var seen map[topicKey]struct{} // keys sent to the key table
+	var tp topicPartition
+	var m *mark
 	for i := range evs {
 		ev := &evs[i]
-		m := marks[topicPartition{ev.rec.Topic, ev.rec.Partition}]
+		if m == nil || ev.rec.Partition != tp.partition || ev.rec.Topic != tp.topic {
+			tp = topicPartition{ev.rec.Topic, ev.rec.Partition}
+			m = marks[tp]
+		}
 		v := m.decide(ev)
 		if v == apply {
 			m.advance(ev)
 		}
 		if v == lookup || (v == apply && in.cfg.KeyEveryEvent) {
+			// The key table decides, once per key of the batch.
 			if seen == nil {
 				seen = map[topicKey]struct{}{}
-				for j := range i {
-					if verdicts[j] != skip {
-						seen[topicKey{evs[j].rec.Topic, evs[j].key}] = struct{}{}
-					}
-				}
 			}
-			tk := topicKey{ev.rec.Topic, ev.key}
+			tk := topicKey{ev.rec.Topic, ev.keyString()}
 			if _, dup := seen[tk]; dup {
 				v = skip
 			} else {
@@ -237,8 +238,6 @@ func (in *Inbox) decide(ctx context.Context, q querier, evs []event, marks map[t
 				cands = append(cands, i)
 				v = lookup
 			}
-		} else if v == apply && seen != nil {
-			seen[topicKey{ev.rec.Topic, ev.key}] = struct{}{}
 		}
 		verdicts[i] = v
 		m.handled(ev.rec.Offset)
@@ -250,7 +249,7 @@ func (in *Inbox) decide(ctx context.Context, q querier, evs []event, marks map[t
 		}
 		for _, i := range cands {
 			verdicts[i] = skip
-			if inserted[topicKey{evs[i].rec.Topic, evs[i].key}] {
+			if inserted[topicKey{evs[i].rec.Topic, evs[i].keyString()}] {
 				verdicts[i] = apply
 			}
 		}
@@ -275,7 +274,7 @@ func (in *Inbox) insertKeys(ctx context.Context, q querier, evs []event, cands [
 	}
 	rows := make([]row, len(cands))
 	for j, i := range cands {
-		rows[j] = row{evs[i].rec.Topic, evs[i].key}
+		rows[j] = row{evs[i].rec.Topic, evs[i].keyString()}
 	}
 	arg, err := json.Marshal(rows)
 	if err != nil {

@@ -25,10 +25,10 @@ const (
 // setMin is how many keys the watermark holds before it indexes them.
 const setMin = 16
 
-func (m *mark) has(key string) bool {
+func (m *mark) has(key []byte) bool {
 	if len(m.keys) < setMin {
 		for _, k := range m.keys {
-			if k == key {
+			if k == string(key) {
 				return true
 			}
 		}
@@ -40,7 +40,7 @@ func (m *mark) has(key string) bool {
 			m.set[k] = struct{}{}
 		}
 	}
-	_, ok := m.set[key]
+	_, ok := m.set[string(key)]
 	return ok
 }
 
@@ -56,7 +56,7 @@ func (m *mark) decide(ev *event) verdict {
 		case ev.lsn == m.lsn:
 			// Rule 2: the watermark's own transaction, re-sent: its keys
 			// applied so far are in the watermark.
-			if m.has(ev.key) {
+			if m.has(ev.keyB) {
 				return skip
 			}
 			return apply
@@ -66,7 +66,7 @@ func (m *mark) decide(ev *event) verdict {
 	}
 	// Rule 4: replayed, recovered or headerless records carry an LSN
 	// that says nothing of their place; only an exact match is known.
-	if ev.hasLSN && ev.lsn == m.lsn && m.has(ev.key) {
+	if ev.hasLSN && ev.lsn == m.lsn && m.has(ev.keyB) {
 		return skip
 	}
 	return lookup
@@ -76,12 +76,13 @@ func (m *mark) decide(ev *event) verdict {
 func (m *mark) advance(ev *event) {
 	if ev.lsn > m.lsn {
 		m.lsn = ev.lsn
-		m.keys = nil
+		m.keys = m.keys[:0]
 		m.set = nil
 	}
-	m.keys = append(m.keys, ev.key)
+	key := ev.keyString()
+	m.keys = append(m.keys, key)
 	if m.set != nil {
-		m.set[ev.key] = struct{}{}
+		m.set[key] = struct{}{}
 	}
 	m.changed, m.moved = true, true
 }

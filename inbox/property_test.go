@@ -250,7 +250,7 @@ func consume(rt *rapid.T, c *consumer, logs [][]*kgo.Record) {
 		_, err := c.in.run(context.Background(), tx, batch, func(fresh []*kgo.Record) error {
 			for _, r := range fresh {
 				ev, _ := parse(r)
-				tx.st.effects[ev.key]++
+				tx.st.effects[ev.keyString()]++
 			}
 			return nil
 		})

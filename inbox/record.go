@@ -3,8 +3,6 @@ package inbox
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -47,19 +45,42 @@ type LSN uint64
 
 // ParseLSN reads PostgreSQL's text form of an LSN, "16/B374D848".
 func ParseLSN(s string) (LSN, error) {
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok || hi == "" || lo == "" || len(hi) > 8 || len(lo) > 8 {
+	l, ok := parseLSN([]byte(s))
+	if !ok {
 		return 0, fmt.Errorf("LSN %q: want X/Y in hexadecimal", s)
 	}
-	h, err := strconv.ParseUint(hi, 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("LSN %q: want X/Y in hexadecimal", s)
+	return l, nil
+}
+
+// parseLSN is ParseLSN on a header's bytes, without allocating.
+func parseLSN(b []byte) (LSN, bool) {
+	var half [2]uint64
+	h, digits := 0, 0
+	for _, c := range b {
+		var d byte
+		switch {
+		case c == '/' && h == 0 && digits > 0:
+			h, digits = 1, 0
+			continue
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, false
+		}
+		if digits == 8 {
+			return 0, false
+		}
+		half[h] = half[h]<<4 | uint64(d)
+		digits++
 	}
-	l, err := strconv.ParseUint(lo, 16, 32)
-	if err != nil {
-		return 0, fmt.Errorf("LSN %q: want X/Y in hexadecimal", s)
+	if h != 1 || digits == 0 {
+		return 0, false
 	}
-	return LSN(h<<32 | l), nil
+	return LSN(half[0]<<32 | half[1]), true
 }
 
 // String is PostgreSQL's text form.
@@ -80,10 +101,19 @@ const (
 // event is what the inbox reads of a record.
 type event struct {
 	rec    *kgo.Record
-	key    string
+	keyB   []byte // the dedup key, a view of the record's bytes
+	key    string // keyB as a string, once needed (keyString)
 	lsn    LSN
 	hasLSN bool
 	kind   kind
+}
+
+// keyString is the dedup key as a string, made once.
+func (ev *event) keyString() string {
+	if ev.key == "" {
+		ev.key = string(ev.keyB)
+	}
+	return ev.key
 }
 
 // parse reads the headers the inbox needs. The dedup key is the
@@ -97,31 +127,31 @@ func parse(r *kgo.Record) (event, error) {
 	if r.Topic == "" {
 		return bad("no topic")
 	}
-	var id string
+	var id []byte
 	var flagged bool
 	for _, h := range r.Headers {
 		switch h.Key {
 		case HeaderIdempotencyKey:
-			ev.key = string(h.Value)
+			ev.keyB = h.Value
 		case HeaderID:
-			id = string(h.Value)
+			id = h.Value
 		case HeaderCommitLSN:
-			l, err := ParseLSN(string(h.Value))
-			if err != nil {
-				return bad("commit_lsn header: " + err.Error())
+			l, ok := parseLSN(h.Value)
+			if !ok {
+				return bad(fmt.Sprintf("commit_lsn header %q: want X/Y in hexadecimal", h.Value))
 			}
 			ev.lsn, ev.hasLSN = l, true
 		case HeaderReplayed, HeaderRecovered, HeaderResent:
 			flagged = flagged || string(h.Value) == "true"
 		}
 	}
-	if ev.key == "" {
-		ev.key = id
+	if len(ev.keyB) == 0 {
+		ev.keyB = id
 	}
-	if ev.key == "" {
-		ev.key = string(r.Key)
+	if len(ev.keyB) == 0 {
+		ev.keyB = r.Key
 	}
-	if ev.key == "" {
+	if len(ev.keyB) == 0 {
 		return bad("no idempotency_key header, no id header and an empty key: nothing to deduplicate by")
 	}
 	if flagged || !ev.hasLSN {

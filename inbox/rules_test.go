@@ -66,8 +66,8 @@ func (c *consumer) batch(recs ...*kgo.Record) []string {
 	_, err := c.in.run(context.Background(), tx, recs, func(fresh []*kgo.Record) error {
 		for _, r := range fresh {
 			ev, _ := parse(r)
-			keys = append(keys, ev.key)
-			tx.st.effects[ev.key]++
+			keys = append(keys, ev.keyString())
+			tx.st.effects[ev.keyString()]++
 		}
 		return nil
 	})
