@@ -811,3 +811,27 @@ func TestChartSchemaConfigKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestChartAlertsCopy: the chart's files/alerts.yml, which its
+// PrometheusRule holds, is deploy/prometheus/alerts.yml (a chart carries
+// no file outside its directory; go test -run TestChartAlertsCopy -update
+// copies it).
+func TestChartAlertsCopy(t *testing.T) {
+	want, err := os.ReadFile("prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const copyPath = "helm/walpost/files/alerts.yml"
+	if *update {
+		if err := os.WriteFile(copyPath, want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(copyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("%s differs from prometheus/alerts.yml: cd deploy && go test -run TestChartAlertsCopy -update", copyPath)
+	}
+}
