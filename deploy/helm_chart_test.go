@@ -676,6 +676,8 @@ terminationGracePeriodSeconds: 90`,
 	{name: "schema: a typo in serviceAccount", values: `serviceAccount: {annotation: {a: b}}`, wantErr: "annotation"},
 	{name: "schema: a secret in config", values: `config: {postgres.url: "postgres://u:pw@db/app"}`, wantErr: "postgres.url"},
 	{name: "schema: http.listen is port", values: `config: {http.listen: ":9000"}`, wantErr: "http.listen"},
+	{name: "schema: a value walpost does not take", values: `config: {kafka.compression: brotli}`, wantErr: "kafka.compression"},
+	{name: "schema: a SASL mechanism walpost does not have", values: `config: {kafka.sasl.mechanism: GSSAPI}`, wantErr: "kafka.sasl.mechanism"},
 	{name: "SCRAM without a user", values: `config: {kafka.sasl.mechanism: SCRAM-SHA-512}`, wantErr: "kafka.sasl.username"},
 	{name: "AWS_MSK_IAM without TLS", values: `config: {kafka.sasl.mechanism: AWS_MSK_IAM, kafka.sasl.aws_access_key_id: AKIA}`, wantErr: "kafka.tls.enabled"},
 	{name: "AWS_MSK_IAM with a role only", values: `{config: {kafka.sasl.mechanism: AWS_MSK_IAM, kafka.tls.enabled: true}, serviceAccount: {annotations: {eks.amazonaws.com/role-arn: arn}}}`, wantErr: "AWS_ACCESS_KEY_ID"},
@@ -778,7 +780,8 @@ func TestChartSchemaConfigKeys(t *testing.T) {
 		Properties struct {
 			Config struct {
 				Properties map[string]struct {
-					Description string `json:"description"`
+					Description string   `json:"description"`
+					Enum        []string `json:"enum"`
 				} `json:"properties"`
 				AdditionalProperties *bool `json:"additionalProperties"`
 			} `json:"config"`
@@ -810,6 +813,29 @@ func TestChartSchemaConfigKeys(t *testing.T) {
 			t.Errorf("values.schema.json accepts %s under config: no config key, or one values must not set", k)
 		}
 	}
+	// An enumerated key takes its values only (kafka.sasl.mechanism also
+	// empty and in lower case, as walpost takes it).
+	enums := config.Enumerations()
+	for _, k := range want {
+		allowed := enums[k]
+		if k == "kafka.sasl.mechanism" {
+			lower := []string{""}
+			for _, m := range allowed {
+				lower = append(lower, strings.ToLower(m))
+			}
+			allowed = append(allowed, lower...)
+		}
+		if got := s.Properties.Config.Properties[k].Enum; !reflectSameSet(got, allowed) {
+			t.Errorf("values.schema.json: %s takes %q, walpost %q", k, got, allowed)
+		}
+	}
+}
+
+func reflectSameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	sort.Strings(a)
+	sort.Strings(b)
+	return slices.Equal(a, b)
 }
 
 // TestChartAlertsCopy: the chart's files/alerts.yml, which its
