@@ -12,13 +12,15 @@ import (
 
 // TestRecoverWithoutAClock: track_commit_timestamp off, recover.margin 1s.
 // A transaction opened before walpost's last confirmed events stays open
-// past the margin and commits in the gap; the application also inserts
-// 500 rows with created_at a day in the past during the gap. Rows chosen
-// by created_at − recover.margin would miss both; the snapshot walpost
-// records with its position shows neither transaction, so walpost recover
-// delivers every row of the gap (0 lost) and counts as re-sent only the
-// rows of transactions the position's last snapshot shows (its report
-// says "transaction snapshot").
+// past the margin and commits in the gap, another one inserted its row
+// under a savepoint (its xmin a subtransaction's xid) and also commits in
+// the gap; the application also inserts 500 rows with created_at a day in
+// the past during the gap. Rows chosen by created_at − recover.margin
+// would miss all of them; chosen by the snapshot walpost records with its
+// position (every row of a transaction not older than its oldest
+// transaction in progress), walpost recover delivers every row of the gap
+// (0 lost), and the rows it re-sends are those it counts (its report says
+// "transaction snapshot").
 func TestRecoverWithoutAClock(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOpts{partitions: 3})
@@ -46,6 +48,18 @@ func TestRecoverWithoutAClock(t *testing.T) {
 	var longStart time.Time
 	if err := long.QueryRow(ctx, `SELECT now()`).Scan(&longStart); err != nil {
 		t.Fatal(err)
+	}
+	// A row inserted under a savepoint: its xmin is the subtransaction's
+	// xid, which no snapshot lists while its transaction is in progress.
+	sp, err := f.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Rollback(context.Background())
+	for _, q := range []string{`SAVEPOINT a`, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ('savepoint-0', '{}')`, f.Table), `RELEASE SAVEPOINT a`} {
+		if _, err := sp.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// The confirmed events commit more than recover.margin after the long
@@ -103,6 +117,10 @@ func TestRecoverWithoutAClock(t *testing.T) {
 	if err := long.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := sp.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gap = append(gap, verify.Expected{Key: "savepoint-0", Txn: "savepoint", Index: 0})
 	gap = append(gap, backdated...)
 	gap = append(gap, verify.Expected{Key: "long-0", Txn: "long", Index: 0}, verify.Expected{Key: "long-1", Txn: "long", Index: 1})
 	recoverAndCheck(t, f, f, env, before, gap, "transaction snapshot")

@@ -224,7 +224,10 @@ func recoverAndCheck(t *testing.T, f, w *fixture, env []string, before, gap []ve
 			break
 		}
 	}
-	if rep.Duplicates() != resent {
+	// By the transaction snapshot the report's count is an upper bound:
+	// a row inserted under a savepoint of a transaction in progress at
+	// the snapshot reads as ended there and is counted, never delivered.
+	if exact := wantBy != "transaction snapshot"; (exact && rep.Duplicates() != resent) || rep.Duplicates() > resent {
 		t.Errorf("%d duplicates in Kafka, the report re-sent %d", rep.Duplicates(), resent)
 	}
 	var recovering *time.Time

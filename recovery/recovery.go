@@ -396,16 +396,31 @@ func selection(t replication.TableName, cols []string, commitTS bool, rep *Repor
 	case rep.By == BySnapshot:
 		// xmin is 32 bits: it is placed in the epoch of the reading
 		// transaction's snapshot (every row not frozen is within 2^31
-		// transactions of it), then tested against the recorded 64-bit
+		// transactions of it), then compared with the recorded 64-bit
 		// snapshot. A frozen row older than 2^32 transactions may alias
-		// to one the snapshot does not show and is sent again, never
-		// missed.
+		// to a recent one and is sent again, never missed.
+		//
+		// Chosen: every row whose xmin is at or above the snapshot's
+		// xmin, not only those the snapshot does not show. A row
+		// inserted under a savepoint has its subtransaction's xid as
+		// xmin, and a snapshot lists top-level xids only: the subxid of
+		// a transaction in progress at the snapshot, below its xmax and
+		// not in its list, reads as completed
+		// (pg_visible_in_snapshot "will not give the correct answer for
+		// a subtransaction ID"). Below the snapshot's xmin every
+		// transaction, and so every subtransaction (its xid is above its
+		// parent's), had ended. The rows of transactions that ended
+		// between the snapshot's xmin and xmax are sent again.
 		from += `, (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax) ref`
 		x8 := `(((ref.xmax >> 32) << 32 | xmin::text::bigint) - CASE WHEN ((ref.xmax >> 32) << 32 | xmin::text::bigint) > ref.xmax THEN 4294967296 ELSE 0 END)::text::xid8`
-		where = `NOT pg_visible_in_snapshot(` + x8 + `, $3::pg_snapshot) AND $1::timestamptz IS NOT NULL AND $2::timestamptz IS NOT NULL`
+		where = x8 + ` >= pg_snapshot_xmin($3::pg_snapshot) AND $1::timestamptz IS NOT NULL AND $2::timestamptz IS NOT NULL`
 		args = append(args, rep.SnapshotFrom)
+		// Re-sent, at most: the rows the recorded snapshot reads as
+		// completed (delivered, or a subtransaction's), and those of
+		// transactions the last candidate shows.
+		maybe = `pg_visible_in_snapshot(` + x8 + `, $3::pg_snapshot)`
 		if rep.maybeFrom != "" {
-			maybe = `pg_visible_in_snapshot(` + x8 + `, $4::pg_snapshot)`
+			maybe = `(` + maybe + ` OR pg_visible_in_snapshot(` + x8 + `, $4::pg_snapshot))`
 			args = append(args, rep.maybeFrom)
 		}
 	case commitTS:

@@ -34,7 +34,7 @@ func (r *Report) Write(w io.Writer) error {
 	case ByCreatedAt:
 		pr("rows chosen by:    created_at at or after %s: the last confirmed commit minus recover.margin (track_commit_timestamp = off: order by created_at, the transactions' start, which concurrent transactions may commit in another order)", ts(r.CreatedFrom))
 	case BySnapshot:
-		pr("rows chosen by:    transaction snapshot: every row whose inserting transaction the snapshot recorded with the position (%s, at LSN %s) does not show, whatever its created_at (track_commit_timestamp = off; no clock is used); ordered by created_at", r.SnapshotFrom, r.SnapshotLSN)
+		pr("rows chosen by:    transaction snapshot: every row inserted by a transaction not older than the snapshot recorded with the position (%s, at LSN %s: its oldest transaction then in progress and every later one), whatever its created_at (track_commit_timestamp = off; no clock is used); ordered by created_at", r.SnapshotFrom, r.SnapshotLSN)
 	case ByAll:
 		pr("rows chosen by:    every row of the table: the recorded position confirmed no transaction yet, so every row may be in the gap")
 	case BySince:
@@ -47,7 +47,7 @@ func (r *Report) Write(w io.Writer) error {
 	pr("rows:              %d %s, %d produced with walpost_recovered: true", r.Found, verb, r.Produced)
 	pr("time range:        %s .. %s", ts(r.First), ts(r.Last))
 	if r.By == BySnapshot {
-		pr("re-sent:           %d row(s) of transactions the position's last snapshot (taken at its last write) shows and the recorded one does not: they may have been delivered before (consumers deduplicate on idempotency_key)", r.Resent)
+		pr("re-sent:           %d row(s) of transactions that had ended by the recorded snapshot or by the position's last write: they may have been delivered before (consumers deduplicate on idempotency_key)", r.Resent)
 	} else {
 		pr("re-sent:           %d row(s) committed at or before the recorded last commit (most were delivered before; consumers deduplicate on idempotency_key)", r.Resent)
 	}
