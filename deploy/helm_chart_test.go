@@ -636,7 +636,8 @@ extraEnv: [{name: GOMAXPROCS, value: "2"}]
 image: {digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
 imagePullSecrets: [{name: ghcr}]
 config: {kafka.flush_timeout: 1m}
-terminationGracePeriodSeconds: 90`,
+terminationGracePeriodSeconds: 90
+readinessProbe: {periodSeconds: 5, timeoutSeconds: 2}`,
 		check: func(t *testing.T, r *rendered) {
 			if r.c.Ports[0].ContainerPort != 8080 {
 				t.Errorf("port %d", r.c.Ports[0].ContainerPort)
@@ -646,6 +647,9 @@ terminationGracePeriodSeconds: 90`,
 			}
 			if !strings.HasSuffix(r.c.Image, "@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef") {
 				t.Errorf("image %q", r.c.Image)
+			}
+			if p := r.c.ReadinessProbe; p.PeriodSeconds != 5 || p.TimeoutSeconds != 2 || p.HTTPGet.Path != "/readyz" {
+				t.Errorf("readiness probe %+v, want every 5 s with a 2 s timeout on /readyz", p)
 			}
 			if ps := r.dep.Spec.Template.Spec.ImagePullSecrets; len(ps) != 1 || ps[0].Name != "ghcr" {
 				t.Errorf("imagePullSecrets %v", ps)
@@ -673,6 +677,7 @@ terminationGracePeriodSeconds: 90`,
 	// for the schema).
 	{name: "schema: a typo at the top", values: `replicaCountt: 2`, wantErr: "replicaCountt"},
 	{name: "schema: a typo in a config key", values: `config: {kafka.broker: "k:9092"}`, wantErr: "kafka.broker"},
+	{name: "schema: a typo in a probe", values: `livenessProbe: {periodSecond: 5}`, wantErr: "periodSecond"},
 	{name: "schema: a typo in serviceAccount", values: `serviceAccount: {annotation: {a: b}}`, wantErr: "annotation"},
 	{name: "schema: a secret in config", values: `config: {postgres.url: "postgres://u:pw@db/app"}`, wantErr: "postgres.url"},
 	{name: "schema: http.listen is port", values: `config: {http.listen: ":9000"}`, wantErr: "http.listen"},
