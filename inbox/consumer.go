@@ -2,9 +2,12 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +18,7 @@ import (
 // DB is the consumer's database: a *pgxpool.Pool or a *pgx.Conn.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
@@ -62,6 +66,14 @@ type ConsumerConfig struct {
 type Consumer struct {
 	cfg ConsumerConfig
 	log *slog.Logger
+	// cache holds the watermarks this consumer last committed, so that a
+	// batch of partitions it has seen needs no SELECT: the transaction's
+	// BEGIN carries a compare-and-set UPDATE of them (applyCached). Only
+	// Run's goroutine touches it.
+	cache map[topicPartition]*mark
+	// cached and stale count the batches applied the cached way and those
+	// whose cached watermarks had changed (tests).
+	cached, stale int
 }
 
 // NewConsumer checks cfg.
@@ -151,7 +163,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 // serialization failure (two members of the group on one key).
 func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record) error {
 	for attempt := 1; ; attempt++ {
-		err := c.applyOnce(ctx, recs)
+		done, err := c.applyCached(ctx, recs)
+		if !done {
+			err = c.applyLocked(ctx, recs)
+		}
+		if err != nil {
+			c.cache = nil
+		}
 		var pgErr *pgconn.PgError
 		if err == nil || attempt == 5 || !errors.As(err, &pgErr) || (pgErr.Code != "40001" && pgErr.Code != "40P01") {
 			return err
@@ -160,21 +178,156 @@ func (c *Consumer) apply(ctx context.Context, recs []*kgo.Record) error {
 	}
 }
 
-func (c *Consumer) applyOnce(ctx context.Context, recs []*kgo.Record) error {
-	return pgx.BeginFunc(ctx, c.cfg.DB, func(tx pgx.Tx) error {
-		_, err := c.cfg.Inbox.ApplyBatch(ctx, tx, recs, func(ctx context.Context, tx pgx.Tx, fresh []*kgo.Record) error {
-			if c.cfg.HandleBatch != nil {
-				return c.cfg.HandleBatch(ctx, tx, fresh)
-			}
-			for _, r := range fresh {
-				if err := c.cfg.Handle(ctx, tx, r); err != nil {
-					return err
-				}
-			}
-			return nil
+// handle is the effect of a batch: the handler on its new records.
+func (c *Consumer) handle(ctx context.Context, tx pgx.Tx, fresh []*kgo.Record) error {
+	if c.cfg.HandleBatch != nil {
+		return c.cfg.HandleBatch(ctx, tx, fresh)
+	}
+	for _, r := range fresh {
+		if err := c.cfg.Handle(ctx, tx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyLocked is a batch through Inbox.ApplyBatch: the watermarks locked
+// and read, then written. It fills the cache.
+func (c *Consumer) applyLocked(ctx context.Context, recs []*kgo.Record) error {
+	var marks map[topicPartition]*mark
+	err := pgx.BeginFunc(ctx, c.cfg.DB, func(tx pgx.Tx) error {
+		var err error
+		_, marks, err = c.cfg.Inbox.runMarks(ctx, pgxQuerier{tx}, recs, func(fresh []*kgo.Record) error {
+			return c.handle(ctx, tx, fresh)
 		})
 		return err
 	})
+	if err == nil {
+		c.remember(marks)
+	}
+	return err
+}
+
+func (c *Consumer) remember(marks map[topicPartition]*mark) {
+	if c.cache == nil {
+		c.cache = map[topicPartition]*mark{}
+	}
+	for tp, m := range marks {
+		m.changed, m.moved = false, false
+		c.cache[tp] = m
+	}
+}
+
+// casFailed is the error of applyCached's BEGIN when a watermark is not
+// as cached: division_by_zero, raised on purpose.
+const casFailed = "22012"
+
+// applyCached applies a batch whose partitions are all in the cache in
+// two round trips, as the consumer without the inbox does (BEGIN, COMMIT):
+// the rules run on the cached watermarks, and the BEGIN carries an UPDATE
+// writing the new ones only where each row still holds the cached one
+// (commit LSN, number of keys and next offset: every change moves one of
+// them), which takes the rows' locks. If another member wrote a
+// watermark meanwhile, the BEGIN fails, nothing was applied, and the batch
+// goes the locked way (done false).
+func (c *Consumer) applyCached(ctx context.Context, recs []*kgo.Record) (done bool, err error) {
+	if len(c.cache) == 0 {
+		return false, nil
+	}
+	in := c.cfg.Inbox
+	evs, err := parseAll(recs)
+	if err != nil {
+		return true, err
+	}
+	marks := map[topicPartition]*mark{}
+	var rows []casJSON
+	for _, ev := range evs {
+		tp := topicPartition{ev.rec.Topic, ev.rec.Partition}
+		if _, ok := marks[tp]; ok {
+			continue
+		}
+		cm, ok := c.cache[tp]
+		if !ok {
+			return false, nil
+		}
+		marks[tp] = &mark{lsn: cm.lsn, keys: slices.Clone(cm.keys), nextOffset: cm.nextOffset}
+		rows = append(rows, casJSON{Topic: tp.topic, Partition: tp.partition, OldLSN: cm.lsn.String(), OldKeys: len(cm.keys), OldNext: cm.nextOffset})
+	}
+	p := in.plan(evs, marks)
+	for i := range rows {
+		m := marks[topicPartition{rows[i].Topic, rows[i].Partition}]
+		rows[i].LSN, rows[i].Keys, rows[i].Next = m.lsn.String(), m.keys, m.nextOffset
+	}
+	begin, err := casBegin(in.cfg.Group, rows)
+	if err != nil {
+		return true, err
+	}
+	tx, err := c.cfg.DB.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == casFailed {
+		c.log.Debug("a watermark changed since this consumer wrote it; reading them again")
+		c.cache = nil
+		c.stale++
+		return false, nil
+	}
+	if err != nil {
+		return true, fmt.Errorf("inbox: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	fresh, err := in.finish(ctx, pgxQuerier{tx}, p)
+	if err != nil {
+		return true, err
+	}
+	if len(fresh) > 0 {
+		if err := c.handle(ctx, tx, fresh); err != nil {
+			return true, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return true, err
+	}
+	c.remember(marks)
+	c.cached++
+	return true, nil
+}
+
+// casJSON is a watermark's cached and new values for casBegin.
+type casJSON struct {
+	Topic     string   `json:"t"`
+	Partition int32    `json:"p"`
+	LSN       string   `json:"l"`
+	Keys      []string `json:"k"`
+	Next      int64    `json:"n"`
+	OldLSN    string   `json:"ol"`
+	OldKeys   int      `json:"oc"`
+	OldNext   int64    `json:"o"`
+}
+
+// casBegin is the BEGIN of applyCached: it writes rows' new watermarks
+// where the rows hold the old ones, and divides by zero unless all do. It
+// goes through the simple protocol (no parameters): the values are
+// dollar-quoted literals.
+func casBegin(group string, rows []casJSON) (string, error) {
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`BEGIN; WITH u AS (UPDATE inbox_watermark w SET commit_lsn = x.l::pg_lsn,
+		keys = ARRAY(SELECT jsonb_array_elements_text(x.k)), next_offset = x.n, updated_at = now()
+		FROM jsonb_to_recordset(%s::jsonb) AS x(t text, p int, l text, k jsonb, n bigint, ol text, oc int, o bigint)
+		WHERE w.consumer_group = %s AND w.topic = x.t AND w.partition = x.p
+		AND w.commit_lsn = x.ol::pg_lsn AND cardinality(w.keys) = x.oc AND w.next_offset = x.o RETURNING 1)
+		SELECT 1 / (count(*) = %d)::int FROM u`, dollarQuote(string(b)), dollarQuote(group), len(rows)), nil
+}
+
+// dollarQuote is s as a dollar-quoted string constant, with a tag s does
+// not contain.
+func dollarQuote(s string) string {
+	tag := "$inbox$"
+	for i := 0; strings.Contains(s, tag); i++ {
+		tag = fmt.Sprintf("$inbox%d$", i)
+	}
+	return tag + s + tag
 }
 
 const offsetsSQL = `SELECT topic, partition, next_offset FROM inbox_watermark

@@ -97,34 +97,49 @@ type topicPartition struct {
 // statements whatever the batch holds (a fourth when the key table is
 // asked, two more the first time a partition is seen).
 func (in *Inbox) run(ctx context.Context, q querier, recs []*kgo.Record, effect func([]*kgo.Record) error) (int, error) {
-	evs := make([]event, len(recs))
-	for i, r := range recs {
-		if r == nil {
-			return 0, &RecordError{Offset: -1, Reason: "nil record"}
-		}
-		ev, err := parse(r)
-		if err != nil {
-			return 0, err
-		}
-		evs[i] = ev
+	n, _, err := in.runMarks(ctx, q, recs, effect)
+	return n, err
+}
+
+// runMarks is run, also returning the watermarks as written.
+func (in *Inbox) runMarks(ctx context.Context, q querier, recs []*kgo.Record, effect func([]*kgo.Record) error) (int, map[topicPartition]*mark, error) {
+	evs, err := parseAll(recs)
+	if err != nil {
+		return 0, nil, err
 	}
 	marks, err := in.lockAll(ctx, q, evs)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	fresh, err := in.decide(ctx, q, evs, marks)
+	fresh, err := in.finish(ctx, q, in.plan(evs, marks))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if len(fresh) > 0 {
 		if err := effect(fresh); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
 	if err := in.storeAll(ctx, q, marks); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return len(fresh), nil
+	return len(fresh), marks, nil
+}
+
+// parseAll reads every record before anything is sent.
+func parseAll(recs []*kgo.Record) ([]event, error) {
+	evs := make([]event, len(recs))
+	for i, r := range recs {
+		if r == nil {
+			return nil, &RecordError{Offset: -1, Reason: "nil record"}
+		}
+		ev, err := parse(r)
+		if err != nil {
+			return nil, err
+		}
+		evs[i] = ev
+	}
+	return evs, nil
 }
 
 // wmJSON is a watermark as the statements exchange it.
@@ -206,10 +221,17 @@ func (in *Inbox) lockAll(ctx context.Context, q querier, evs []event) (map[topic
 	}
 }
 
-// decide runs the rules over evs in order and returns the records to
-// apply. The key table is asked, in one statement, only for what the
-// watermark cannot decide (and with KeyEveryEvent for what it applies).
-func (in *Inbox) decide(ctx context.Context, q querier, evs []event, marks map[topicPartition]*mark) ([]*kgo.Record, error) {
+// plan is a batch decided by the watermarks, before the key table.
+type plan struct {
+	evs      []event
+	verdicts []verdict
+	cands    []int // what the key table decides
+}
+
+// plan runs the rules over evs in order, moving marks. The key table is
+// asked (finish) only for what the watermark cannot decide, and with
+// KeyEveryEvent for what it applies.
+func (in *Inbox) plan(evs []event, marks map[topicPartition]*mark) *plan {
 	verdicts := make([]verdict, len(evs))
 	var cands []int
 	var seen map[topicKey]struct{} // keys sent to the key table
@@ -242,6 +264,13 @@ func (in *Inbox) decide(ctx context.Context, q querier, evs []event, marks map[t
 		verdicts[i] = v
 		m.handled(ev.rec.Offset)
 	}
+	return &plan{evs: evs, verdicts: verdicts, cands: cands}
+}
+
+// finish asks the key table, in one statement, and returns the records
+// to apply.
+func (in *Inbox) finish(ctx context.Context, q querier, p *plan) ([]*kgo.Record, error) {
+	evs, verdicts, cands := p.evs, p.verdicts, p.cands
 	if len(cands) > 0 {
 		inserted, err := in.insertKeys(ctx, q, evs, cands)
 		if err != nil {
