@@ -240,6 +240,11 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 			return nil
 		}
 		watched := side
+		defer func() {
+			if watched != side {
+				watched.Close(context.Background())
+			}
+		}()
 		for {
 			err := watched.PgConn().WaitForNotification(gctx)
 			if err == nil || gctx.Err() != nil {
@@ -247,15 +252,28 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 			}
 			// A server that is shutting down refuses new connections
 			// (57P03): then the session ends, so the walsender can stop.
+			// A new connection must also reach the server whose
+			// walsender streams to this session (a multi-host URL, a
+			// pooler or a moved name may lead elsewhere).
 			cctx, cancel := context.WithTimeout(gctx, 5*time.Second)
 			next, cerr := replication.ConnectSQL(cctx, cfg.Postgres.URL)
+			if cerr == nil {
+				var pid *int32
+				qerr := next.QueryRow(cctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, cfg.Postgres.Slot).Scan(&pid)
+				if qerr != nil || pid == nil || uint32(*pid) != conn.PID() {
+					next.Close(context.Background())
+					cerr = fmt.Errorf("the new connection does not reach the server streaming to this session (slot %q held by pid %v, this session's walsender is %d): %v", cfg.Postgres.Slot, deref32(pid), conn.PID(), qerr)
+				}
+			}
 			cancel()
 			if cerr != nil {
 				return fmt.Errorf("postgres connection lost or server shutting down: %w (a new connection: %v)", err, redact.Error(cerr))
 			}
-			defer next.Close(context.Background())
 			f.log.Warn("the server ended walpost's side connection while accepting new ones (pg_terminate_backend?); replaced it, the replication session goes on",
 				"slot", cfg.Postgres.Slot, "err", redact.String(err.Error()))
+			if watched != side {
+				watched.Close(context.Background())
+			}
 			watched = next
 		}
 	})
@@ -293,6 +311,14 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 
 // enableFailover converts an existing slot that is not a failover slot on a
 // 17+ primary (a failure is logged, and streaming goes on without it).
+// deref32 is *p, or -1 for nil (for messages).
+func deref32(p *int32) int32 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
+
 func (f *Forwarder) enableFailover(ctx context.Context, side *pgx.Conn, repl *pgconn.PgConn) {
 	name := f.cfg.Postgres.Slot
 	ok, err := replication.EnableFailover(ctx, side, repl, name)

@@ -155,7 +155,12 @@ ON CONFLICT (slot) DO UPDATE SET timeline = excluded.timeline, confirmed_lsn = e
     last_commit_at = COALESCE(excluded.last_commit_at, p.last_commit_at), updated_at = excluded.updated_at,
     snapshot = CASE WHEN p.next_snapshot_lsn <= excluded.confirmed_lsn AND p.timeline = excluded.timeline THEN p.next_snapshot ELSE p.snapshot END,
     snapshot_lsn = CASE WHEN p.next_snapshot_lsn <= excluded.confirmed_lsn AND p.timeline = excluded.timeline THEN p.next_snapshot_lsn ELSE p.snapshot_lsn END,
-    next_snapshot = excluded.next_snapshot, next_snapshot_lsn = excluded.next_snapshot_lsn
+    -- The candidate is kept until the confirmed position reaches it, so
+    -- a walpost that lags more than one write interval still promotes one.
+    next_snapshot = CASE WHEN p.next_snapshot IS NULL OR p.next_snapshot_lsn <= excluded.confirmed_lsn OR p.timeline <> excluded.timeline
+        THEN excluded.next_snapshot ELSE p.next_snapshot END,
+    next_snapshot_lsn = CASE WHEN p.next_snapshot IS NULL OR p.next_snapshot_lsn <= excluded.confirmed_lsn OR p.timeline <> excluded.timeline
+        THEN excluded.next_snapshot_lsn ELSE p.next_snapshot_lsn END
 WHERE p.system_identifier = excluded.system_identifier
   AND (p.confirmed_lsn < excluded.confirmed_lsn OR p.timeline <> excluded.timeline)`,
 		r.Slot, r.SystemID, r.Timeline, r.LSN.String(), last, snap, at)

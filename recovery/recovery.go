@@ -61,11 +61,11 @@ type Options struct {
 type By string
 
 const (
-	ByCommitTimestamp By = "commit timestamp"    // pg_xact_commit_timestamp(xmin)
-	ByCreatedAt       By = "created_at"          // track_commit_timestamp off, no recorded snapshot
+	ByCommitTimestamp By = "commit timestamp"     // pg_xact_commit_timestamp(xmin)
+	ByCreatedAt       By = "created_at"           // track_commit_timestamp off, no recorded snapshot
 	BySnapshot        By = "transaction snapshot" // track_commit_timestamp off: the position's recorded snapshot
-	BySince           By = "commit time --since" // the flag, no margin
-	ByAll             By = "the whole table"     // no transaction was ever confirmed
+	BySince           By = "commit time --since"  // the flag, no margin
+	ByAll             By = "the whole table"      // no transaction was ever confirmed
 )
 
 // Report is what recover did (or, with DryRun, would do).
@@ -221,6 +221,16 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, fmt.Errorf("read track_commit_timestamp: %w", err)
 	}
 	last := row.LastCommit
+	// A snapshot says something only about the system it was taken on,
+	// and only when the server's transactions are not behind it (a
+	// restore to an earlier point).
+	if row.Snapshot != "" {
+		var ahead bool
+		err := side.QueryRow(ctx, `SELECT pg_snapshot_xmax($1::pg_snapshot) > pg_snapshot_xmax(pg_current_snapshot())`, row.Snapshot).Scan(&ahead)
+		if !snapshotUsable(row, id, err == nil && !ahead) {
+			row.Snapshot, row.NextSnapshot = "", ""
+		}
+	}
 	rep.By, rep.CommitFrom, rep.CreatedFrom = window(row, opts.Since, commitTS, cfg.Recover.Margin)
 	if rep.By == BySnapshot {
 		rep.SnapshotFrom, rep.SnapshotLSN, rep.maybeFrom = row.Snapshot, row.SnapshotLSN, row.NextSnapshot
@@ -343,6 +353,15 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	log.Info("recovered the gap", "slot", name, "lsn", cp.String(), "found", rep.Found, "produced", rep.Produced, "resent", rep.Resent, "kafka_transactions", rep.Txns)
 	return rep, nil
+}
+
+// snapshotUsable says whether row's recorded snapshot may choose the gap's
+// rows on the server id: only on the system it was taken on (a restore
+// or logical copy elsewhere has unrelated transaction ids, all below the
+// snapshot's), and only when the server's transactions are not behind it
+// (notBehind: its xmax is at or below the server's).
+func snapshotUsable(row position.Row, id position.Identity, notBehind bool) bool {
+	return row.Snapshot != "" && row.SystemID == id.SystemID && notBehind
 }
 
 // window chooses how the gap's rows are selected after row (the recorded
