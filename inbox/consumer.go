@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,7 +17,6 @@ import (
 // DB is the consumer's database: a *pgxpool.Pool or a *pgx.Conn.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
@@ -68,8 +66,8 @@ type Consumer struct {
 	log *slog.Logger
 	// cache holds the watermarks this consumer last committed, so that a
 	// batch of partitions it has seen needs no SELECT: the transaction's
-	// BEGIN carries a compare-and-set UPDATE of them (applyCached). Only
-	// Run's goroutine touches it.
+	// first statement is a compare-and-set UPDATE of them (applyCached).
+	// Only Run's goroutine touches it.
 	cache map[topicPartition]*mark
 	// cached and stale count the batches applied the cached way and those
 	// whose cached watermarks had changed (tests).
@@ -218,18 +216,13 @@ func (c *Consumer) remember(marks map[topicPartition]*mark) {
 	}
 }
 
-// casFailed is the error of applyCached's BEGIN when a watermark is not
-// as cached: division_by_zero, raised on purpose.
-const casFailed = "22012"
-
-// applyCached applies a batch whose partitions are all in the cache in
-// two round trips, as the consumer without the inbox does (BEGIN, COMMIT):
-// the rules run on the cached watermarks, and the BEGIN carries an UPDATE
-// writing the new ones only where each row still holds the cached one
-// (commit LSN, number of keys and next offset: every change moves one of
-// them), which takes the rows' locks. If another member wrote a
-// watermark meanwhile, the BEGIN fails, nothing was applied, and the batch
-// goes the locked way (done false).
+// applyCached applies a batch whose partitions are all in the cache
+// without reading the watermarks: the rules run on the cached ones, and the
+// transaction's first statement writes the new ones only where each row
+// still holds the cached one (commit LSN, number of keys and next offset:
+// every change moves one of them), which takes the rows' locks. If another
+// member wrote a watermark meanwhile, fewer rows match, nothing was
+// applied, and the batch goes the locked way (done false).
 func (c *Consumer) applyCached(ctx context.Context, recs []*kgo.Record) (done bool, err error) {
 	if len(c.cache) == 0 {
 		return false, nil
@@ -258,22 +251,25 @@ func (c *Consumer) applyCached(ctx context.Context, recs []*kgo.Record) (done bo
 		m := marks[topicPartition{rows[i].Topic, rows[i].Partition}]
 		rows[i].LSN, rows[i].Keys, rows[i].Next = m.lsn.String(), m.keys, m.nextOffset
 	}
-	begin, err := casBegin(in.cfg.Group, rows)
+	arg, err := json.Marshal(rows)
 	if err != nil {
 		return true, err
 	}
-	tx, err := c.cfg.DB.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == casFailed {
+	tx, err := c.cfg.DB.Begin(ctx)
+	if err != nil {
+		return true, fmt.Errorf("inbox: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	tag, err := tx.Exec(ctx, casSQL, in.cfg.Group, string(arg))
+	if err != nil {
+		return true, fmt.Errorf("inbox: write the watermarks: %w", err)
+	}
+	if tag.RowsAffected() != int64(len(rows)) {
 		c.log.Debug("a watermark changed since this consumer wrote it; reading them again")
 		c.cache = nil
 		c.stale++
 		return false, nil
 	}
-	if err != nil {
-		return true, fmt.Errorf("inbox: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
 	fresh, err := in.finish(ctx, pgxQuerier{tx}, p)
 	if err != nil {
 		return true, err
@@ -291,7 +287,7 @@ func (c *Consumer) applyCached(ctx context.Context, recs []*kgo.Record) (done bo
 	return true, nil
 }
 
-// casJSON is a watermark's cached and new values for casBegin.
+// casJSON is a watermark's cached and new values for casSQL.
 type casJSON struct {
 	Topic     string   `json:"t"`
 	Partition int32    `json:"p"`
@@ -303,32 +299,12 @@ type casJSON struct {
 	OldNext   int64    `json:"o"`
 }
 
-// casBegin is the BEGIN of applyCached: it writes rows' new watermarks
-// where the rows hold the old ones, and divides by zero unless all do. It
-// goes through the simple protocol (no parameters): the values are
-// dollar-quoted literals.
-func casBegin(group string, rows []casJSON) (string, error) {
-	b, err := json.Marshal(rows)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf(`BEGIN; WITH u AS (UPDATE inbox_watermark w SET commit_lsn = x.l::pg_lsn,
-		keys = ARRAY(SELECT jsonb_array_elements_text(x.k)), next_offset = x.n, updated_at = now()
-		FROM jsonb_to_recordset(%s::jsonb) AS x(t text, p int, l text, k jsonb, n bigint, ol text, oc int, o bigint)
-		WHERE w.consumer_group = %s AND w.topic = x.t AND w.partition = x.p
-		AND w.commit_lsn = x.ol::pg_lsn AND cardinality(w.keys) = x.oc AND w.next_offset = x.o RETURNING 1)
-		SELECT 1 / (count(*) = %d)::int FROM u`, dollarQuote(string(b)), dollarQuote(group), len(rows)), nil
-}
-
-// dollarQuote is s as a dollar-quoted string constant, with a tag s does
-// not contain.
-func dollarQuote(s string) string {
-	tag := "$inbox$"
-	for i := 0; strings.Contains(s, tag); i++ {
-		tag = fmt.Sprintf("$inbox%d$", i)
-	}
-	return tag + s + tag
-}
+// casSQL writes each watermark of $2 where its row holds the old values.
+const casSQL = `UPDATE inbox_watermark w SET commit_lsn = x.l::pg_lsn,
+	keys = ARRAY(SELECT jsonb_array_elements_text(x.k)), next_offset = x.n, updated_at = now()
+	FROM jsonb_to_recordset($2::jsonb) AS x(t text, p int, l text, k jsonb, n bigint, ol text, oc int, o bigint)
+	WHERE w.consumer_group = $1 AND w.topic = x.t AND w.partition = x.p
+	AND w.commit_lsn = x.ol::pg_lsn AND cardinality(w.keys) = x.oc AND w.next_offset = x.o`
 
 const offsetsSQL = `SELECT topic, partition, next_offset FROM inbox_watermark
 	WHERE consumer_group = $1 AND topic = ANY($2) AND next_offset >= 0`

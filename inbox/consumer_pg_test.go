@@ -108,11 +108,3 @@ func TestConsumerCachedWatermark(t *testing.T) {
 		t.Fatalf("member a: %d batches cached, %d stale; b: %d stale; want 3, 1, 1 (b's last batch changed nothing)", a.cached, a.stale, b.stale)
 	}
 }
-
-func TestDollarQuote(t *testing.T) {
-	for s, want := range map[string]string{"a": "$inbox$a$inbox$", "x$inbox$y": "$inbox0$x$inbox$y$inbox0$"} {
-		if got := dollarQuote(s); got != want {
-			t.Errorf("dollarQuote(%q) = %s, want %s", s, got, want)
-		}
-	}
-}

@@ -26,7 +26,9 @@ import (
 //	WALPOST_INBOX_COST=1 go test -run '^TestInboxCost$' -v ./integration
 //
 // WALPOST_INBOX_COST_EVENTS sets the count (default 1,000,000),
-// WALPOST_INBOX_COST_BATCH the records per poll and transaction (1,000). Each
+// WALPOST_INBOX_COST_BATCH the records per poll and transaction (1,000),
+// WALPOST_INBOX_COST_REPLAY_EVERY the share of replayed records (1 in 1,000),
+// WALPOST_INBOX_COST_EFFECT=write an effect of one write per batch. Each
 // rate is the count over the time from the first record handed to the
 // effect to the last (the last batch's commit is left out of both).
 func TestInboxCost(t *testing.T) {
@@ -35,9 +37,11 @@ func TestInboxCost(t *testing.T) {
 	}
 	n := envInt(t, "WALPOST_INBOX_COST_EVENTS", 1_000_000)
 	costBatch = envInt(t, "WALPOST_INBOX_COST_BATCH", 1000)
+	costWrite = os.Getenv("WALPOST_INBOX_COST_EFFECT") == "write"
 	f := newFixture(t, fixtureOpts{partitions: 6})
 	s := newInboxSchema(t, f)
-	replayed := produceWalpostLike(t, f, n)
+	mustExec(t, s.pool, `CREATE TABLE cost_counter (n bigint NOT NULL); INSERT INTO cost_counter VALUES (0)`)
+	replayed := produceWalpostLike(t, f, n, envInt(t, "WALPOST_INBOX_COST_REPLAY_EVERY", 1000))
 	t.Logf("%d records in %d partitions, %d of them replayed", n, f.Partitions, replayed)
 
 	for round := 1; round <= 4; round++ {
@@ -68,9 +72,10 @@ func TestInboxCost(t *testing.T) {
 	}
 }
 
-// produceWalpostLike writes n records as walpost would and returns how
-// many are marked replayed.
-func produceWalpostLike(t *testing.T, f *fixture, n int) int {
+// produceWalpostLike writes n records as walpost would, one in every
+// replayEvery marked replayed (none when replayEvery > n), and returns how
+// many are.
+func produceWalpostLike(t *testing.T, f *fixture, n, replayEvery int) int {
 	ctx := context.Background()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(f.Topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond))
@@ -93,7 +98,7 @@ func produceWalpostLike(t *testing.T, f *fixture, n int) int {
 				{Key: "commit_lsn", Value: []byte(fmt.Sprintf("%X/%X", lsn>>32, uint32(lsn)))},
 				{Key: "created_at", Value: []byte("2026-12-02T08:00:00.000000Z")}, {Key: "event_type", Value: []byte("account.debited")},
 			}}
-			if i%1000 == 999 {
+			if i%replayEvery == replayEvery-1 {
 				r.Headers = append(r.Headers, kgo.RecordHeader{Key: "replayed_from_poison", Value: []byte("true")})
 				replayed++
 			}
@@ -119,8 +124,22 @@ func consumerOpts(f *fixture) []kgo.Opt {
 	return []kgo.Opt{kgo.FetchMaxWait(50 * time.Millisecond), kgo.FetchMaxPartitionBytes(4 << 20)}
 }
 
-// costBatch is the records per poll and transaction of both loops.
-var costBatch = 1000
+// costBatch is the records per poll and transaction of both loops;
+// costWrite makes both effects write one row per batch (a consumer that
+// persists anything commits a write, and pays the WAL flush).
+var (
+	costBatch = 1000
+	costWrite bool
+)
+
+// batchWrite is the effect's one write per batch, when costWrite.
+func batchWrite(ctx context.Context, tx pgx.Tx, n int) error {
+	if !costWrite {
+		return nil
+	}
+	_, err := tx.Exec(ctx, `UPDATE cost_counter SET n = n + $1`, n)
+	return err
+}
 
 // runPlain is the consumer without the inbox: the same group loop, a
 // transaction per batch with a no-op effect per record.
@@ -158,7 +177,7 @@ func runPlain(t *testing.T, f *fixture, pool *pgxpool.Pool, n int, group string)
 			if done+len(recs) >= n {
 				end = time.Now()
 			}
-			return nil
+			return batchWrite(ctx, tx, len(recs))
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -183,14 +202,19 @@ func runInbox(t *testing.T, f *fixture, pool *pgxpool.Pool, in *inbox.Inbox, n i
 	c, err := inbox.NewConsumer(inbox.ConsumerConfig{
 		Inbox: in, DB: pool, Brokers: brokers, Topics: []string{f.Topic}, MaxPollRecords: costBatch,
 		KafkaOpts: consumerOpts(f),
-		Handle: func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-			if handled.Add(1) == 1 {
-				first.Store(time.Now().UnixNano())
+		HandleBatch: func(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) error {
+			for _, r := range recs {
+				if handled.Add(1) == 1 {
+					first.Store(time.Now().UnixNano())
+				}
+				if handled.Load() == int64(n) {
+					last.Store(time.Now().UnixNano())
+				}
+				if err := noop(ctx, tx, r); err != nil {
+					return err
+				}
 			}
-			if handled.Load() == int64(n) {
-				last.Store(time.Now().UnixNano())
-			}
-			return noop(ctx, tx, r)
+			return batchWrite(ctx, tx, len(recs))
 		},
 	})
 	if err != nil {
