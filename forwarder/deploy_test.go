@@ -2,6 +2,8 @@ package forwarder
 
 import (
 	"encoding/json"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 	"os"
 	"regexp"
 	"slices"
@@ -50,6 +52,14 @@ func exported(t *testing.T) map[string][]string {
 	}
 	var rec describingRegisterer
 	f.registerMetrics(&rec, Build{})
+	// franz-go's metrics, as openKafka registers them on the producer
+	// (kprom registers them when the client is created; it does not
+	// connect).
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"), kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(&rec))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
 	out := map[string][]string{}
 	for _, d := range rec.descs {
 		s := d.String()
@@ -223,8 +233,13 @@ func TestGrafanaDashboard(t *testing.T) {
 			} `json:"list"`
 		} `json:"templating"`
 		Panels []struct {
-			Title   string `json:"title"`
-			Type    string `json:"type"`
+			Title       string `json:"title"`
+			Type        string `json:"type"`
+			FieldConfig struct {
+				Defaults struct {
+					Unit string `json:"unit"`
+				} `json:"defaults"`
+			} `json:"fieldConfig"`
 			Targets []struct {
 				Expr string `json:"expr"`
 			} `json:"targets"`
@@ -244,6 +259,20 @@ func TestGrafanaDashboard(t *testing.T) {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
+		// One unit per panel, and ranges that follow the scrape interval.
+		unit := p.FieldConfig.Defaults.Unit
+		if unit == "" {
+			t.Errorf("panel %q has no unit", p.Title)
+		}
+		for _, tg := range p.Targets {
+			if strings.Contains(tg.Expr, "[") && !strings.Contains(tg.Expr, "[$__rate_interval]") {
+				t.Errorf("panel %q: %q: use [$__rate_interval]", p.Title, tg.Expr)
+			}
+			seconds := strings.Contains(tg.Expr, "_seconds")
+			if (unit == "s") != seconds && unit != "none" {
+				t.Errorf("panel %q (unit %s) mixes units: %q", p.Title, unit, tg.Expr)
+			}
+		}
 		for _, tg := range p.Targets {
 			if checkExpr(t, "panel "+p.Title, tg.Expr, known) == 0 {
 				t.Errorf("panel %q: query %q uses no walpost series", p.Title, tg.Expr)
@@ -257,7 +286,9 @@ func TestGrafanaDashboard(t *testing.T) {
 	// slot lag and retained WAL, in-flight, poisoned, reconnects, state.
 	for _, want := range []string{"walpost_events_received_total", "walpost_events_produced_total", "walpost_commit_to_ack_seconds_bucket",
 		"walpost_replication_lag_bytes", "walpost_slot_retained_wal_bytes", "walpost_inflight_events", "walpost_events_poisoned_total",
-		"walpost_reconnects_total", "walpost_state"} {
+		"walpost_reconnects_total", "walpost_state", "walpost_kafka_transactions_total", "walpost_checkpoint_refused_total",
+		"walpost_outbox_pruned_rows_total", "walpost_outbox_prune_errors_total", "walpost_position_writes_total",
+		"walpost_kafka_produce_bytes_total", "walpost_kafka_connect_errors_total"} {
 		if !used[want] {
 			t.Errorf("no panel shows %s", want)
 		}
