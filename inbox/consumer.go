@@ -217,7 +217,7 @@ func (c *Consumer) remember(marks map[topicPartition]*mark) {
 }
 
 // applyCached applies a batch whose partitions are all in the cache
-// without reading the watermarks: the rules run on the cached ones, and the
+// without reading the watermarks (Invariant 2): the rules run on the cached ones, and the
 // transaction's first statement writes the new ones only where each row
 // still holds the cached one (commit LSN, number of keys and next offset:
 // every change moves one of them), which takes the rows' locks. If another

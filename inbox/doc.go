@@ -139,5 +139,14 @@
 // from there: a batch the database committed is not read again after a
 // crash, even when its Kafka commit was lost.
 //
+// Invariant 2: a Consumer decides on the watermarks it last committed
+// only while the rows still hold them. It keeps them after each batch, and
+// a batch of partitions it has seen starts with an UPDATE writing the new
+// watermarks where each row still holds the kept one (commit LSN, number
+// of keys and next offset; every change of a watermark moves one of them).
+// That UPDATE takes the rows' locks; if another member (a rebalance's new
+// owner) wrote a row meanwhile, fewer rows match, the transaction is
+// rolled back before any effect, and the batch goes the locked way.
+//
 // The package imports pgx, franz-go and the standard library only.
 package inbox
