@@ -140,8 +140,11 @@ step "unit tests on the stack's PostgreSQL (writer, poison)"
 $GO run ./cmd/walpost migrate
 WALPOST_REQUIRE_STACK=1 $GO test -count=1 ./writer ./poison
 
-step "deploy: Helm chart, plain manifests (module deploy/)"
+step "deploy: Helm chart, plain manifests, image, alert rules, release workflow (module deploy/)"
 (cd deploy && $GO test -count=1 ./...)
+# The release workflow, checked as GitHub runs it (actionlint; with
+# shellcheck when it is installed).
+(cd deploy && $GO tool actionlint)
 
 step "integration tests with Debezium's (PostgreSQL 15); beside them on a second stack the core tests on PostgreSQL ${PG_VERSIONS:-(none)}, the failover test on ${FAILOVER_VERSION:-(none)}, the three-node Kafka tests and a slice of the nemesis"
 second_log="$REPORT_DIR/second-stack.log"
