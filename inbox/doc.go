@@ -100,8 +100,9 @@
 //   - A failover without synchronized_standby_slots (above), and a
 //     point-in-time restore or any other rewind of the outbox database's
 //     WAL: LSNs go back, and new transactions below the watermark are
-//     skipped. Delete the group's watermark rows (their LSNs, keeping
-//     next_offset) only together with a recover, with KeyEveryEvent on.
+//     skipped. After such a rewind reset the group's watermarks by hand
+//     (commit_lsn '0/0', keys '{}'); that is safe only with KeyEveryEvent,
+//     whose key rows then recognise what was applied before.
 //   - A record walpost appended ahead of an earlier record of its
 //     partition that Kafka had refused and that was then re-sent without
 //     being quarantined (walpost logs "record appended ahead of an earlier

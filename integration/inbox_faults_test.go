@@ -189,7 +189,10 @@ func TestInboxEndToEndFaults(t *testing.T) {
 	progress("before the slot is lost")
 	p.kill()
 	waitFor(t, 30*time.Second, "the slot released", func() bool { _, active, _ := f.slotState(); return !active })
-	mustExec(t, f.Pool, `SELECT pg_drop_replication_slot($1)`, f.Slot)
+	waitFor(t, 30*time.Second, "the slot dropped", func() bool { // a pooled connection may predate the crash
+		_, err := f.Pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, f.Slot)
+		return err == nil
+	})
 	before := load.written.Load()
 	waitFor(t, time.Minute, "debits in the gap", func() bool { return load.written.Load() >= before+2000 })
 	_, code := recoveryCommand(t, f.env(env...), "recover")
@@ -219,10 +222,10 @@ func TestInboxEndToEndFaults(t *testing.T) {
 		t.Fatalf("credits %v\ndebits  %v", got, want)
 	}
 	var marks, keys, events int64
-	if err := consumer.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM inbox_watermark), (SELECT count(*) FROM inbox_key),
-		(SELECT sum(events) FROM credits)`).Scan(&marks, &keys, &events); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, 30*time.Second, "the state counted", func() bool {
+		return consumer.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM inbox_watermark), (SELECT count(*) FROM inbox_key),
+			(SELECT sum(events) FROM credits)`).Scan(&marks, &keys, &events) == nil
+	})
 	copies, dups := deliveries(t, f)
 	t.Logf("%d debits written (%d oversized), %d credited; %d records in the topic (ends %v), %d events in it more than once; consumer killed -9 %d times; state: %d watermark rows, %d key rows",
 		load.written.Load(), load.oversized.Load(), events, copies, ends, dups, kills, marks, keys)

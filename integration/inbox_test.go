@@ -341,12 +341,13 @@ func TestInboxConsumerProcess(t *testing.T) {
 	}
 }
 
-// credited is how many debits were credited.
+// credited is how many debits were credited. A query the restarted
+// PostgreSQL refused on a connection of before its crash is asked again.
 func (s *inboxSchema) credited(t *testing.T) int64 {
 	var n int64
-	if err := s.pool.QueryRow(context.Background(), `SELECT coalesce(sum(events), 0) FROM credits`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, 30*time.Second, "the consumer's database to answer", func() bool {
+		return s.pool.QueryRow(context.Background(), `SELECT coalesce(sum(events), 0) FROM credits`).Scan(&n) == nil
+	})
 	return n
 }
 
@@ -376,24 +377,34 @@ func (s *inboxSchema) waitCaughtUp(t *testing.T, f *fixture) map[int32]int64 {
 	return want
 }
 
+// sums reads q's (text, bigint) rows into a map, asking again after an
+// error (a connection from before a PostgreSQL crash).
 func sums(t *testing.T, pool *pgxpool.Pool, q string) map[string]int64 {
+	var out map[string]int64
+	var last error
+	waitFor(t, 30*time.Second, "the database to answer "+q, func() bool {
+		out, last = querySums(pool, q)
+		return last == nil
+	})
+	return out
+}
+
+func querySums(pool *pgxpool.Pool, q string) (map[string]int64, error) {
 	rows, err := pool.Query(context.Background(), q)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
+	defer rows.Close()
 	out := map[string]int64{}
 	for rows.Next() {
 		var k string
 		var v int64
 		if err := rows.Scan(&k, &v); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		out[k] = v
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return out, rows.Err()
 }
 
 func equalSums(got, want map[string]int64) bool {
