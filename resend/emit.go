@@ -48,6 +48,15 @@ type emitter struct {
 	failed []string // "key: error", the first few
 }
 
+// commitBefore commits the open Kafka transaction (exactly-once) when a
+// wait of d would keep it open past the transaction interval.
+func (e *emitter) commitBefore(ctx context.Context, d time.Duration) error {
+	if e.txs == nil || !e.open || d <= 0 || time.Since(e.opened)+d < e.interval {
+		return nil
+	}
+	return e.commit(ctx)
+}
+
 // emit produces ev, whose place in the order is cur.
 func (e *emitter) emit(ctx context.Context, ev *outbox.Event, cur Cursor, bytes int64) error {
 	if err := e.err(); err != nil {

@@ -35,6 +35,14 @@ func newPacer(rate float64) *pacer {
 	return p
 }
 
+// pending is how long wait will sleep before the next row (0: none).
+func (p *pacer) pending() time.Duration {
+	if p.interval == 0 || p.next.IsZero() {
+		return 0
+	}
+	return max(0, p.next.Sub(p.now()))
+}
+
 // wait returns when the next row may be produced, or with ctx's error.
 func (p *pacer) wait(ctx context.Context) error {
 	if p.interval == 0 {

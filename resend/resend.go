@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -74,8 +75,8 @@ var topicRE = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,249}$`)
 // anything connects.
 func (o Options) Check() error {
 	switch {
-	case o.MaxRate < 0:
-		return fmt.Errorf("%w: --max-rate %g: give rows per second above 0, or 0 for no limit", ErrRefused, o.MaxRate)
+	case o.MaxRate < 0 || math.IsNaN(o.MaxRate) || math.IsInf(o.MaxRate, 0) || (o.MaxRate > 0 && o.MaxRate < 0.01):
+		return fmt.Errorf("%w: --max-rate %g: give rows per second from 0.01 up, or 0 for no limit", ErrRefused, o.MaxRate)
 	case !o.Since.IsZero() && !o.Until.IsZero() && !o.Until.After(o.Since):
 		return fmt.Errorf("%w: --until %s is not after --since %s: the window is empty", ErrRefused, o.Until.UTC().Format(time.RFC3339Nano), o.Since.UTC().Format(time.RFC3339Nano))
 	case o.Topic != "" && (!topicRE.MatchString(o.Topic) || o.Topic == "." || o.Topic == ".."):
@@ -472,6 +473,12 @@ func (s *streamer) stream(ctx context.Context, tx pgx.Tx, q query) error {
 		seq++
 		if at != nil {
 			s.at = *at
+		}
+		// An open Kafka transaction is committed before a wait that
+		// would keep it open past delivery.transaction_interval:
+		// read_committed consumers of its partitions wait for it.
+		if err := s.em.commitBefore(ctx, s.pace.pending()); err != nil {
+			return err
 		}
 		if err := s.pace.wait(ctx); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -144,6 +145,26 @@ func TestPacer(t *testing.T) {
 }
 
 // TestPacerCancel: a canceled context ends the wait with its error.
+// TestPacerPending: pending is the wait before the next row, so an open
+// Kafka transaction is committed before a wait that would outlast its
+// interval.
+func TestPacerPending(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	p := newPacer(2) // 500 ms apart
+	p.now = func() time.Time { return now }
+	p.sleep = func(_ context.Context, d time.Duration) error { now = now.Add(d); return nil }
+	if d := p.pending(); d != 0 {
+		t.Fatalf("pending before the first row = %s, want 0", d)
+	}
+	_ = p.wait(context.Background())
+	if d := p.pending(); d != 500*time.Millisecond {
+		t.Fatalf("pending after a row = %s, want 500ms", d)
+	}
+	if d := newPacer(0).pending(); d != 0 {
+		t.Fatalf("pending without a rate = %s, want 0", d)
+	}
+}
+
 func TestPacerCancel(t *testing.T) {
 	p := newPacer(0.001) // a row every 1000 s
 	ctx, cancel := context.WithCancel(context.Background())
@@ -202,6 +223,9 @@ func TestOptionsCheck(t *testing.T) {
 		want string
 	}{
 		{Options{ProgressFile: "p", MaxRate: -1}, "--max-rate"},
+		{Options{ProgressFile: "p", MaxRate: 1e-10}, "--max-rate"},
+		{Options{ProgressFile: "p", MaxRate: math.NaN()}, "--max-rate"},
+		{Options{ProgressFile: "p", MaxRate: math.Inf(1)}, "--max-rate"},
 		{Options{ProgressFile: "p", Since: since, Until: since}, "--until"},
 		{Options{ProgressFile: "p", Topic: "a topic"}, "--topic"},
 		{Options{ProgressFile: "p", Keys: []string{"k", ""}}, "--key"},

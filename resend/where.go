@@ -183,6 +183,12 @@ func tokenize(text string) ([]token, error) {
 			if !ok {
 				return nil, refuse(i, "an unterminated string", "close it with '")
 			}
+			// PostgreSQL reads these as the clock at evaluation: a
+			// --resume would choose other rows than the first run.
+			switch strings.ToLower(strings.TrimSpace(s)) {
+			case "now", "today", "tomorrow", "yesterday":
+				return nil, refuse(i, "'"+s+"' (the clock when the query runs)", "write the time itself, e.g. '2026-12-01T10:00:00Z', or use --since/--until")
+			}
 			toks = append(toks, token{tString, s, i})
 			i += n
 		case ch == '"':

@@ -67,6 +67,8 @@ func TestParseWhereRefuses(t *testing.T) {
 		in, want string
 	}{
 		{"", "empty"},
+		{"created_at >= 'now'::timestamptz", "the clock"},
+		{"created_at::date = 'Today'", "the clock"},
 		{"event_type IN (SELECT event_type FROM outbox)", "a subquery (SELECT)"},
 		{"EXISTS (SELECT 1 FROM pg_class)", "a subquery (EXISTS)"},
 		{"event_type = (select 'x')", "a subquery (SELECT)"},
