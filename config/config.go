@@ -967,8 +967,9 @@ func (c *Config) ValidateFor(need Needs) error {
 			bad("kafka.sasl.aws_secret_access_key", "", "required with kafka.sasl.aws_access_key_id (or kafka.sasl.aws_secret_access_key_file)")
 		case sa.AWSAccessKeyID == "" && (sa.AWSSecretAccessKey != "" || sa.AWSSessionToken != ""):
 			bad("kafka.sasl.aws_access_key_id", "", "required with kafka.sasl.aws_secret_access_key and kafka.sasl.aws_session_token")
-		case sa.AWSAccessKeyID == "" && (os.Getenv("AWS_ACCESS_KEY_ID") == "" || os.Getenv("AWS_SECRET_ACCESS_KEY") == ""):
-			bad("kafka.sasl.aws_access_key_id", "", "set it and kafka.sasl.aws_secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment")
+		case sa.AWSAccessKeyID == "" && (os.Getenv("AWS_ACCESS_KEY_ID") == "" || os.Getenv("AWS_SECRET_ACCESS_KEY") == "") &&
+			(os.Getenv("AWS_ROLE_ARN") == "" || os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE") == ""):
+			bad("kafka.sasl.aws_access_key_id", "", "set it and kafka.sasl.aws_secret_access_key, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment, or AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE (a ServiceAccount's role: IRSA)")
 		}
 	default:
 		bad("kafka.sasl.mechanism", c.Kafka.SASL.Mechanism, "empty, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM")

@@ -308,7 +308,7 @@ func (r *rendered) invariants(t *testing.T, fullname string) {
 		t.Setenv(k.Env, "")
 		os.Unsetenv(k.Env)
 	}
-	for _, v := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"} {
+	for _, v := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"} {
 		t.Setenv(v, "")
 		os.Unsetenv(v)
 	}
@@ -330,6 +330,12 @@ func (r *rendered) invariants(t *testing.T, fullname string) {
 			v = f
 		}
 		t.Setenv(name, v)
+	}
+	// EKS's pod identity webhook gives a pod of a ServiceAccount with a
+	// role its web identity (IRSA).
+	if r.sa != nil && r.sa.Annotations["eks.amazonaws.com/role-arn"] != "" {
+		t.Setenv("AWS_ROLE_ARN", r.sa.Annotations["eks.amazonaws.com/role-arn"])
+		t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/secrets/eks.amazonaws.com/serviceaccount/token")
 	}
 	if _, err := config.Load(nil, config.NeedAll); err != nil {
 		t.Errorf("walpost refuses the rendered environment: %v", err)
@@ -511,6 +517,18 @@ serviceAccount: {annotations: {eks.amazonaws.com/role-arn: "arn:aws:iam::1234567
 		},
 	},
 	{
+		name: "AWS_MSK_IAM: the ServiceAccount's role only (IRSA)",
+		values: `
+config: {kafka.sasl.mechanism: AWS_MSK_IAM, kafka.tls.enabled: true}
+serviceAccount: {annotations: {eks.amazonaws.com/role-arn: "arn:aws:iam::123456789012:role/walpost"}}`,
+		check: func(t *testing.T, r *rendered) {
+			wantNoEnv(t, r, "WALPOST_KAFKA_SASL_PASSWORD_FILE", "WALPOST_KAFKA_SASL_OAUTH_TOKEN_FILE", "WALPOST_KAFKA_SASL_AWS_SECRET_ACCESS_KEY_FILE", "AWS_ACCESS_KEY_ID")
+			if r.sa == nil || r.sa.Annotations["eks.amazonaws.com/role-arn"] == "" {
+				t.Errorf("ServiceAccount %+v, want the role annotation", r.sa)
+			}
+		},
+	},
+	{
 		name: "TLS to Kafka and PostgreSQL with mounted files",
 		values: `
 config:
@@ -685,7 +703,7 @@ readinessProbe: {periodSeconds: 5, timeoutSeconds: 2}`,
 	{name: "schema: a SASL mechanism walpost does not have", values: `config: {kafka.sasl.mechanism: GSSAPI}`, wantErr: "kafka.sasl.mechanism"},
 	{name: "SCRAM without a user", values: `config: {kafka.sasl.mechanism: SCRAM-SHA-512}`, wantErr: "kafka.sasl.username"},
 	{name: "AWS_MSK_IAM without TLS", values: `config: {kafka.sasl.mechanism: AWS_MSK_IAM, kafka.sasl.aws_access_key_id: AKIA}`, wantErr: "kafka.tls.enabled"},
-	{name: "AWS_MSK_IAM with a role only", values: `{config: {kafka.sasl.mechanism: AWS_MSK_IAM, kafka.tls.enabled: true}, serviceAccount: {annotations: {eks.amazonaws.com/role-arn: arn}}}`, wantErr: "AWS_ACCESS_KEY_ID"},
+	{name: "AWS_MSK_IAM without keys or a role", values: `{config: {kafka.sasl.mechanism: AWS_MSK_IAM, kafka.tls.enabled: true}}`, wantErr: "eks.amazonaws.com/role-arn"},
 	{name: "a created Secret without the SASL password", values: `{config: {kafka.sasl.mechanism: PLAIN, kafka.sasl.username: u}, secrets: {create: true, postgresURL: "postgres://db/app"}}`, wantErr: "secrets.kafkaSASLPassword"},
 	{name: "a grace period at flush_timeout + 15s", values: `terminationGracePeriodSeconds: 45`, wantErr: "terminationGracePeriodSeconds"},
 }

@@ -95,16 +95,22 @@ func oauthToken(s config.SASL) func(context.Context) (oauth.Auth, error) {
 // awsCredentials are the AWS_MSK_IAM credentials of each connection:
 // kafka.sasl.aws_* when the access key id is set, else AWS_ACCESS_KEY_ID,
 // AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN as the environment holds them
-// at that connection. The request is signed for the region in the broker's
-// host name, else AWS_REGION or AWS_DEFAULT_REGION (franz-go's sasl/aws).
+// at that connection, else a web identity (AWS_ROLE_ARN and
+// AWS_WEB_IDENTITY_TOKEN_FILE: IRSA, a ServiceAccount's role) exchanged at
+// STS. The request is signed for the region in the broker's host name,
+// else AWS_REGION or AWS_DEFAULT_REGION (franz-go's sasl/aws).
 func awsCredentials(s config.SASL) func(context.Context) (aws.Auth, error) {
-	return func(context.Context) (aws.Auth, error) {
+	web := webIdentityFromEnv()
+	return func(ctx context.Context) (aws.Auth, error) {
 		a := aws.Auth{AccessKey: s.AWSAccessKeyID, SecretKey: s.AWSSecretAccessKey, SessionToken: s.AWSSessionToken, UserAgent: "walpost"}
 		if a.AccessKey == "" {
 			a = aws.Auth{AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"), SessionToken: os.Getenv("AWS_SESSION_TOKEN"), UserAgent: "walpost"}
 		}
+		if (a.AccessKey == "" || a.SecretKey == "") && web != nil {
+			return web.auth(ctx)
+		}
 		if a.AccessKey == "" || a.SecretKey == "" {
-			return aws.Auth{}, errors.New("AWS_MSK_IAM: no credentials: set kafka.sasl.aws_access_key_id and kafka.sasl.aws_secret_access_key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+			return aws.Auth{}, errors.New("AWS_MSK_IAM: no credentials: set kafka.sasl.aws_access_key_id and kafka.sasl.aws_secret_access_key, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE (a ServiceAccount's role)")
 		}
 		return a, nil
 	}

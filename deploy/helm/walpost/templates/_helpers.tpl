@@ -103,8 +103,9 @@ default); the kubelet's SIGKILL must come after it and the 15 s around it. */ -}
 {{- if not (index $c "kafka.sasl.aws_access_key_id") -}}
 {{- $names := list -}}
 {{- range .Values.extraEnv }}{{ $names = append $names .name }}{{ end -}}
-{{- if and (not .Values.extraEnvFrom) (not (and (has "AWS_ACCESS_KEY_ID" $names) (has "AWS_SECRET_ACCESS_KEY" $names))) -}}
-{{- fail "kafka.sasl.mechanism AWS_MSK_IAM needs AWS keys: config kafka.sasl.aws_access_key_id with the Secret's kafka-sasl-aws-secret-access-key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY through extraEnv or extraEnvFrom (walpost reads static keys only, not a ServiceAccount's role)" -}}
+{{- $role := index (.Values.serviceAccount.annotations | default dict) "eks.amazonaws.com/role-arn" -}}
+{{- if and (not .Values.extraEnvFrom) (not $role) (not (has "AWS_ROLE_ARN" $names)) (not (and (has "AWS_ACCESS_KEY_ID" $names) (has "AWS_SECRET_ACCESS_KEY" $names))) -}}
+{{- fail "kafka.sasl.mechanism AWS_MSK_IAM needs AWS credentials: a ServiceAccount role (serviceAccount.annotations eks.amazonaws.com/role-arn: IRSA), config kafka.sasl.aws_access_key_id with the Secret's kafka-sasl-aws-secret-access-key, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE) through extraEnv or extraEnvFrom" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
