@@ -9,12 +9,12 @@ import (
 
 // Slot is what Check needs to know of the replication slot.
 type Slot struct {
-	Name      string
-	Exists    bool
-	Lost      bool          // invalidated: wal_status = 'lost', or an invalidation_reason (PostgreSQL 17+)
+	Name   string
+	Exists bool
+	Lost   bool // invalidated: wal_status = 'lost', or an invalidation_reason (PostgreSQL 17+)
 	// LostWhy says why Lost, naming the setting (replication.InvalidationText);
 	// empty: max_slot_wal_keep_size.
-	LostWhy string
+	LostWhy   string
 	Confirmed pglogrepl.LSN // confirmed_flush_lsn
 }
 

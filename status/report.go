@@ -50,8 +50,8 @@ type Slot struct {
 	SafeWALSizeBytes *int64 `json:"safe_wal_size_bytes"`
 	SafeWALUnlimited bool   `json:"safe_wal_unlimited"`
 	// Failover and Synced are null before PostgreSQL 17.
-	Failover *bool   `json:"failover"`
-	Synced   *bool   `json:"synced"`
+	Failover *bool `json:"failover"`
+	Synced   *bool `json:"synced"`
 	// Standbys: the slot's copy on each standby postgres.url lists
 	// (PostgreSQL 17+; empty with one host): state synced (a failover
 	// loses nothing), temporary, missing, invalidated, unreachable or

@@ -129,15 +129,8 @@ func newPoisonReplayCommand() *cobra.Command {
 				return nil
 			}
 			logger := newLogger(cmd.ErrOrStderr(), cfg.Log)
-			kcfg, err := kafka.ConfigFrom(cfg)
-			if err != nil {
-				return err
-			}
-			// One record at a time: no linger, and a client id of its own.
-			kcfg.ClientID += "-replay"
-			kcfg.Linger, kcfg.MaxBufferedRecords = 0, 0
-			kcfg.Logger = logger.With("component", "kafka")
-			k, err := kafka.New(kcfg)
+			// One record at a time: no linger.
+			k, err := commandSink(cfg, logger, "-replay", func(kcfg *kafka.Config) { kcfg.Linger, kcfg.MaxBufferedRecords = 0, 0 })
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -53,13 +54,7 @@ func newRecoverCommand() *cobra.Command {
 			// In exactly-once mode recover opens the slot's transactional
 			// producer itself.
 			if !dryRun && cfg.Delivery.Mode != config.ExactlyOnce {
-				kcfg, err := kafka.ConfigFrom(cfg)
-				if err != nil {
-					return err
-				}
-				kcfg.ClientID += "-recover"
-				kcfg.Logger = logger.With("component", "kafka")
-				k, err := kafka.New(kcfg)
+				k, err := commandSink(cfg, logger, "-recover", nil)
 				if err != nil {
 					return err
 				}
@@ -93,4 +88,21 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("--since %q: days are not a Go duration; write hours, e.g. 48h", s)
 	}
 	return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time (2026-12-01T10:00:00Z) or a positive duration before now (2h, 90m)", s)
+}
+
+// commandSink is the idempotent Kafka producer of a command that produces
+// beside walpost run (recover, resend, poison replay): the configuration's,
+// with a client id of its own (suffix) and tune applied, logging as the
+// kafka component.
+func commandSink(cfg *config.Config, logger *slog.Logger, suffix string, tune func(*kafka.Config)) (*kafka.Sink, error) {
+	kcfg, err := kafka.ConfigFrom(cfg)
+	if err != nil {
+		return nil, err
+	}
+	kcfg.ClientID += suffix
+	kcfg.Logger = logger.With("component", "kafka")
+	if tune != nil {
+		tune(&kcfg)
+	}
+	return kafka.New(kcfg)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/resend"
-	"github.com/walpost/walpost/sink/kafka"
 )
 
 func newResendCommand() *cobra.Command {
@@ -71,13 +70,7 @@ func newResendCommand() *cobra.Command {
 			// In exactly-once mode resend opens its transactional producer
 			// itself.
 			if !opts.DryRun && cfg.Delivery.Mode != config.ExactlyOnce {
-				kcfg, err := kafka.ConfigFrom(cfg)
-				if err != nil {
-					return err
-				}
-				kcfg.ClientID += "-resend"
-				kcfg.Logger = logger.With("component", "kafka")
-				k, err := kafka.New(kcfg)
+				k, err := commandSink(cfg, logger, "-resend", nil)
 				if err != nil {
 					return err
 				}
