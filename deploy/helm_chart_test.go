@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"encoding/xml"
 	"fmt"
 	"log/slog"
 	"os"
@@ -765,8 +766,9 @@ func TestChartCombinations(t *testing.T) {
 }
 
 // TestChartLint runs Helm's own lint (the code behind `helm lint`) with the
-// defaults and with every combination's values: no warning, no error; the
-// one note allowed is Chart.yaml's missing icon (walpost has no logo).
+// defaults and with every combination's values: no message of any
+// severity, INFO included. Chart.yaml's icon is docs/icon.svg of the
+// repository, which must exist and be an SVG.
 func TestChartLint(t *testing.T) {
 	for _, tc := range chartCases {
 		if tc.wantErr != "" {
@@ -774,11 +776,27 @@ func TestChartLint(t *testing.T) {
 		}
 		l := lint.AllWithKubeVersion("helm/walpost", yamlValues(t, tc.values), "walpost", nil)
 		for _, m := range l.Messages {
-			if m.Severity == support.InfoSev && strings.Contains(m.Err.Error(), "icon is recommended") {
-				continue
-			}
 			t.Errorf("%s: %v", tc.name, m)
 		}
+	}
+	ch, err := loader.Load("helm/walpost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const iconBase = "https://raw.githubusercontent.com/walpost/walpost/main/"
+	icon, ok := strings.CutPrefix(ch.Metadata.Icon, iconBase)
+	if !ok {
+		t.Fatalf("Chart.yaml icon %q: want a file of the repository, %s<path>", ch.Metadata.Icon, iconBase)
+	}
+	b, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(icon)))
+	if err != nil {
+		t.Fatalf("Chart.yaml icon: %v", err)
+	}
+	var svg struct {
+		XMLName xml.Name
+	}
+	if err := xml.Unmarshal(b, &svg); err != nil || svg.XMLName.Local != "svg" {
+		t.Errorf("Chart.yaml icon %s: not an SVG document (%v, root %q)", icon, err, svg.XMLName.Local)
 	}
 	// And the lint sees a typo.
 	l := lint.AllWithKubeVersion("helm/walpost", map[string]any{"replicaCountt": 2}, "walpost", nil)
