@@ -296,6 +296,30 @@ func TestMigrationsLintClean(t *testing.T) {
 	}
 }
 
+// TestInboxSQLLintsClean: the inbox package's own schema and its Prune
+// statement pass OBX010 and every other rule.
+func TestInboxSQLLintsClean(t *testing.T) {
+	schema, err := os.ReadFile(filepath.Join("..", "inbox", "schema.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prune, err := os.ReadFile(filepath.Join("..", "inbox", "prune.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("pruneSQL = `([^`]+)`").FindSubmatch(prune)
+	if m == nil {
+		t.Fatal("inbox/prune.go: pruneSQL not found")
+	}
+	stmt := regexp.MustCompile(`\$\d`).ReplaceAllString(string(m[1]), "'1'")
+	for name, src := range map[string]string{"inbox/schema.sql": string(schema), "inbox.Prune": stmt + ";"} {
+		res := lintString(t, Options{}, src)
+		if len(res.Errors) > 0 || len(res.Findings) > 0 {
+			t.Errorf("%s does not lint clean:\n%s", name, textOf(res))
+		}
+	}
+}
+
 // TestGolden: the --json and text output of a run over testdata/golden/input.
 // Regenerate with: go test ./lint -run TestGolden -update
 func TestGolden(t *testing.T) {

@@ -48,8 +48,8 @@ func TestRuleTable(t *testing.T) {
 			}
 		}
 	}
-	if len(ids) != 9 {
-		t.Errorf("want 9 rules, have %d", len(ids))
+	if len(ids) != 10 {
+		t.Errorf("want 10 rules, have %d", len(ids))
 	}
 }
 

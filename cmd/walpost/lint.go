@@ -24,7 +24,7 @@ func newLintCommand() *cobra.Command {
 		Short: "Check application SQL for outbox anti-patterns (offline, for CI)",
 		Long: `lint parses SQL files (directories are searched recursively for *.sql) with
 PostgreSQL's own parser, PL/pgSQL function bodies and DO blocks included, and
-reports outbox anti-patterns that lose or double events (rules OBX001-OBX009,
+reports outbox and inbox anti-patterns that lose or double events (rules OBX001-OBX010,
 see the README).
 
 Exit status: 0 clean, 1 findings, 2 a file could not be read or parsed.
