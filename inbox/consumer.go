@@ -46,8 +46,10 @@ type ConsumerConfig struct {
 	// KeepFor. Default 1h.
 	PruneEvery time.Duration
 	// KafkaOpts are added after the consumer's own options, which set:
-	// the consumer group, the topics, read_committed isolation, no
-	// automatic commits, rebalances blocked while a batch is applied,
+	// the consumer group, the topics, read_committed isolation, automatic
+	// commits of the records applied (kgo.AutoCommitMarks; the interval is
+	// kgo.AutoCommitInterval's, 5 s), rebalances blocked while a batch is
+	// applied,
 	// offsets read from the inbox's watermark rows when a partition is
 	// assigned, and the start of a partition without either.
 	KafkaOpts []kgo.Opt
@@ -56,11 +58,13 @@ type ConsumerConfig struct {
 }
 
 // Consumer is a Kafka consumer group member that applies each polled
-// batch in one database transaction through its Inbox, then commits the
-// offsets to Kafka. The offsets are also kept in the watermark rows, in
-// the same transaction as the effects: a partition assigned after a
-// rebalance or a crash resumes from there, so a batch the database
-// committed is not read again even when the Kafka commit was lost.
+// batch in one database transaction through its Inbox. The offsets are
+// kept in the watermark rows, in the same transaction as the effects: a
+// partition assigned after a rebalance or a crash resumes from there, so
+// a batch the database committed is not read again. The group's offsets
+// in Kafka are committed in the background after the database (every 5
+// s, and before partitions are revoked or the consumer leaves), for lag
+// monitoring; no batch waits for them.
 type Consumer struct {
 	cfg ConsumerConfig
 	log *slog.Logger
@@ -108,7 +112,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		kgo.ConsumerGroup(c.cfg.Inbox.Group()),
 		kgo.ConsumeTopics(c.cfg.Topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.DisableAutoCommit(),
+		// The watermark rows hold the offsets, committed with the
+		// effects; the group's offsets in Kafka follow in the background
+		// (every 5 s, kgo.AutoCommitInterval, and before partitions are
+		// revoked or the client leaves) for lag monitoring and tools.
+		kgo.AutoCommitMarks(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.AdjustFetchOffsetsFn(c.storedOffsets),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -139,11 +147,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 				}
 				return err
 			}
-			// The database holds the offsets too: a lost commit costs a
-			// re-read at the next start without lookups, nothing more.
-			if err := cl.CommitRecords(ctx, recs...); err != nil && ctx.Err() == nil {
-				c.log.Warn("kafka offset commit failed; the watermark rows hold the offsets", "err", err.Error())
-			}
+			// Committed in the database: marked for the background Kafka
+			// commit. A Kafka commit that is late or lost costs nothing: an
+			// assigned partition resumes from its watermark row.
+			cl.MarkCommitRecords(recs...)
 		}
 		cl.AllowRebalance()
 		if time.Since(lastPrune) >= c.cfg.PruneEvery {
@@ -260,20 +267,46 @@ func (c *Consumer) applyCached(ctx context.Context, recs []*kgo.Record) (done bo
 		return true, fmt.Errorf("inbox: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	tag, err := tx.Exec(ctx, casSQL, in.cfg.Group, string(arg))
+	// The compare-and-set and the key rows go in one round trip, the
+	// compare-and-set first (it takes the rows' locks). When it finds a
+	// row changed, the key rows go with the rollback.
+	b := &pgx.Batch{}
+	b.Queue(casSQL, in.cfg.Group, string(arg))
+	var keys []byte
+	if len(p.cands) > 0 {
+		if keys, err = keysArg(p); err != nil {
+			return true, err
+		}
+		b.Queue(keysSQL, in.cfg.Group, string(keys))
+	}
+	br := tx.SendBatch(ctx, b)
+	tag, err := br.Exec()
 	if err != nil {
+		_ = br.Close()
 		return true, fmt.Errorf("inbox: write the watermarks: %w", err)
 	}
 	if tag.RowsAffected() != int64(len(rows)) {
+		_ = br.Close()
 		c.log.Debug("a watermark changed since this consumer wrote it; reading them again")
 		c.cache = nil
 		c.stale++
 		return false, nil
 	}
-	fresh, err := in.finish(ctx, pgxQuerier{tx}, p)
-	if err != nil {
-		return true, err
+	var inserted map[topicKey]bool
+	if len(p.cands) > 0 {
+		rs, err := br.Query()
+		if err == nil {
+			inserted, err = scanKeys(rs)
+		}
+		if err != nil {
+			_ = br.Close()
+			return true, fmt.Errorf("inbox: record %d keys: %w", len(p.cands), err)
+		}
 	}
+	if err := br.Close(); err != nil {
+		return true, fmt.Errorf("inbox: write the watermarks: %w", err)
+	}
+	fresh := p.resolve(inserted)
 	if len(fresh) > 0 {
 		if err := c.handle(ctx, tx, fresh); err != nil {
 			return true, err

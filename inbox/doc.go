@@ -133,12 +133,15 @@
 //
 // # Consumer
 //
-// Consumer is a franz-go group member: read_committed, no automatic
-// commits, rebalances blocked while a batch is applied, one database
-// transaction per polled batch, then the Kafka commit. The watermark rows
-// hold each partition's next offset too, and an assigned partition resumes
-// from there: a batch the database committed is not read again after a
-// crash, even when its Kafka commit was lost.
+// Consumer is a franz-go group member: read_committed, rebalances blocked
+// while a batch is applied, one database transaction per polled batch. The
+// watermark rows hold each partition's next offset, written in the batch's
+// transaction, and an assigned partition resumes from there: a batch the
+// database committed is not read again after a crash. The group's offsets
+// in Kafka follow in the background (kgo.AutoCommitMarks: the records of
+// committed batches, every 5 s and before partitions are revoked or the
+// consumer leaves), for lag monitoring; no batch waits for a Kafka commit,
+// and one that is late or lost costs nothing.
 //
 // Invariant 2: a Consumer decides on the watermarks it last committed
 // only while the rows still hold them. It keeps them after each batch, and

@@ -270,17 +270,36 @@ func (in *Inbox) plan(evs []event, marks map[topicPartition]*mark) *plan {
 // finish asks the key table, in one statement, and returns the records
 // to apply.
 func (in *Inbox) finish(ctx context.Context, q querier, p *plan) ([]*kgo.Record, error) {
-	evs, verdicts, cands := p.evs, p.verdicts, p.cands
-	if len(cands) > 0 {
-		inserted, err := in.insertKeys(ctx, q, evs, cands)
+	var inserted map[topicKey]bool
+	if len(p.cands) > 0 {
+		arg, err := keysArg(p)
 		if err != nil {
 			return nil, err
 		}
-		for _, i := range cands {
-			verdicts[i] = skip
-			if inserted[topicKey{evs[i].rec.Topic, evs[i].keyString()}] {
-				verdicts[i] = apply
+		inserted = make(map[topicKey]bool, len(p.cands))
+		err = q.queryEach(ctx, keysSQL, []any{in.cfg.Group, string(arg)}, func(scan func(...any) error) error {
+			var tk topicKey
+			if err := scan(&tk.topic, &tk.key); err != nil {
+				return err
 			}
+			inserted[tk] = true
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("inbox: record %d keys: %w", len(p.cands), err)
+		}
+	}
+	return p.resolve(inserted), nil
+}
+
+// resolve settles the key table's candidates, those in inserted new and
+// the others applied before, and returns the records to apply.
+func (p *plan) resolve(inserted map[topicKey]bool) []*kgo.Record {
+	evs, verdicts := p.evs, p.verdicts
+	for _, i := range p.cands {
+		verdicts[i] = skip
+		if inserted[topicKey{evs[i].rec.Topic, evs[i].keyString()}] {
+			verdicts[i] = apply
 		}
 	}
 	fresh := make([]*kgo.Record, 0, len(evs))
@@ -289,39 +308,36 @@ func (in *Inbox) finish(ctx context.Context, q querier, p *plan) ([]*kgo.Record,
 			fresh = append(fresh, evs[i].rec)
 		}
 	}
-	return fresh, nil
+	return fresh
 }
 
 type topicKey struct{ topic, key string }
 
-// insertKeys inserts the key rows of evs[cands] and returns those it
-// inserted: the others were there, applied before.
-func (in *Inbox) insertKeys(ctx context.Context, q querier, evs []event, cands []int) (map[topicKey]bool, error) {
+// keysArg is keysSQL's $2: the key rows of the plan's candidates.
+func keysArg(p *plan) ([]byte, error) {
 	type row struct {
 		T string `json:"t"`
 		K string `json:"k"`
 	}
-	rows := make([]row, len(cands))
-	for j, i := range cands {
-		rows[j] = row{evs[i].rec.Topic, evs[i].keyString()}
+	rows := make([]row, len(p.cands))
+	for j, i := range p.cands {
+		rows[j] = row{p.evs[i].rec.Topic, p.evs[i].keyString()}
 	}
-	arg, err := json.Marshal(rows)
-	if err != nil {
-		return nil, err
-	}
-	inserted := make(map[topicKey]bool, len(cands))
-	err = q.queryEach(ctx, keysSQL, []any{in.cfg.Group, string(arg)}, func(scan func(...any) error) error {
+	return json.Marshal(rows)
+}
+
+// scanKeys reads keysSQL's rows: the keys it inserted.
+func scanKeys(rs pgx.Rows) (map[topicKey]bool, error) {
+	defer rs.Close()
+	inserted := map[topicKey]bool{}
+	for rs.Next() {
 		var tk topicKey
-		if err := scan(&tk.topic, &tk.key); err != nil {
-			return err
+		if err := rs.Scan(&tk.topic, &tk.key); err != nil {
+			return nil, err
 		}
 		inserted[tk] = true
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("inbox: record %d keys: %w", len(cands), err)
 	}
-	return inserted, nil
+	return inserted, rs.Err()
 }
 
 // storeAll writes back the watermarks that moved, in one statement.
