@@ -76,6 +76,8 @@ type Consumer struct {
 	// cached and stale count the batches applied the cached way and those
 	// whose cached watermarks had changed (tests).
 	cached, stale int
+	// evs is the cached way's events, reused from batch to batch.
+	evs []event
 }
 
 // NewConsumer checks cfg.
@@ -235,7 +237,8 @@ func (c *Consumer) applyCached(ctx context.Context, recs []*kgo.Record) (done bo
 		return false, nil
 	}
 	in := c.cfg.Inbox
-	evs, err := parseAll(recs)
+	evs, err := parseAllInto(c.evs, recs)
+	c.evs = evs
 	if err != nil {
 		return true, err
 	}

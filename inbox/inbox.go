@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -128,16 +129,19 @@ func (in *Inbox) runMarks(ctx context.Context, q querier, recs []*kgo.Record, ef
 
 // parseAll reads every record before anything is sent.
 func parseAll(recs []*kgo.Record) ([]event, error) {
-	evs := make([]event, len(recs))
+	return parseAllInto(nil, recs)
+}
+
+// parseAllInto is parseAll reusing buf's array when it is large enough.
+func parseAllInto(buf []event, recs []*kgo.Record) ([]event, error) {
+	evs := slices.Grow(buf[:0], len(recs))[:len(recs)]
 	for i, r := range recs {
 		if r == nil {
 			return nil, &RecordError{Offset: -1, Reason: "nil record"}
 		}
-		ev, err := parse(r)
-		if err != nil {
+		if err := parseInto(&evs[i], r); err != nil {
 			return nil, err
 		}
-		evs[i] = ev
 	}
 	return evs, nil
 }
@@ -263,6 +267,9 @@ func (in *Inbox) plan(evs []event, marks map[topicPartition]*mark) *plan {
 		}
 		verdicts[i] = v
 		m.handled(ev.rec.Offset)
+	}
+	for _, m := range marks {
+		m.settle()
 	}
 	return &plan{evs: evs, verdicts: verdicts, cands: cands}
 }

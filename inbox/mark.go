@@ -5,8 +5,13 @@ package inbox
 // idempotency keys applied at exactly that LSN, and the Kafka offset after
 // the last record handled. It only moves forward (Invariant 1).
 type mark struct {
-	lsn        LSN
-	keys       []string // applied at exactly lsn, in the order applied
+	lsn  LSN
+	keys []string // applied at exactly lsn, in the order applied
+	// fresh are keys applied at lsn in the batch being decided, views of
+	// the records' bytes until settle makes them keys: most records of a
+	// batch move the watermark past them, and a key is made only for
+	// what the watermark keeps.
+	fresh      [][]byte
 	set        map[string]struct{}
 	nextOffset int64 // -1: none recorded
 	changed    bool  // anything to write back
@@ -26,18 +31,26 @@ const (
 const setMin = 16
 
 func (m *mark) has(key []byte) bool {
-	if len(m.keys) < setMin {
+	if len(m.keys)+len(m.fresh) < setMin {
 		for _, k := range m.keys {
 			if k == string(key) {
+				return true
+			}
+		}
+		for _, k := range m.fresh {
+			if string(k) == string(key) {
 				return true
 			}
 		}
 		return false
 	}
 	if m.set == nil {
-		m.set = make(map[string]struct{}, len(m.keys)*2)
+		m.set = make(map[string]struct{}, (len(m.keys)+len(m.fresh))*2)
 		for _, k := range m.keys {
 			m.set[k] = struct{}{}
+		}
+		for _, k := range m.fresh {
+			m.set[string(k)] = struct{}{}
 		}
 	}
 	_, ok := m.set[string(key)]
@@ -76,15 +89,22 @@ func (m *mark) decide(ev *event) verdict {
 func (m *mark) advance(ev *event) {
 	if ev.lsn > m.lsn {
 		m.lsn = ev.lsn
-		m.keys = m.keys[:0]
+		m.keys, m.fresh = m.keys[:0], m.fresh[:0]
 		m.set = nil
 	}
-	key := ev.keyString()
-	m.keys = append(m.keys, key)
+	m.fresh = append(m.fresh, ev.keyB)
 	if m.set != nil {
-		m.set[key] = struct{}{}
+		m.set[string(ev.keyB)] = struct{}{}
 	}
 	m.changed, m.moved = true, true
+}
+
+// settle makes the batch's fresh keys keys, once the batch is decided.
+func (m *mark) settle() {
+	for _, k := range m.fresh {
+		m.keys = append(m.keys, string(k))
+	}
+	m.fresh = nil
 }
 
 func (m *mark) keysMoved() bool { return m.moved }

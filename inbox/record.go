@@ -120,9 +120,17 @@ func (ev *event) keyString() string {
 // idempotency_key header, else the Debezium layout's id header, else the
 // record key.
 func parse(r *kgo.Record) (event, error) {
-	ev := event{rec: r}
-	bad := func(reason string) (event, error) {
-		return event{}, &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Reason: reason}
+	var ev event
+	err := parseInto(&ev, r)
+	return ev, err
+}
+
+// parseInto is parse into *ev (a batch's events are read in place).
+func parseInto(ev *event, r *kgo.Record) error {
+	*ev = event{rec: r}
+	bad := func(reason string) error {
+		*ev = event{}
+		return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Reason: reason}
 	}
 	if r.Topic == "" {
 		return bad("no topic")
@@ -157,5 +165,5 @@ func parse(r *kgo.Record) (event, error) {
 	if flagged || !ev.hasLSN {
 		ev.kind = keyed
 	}
-	return ev, nil
+	return nil
 }
