@@ -7,6 +7,8 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,23 +17,41 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // TestImage builds the image as make image does (into a temporary
 // directory; WALPOST_IMAGE_DIR=dist/image checks what make image wrote
-// instead) and opens what it wrote: the OCI layout and its archive hold
-// an index of linux/amd64 and linux/arm64, each image runs as 65532 with
-// entrypoint walpost and argument run, carries the OCI labels, has
-// /etc/passwd, the CA bundle and a static binary; the one of the amd64
-// layer runs and says the version and commit it was stamped with; the
-// docker-save archives hold the same images.
+// instead, and WALPOST_IMAGE_VERSION, _COMMIT and _DATE, when set, the
+// VERSION, COMMIT and DATE it was given) and opens what it wrote: the OCI
+// layout and its archive hold an index of linux/amd64 and linux/arm64,
+// each image runs as 65532 with entrypoint walpost and argument run,
+// carries the OCI labels, has /etc/passwd, the CA bundle and a static
+// binary; the one of the amd64 layer runs and says the version and commit
+// it was stamped with; the docker-save archives hold the same images;
+// crane, as the release workflow runs it, pushes the layout to a registry
+// from which the tag pulls the same index.
 func TestImage(t *testing.T) {
 	dir := os.Getenv("WALPOST_IMAGE_DIR")
 	want := map[string]string{}
+	for env, label := range map[string]string{
+		"WALPOST_IMAGE_VERSION": "org.opencontainers.image.version",
+		"WALPOST_IMAGE_COMMIT":  "org.opencontainers.image.revision",
+		"WALPOST_IMAGE_DATE":    "org.opencontainers.image.created",
+	} {
+		if v := os.Getenv(env); v != "" {
+			if dir == "" {
+				t.Fatalf("%s is set without WALPOST_IMAGE_DIR: it says what make image was given, set both", env)
+			}
+			want[label] = v
+		}
+	}
 	if dir == "" {
 		dir = t.TempDir()
 		o := Options{
@@ -80,6 +100,9 @@ func TestImage(t *testing.T) {
 	ref := om.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
 	if !strings.HasPrefix(ref, "ghcr.io/walpost/walpost:") || om.Manifests[0].Annotations["io.containerd.image.name"] != ref {
 		t.Errorf("index annotations %v: want the reference ghcr.io/walpost/walpost:<tag> for podman and docker", om.Manifests[0].Annotations)
+	}
+	if v, ok := want["org.opencontainers.image.version"]; ok && ref != "ghcr.io/walpost/walpost:"+Tag(v) {
+		t.Errorf("reference %s, want the tag of version %s", ref, v)
 	}
 	idx, err := outer.ImageIndex(om.Manifests[0].Digest)
 	if err != nil {
@@ -222,6 +245,8 @@ func TestImage(t *testing.T) {
 		}
 	}
 
+	checkPush(t, filepath.Join(dir, "oci"), om.Manifests[0].Digest, images)
+
 	// The binary of the amd64 layer runs and says what it was stamped with.
 	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
 		t.Skip("the linux/amd64 binary runs only on linux/amd64")
@@ -239,6 +264,58 @@ func TestImage(t *testing.T) {
 	prefix := "walpost " + l["org.opencontainers.image.version"] + " (commit " + l["org.opencontainers.image.revision"] + ", built " + l["org.opencontainers.image.created"] + ", go"
 	if !strings.HasPrefix(string(out), prefix) {
 		t.Errorf("walpost --version = %q, want %q…", out, prefix)
+	}
+}
+
+// checkPush pushes the layout as .github/workflows/release.yml does
+// (crane push dist/image/oci REPOSITORY:TAG, with the crane of
+// deploy/go.mod) to a registry on the loopback interface and pulls the tag
+// back: crane prints the index's digest, the tag names that index, and
+// each platform resolves to the layout's image of that platform.
+func checkPush(t *testing.T, oci string, index v1.Hash, images map[string]v1.Image) {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	repo := strings.TrimPrefix(srv.URL, "http://") + "/walpost/walpost"
+	goCmd := os.Getenv("GO")
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(goCmd, "tool", "crane", "push", oci, repo+":1.2.3")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("crane push: %v\n%s", err, stderr.Bytes())
+	}
+	if got, want := strings.TrimSpace(string(out)), repo+"@"+index.String(); got != want {
+		t.Errorf("crane push printed %q, want %q (the layout's index)", got, want)
+	}
+	tag, err := name.NewTag(repo + ":1.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := remote.Index(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := idx.Digest(); err != nil || d != index {
+		t.Errorf("the tag pulls index %s (%v), want the layout's %s", d, err, index)
+	}
+	for p, img := range images {
+		goos, arch, _ := strings.Cut(p, "/")
+		pulled, err := remote.Image(tag, remote.WithPlatform(v1.Platform{OS: goos, Architecture: arch}))
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			continue
+		}
+		got, err := pulled.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := img.Digest(); got != want {
+			t.Errorf("%s: the tag pulls image %s, want the layout's %s", p, got, want)
+		}
 	}
 }
 

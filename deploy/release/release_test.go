@@ -1,9 +1,10 @@
 //go:build release
 
-// Package release holds the test of `make release-snapshot`: minutes of
-// cross-compiling, so it runs only with -tags release:
+// The test of `make release-snapshot`: minutes of cross-compiling, so it
+// runs only with -tags release:
 //
 //	cd deploy && go test -tags release -count=1 -timeout 30m ./release
+
 package release
 
 import (
