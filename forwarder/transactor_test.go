@@ -386,3 +386,58 @@ func (s *fakeTxnSink) commitList() []kafka.Checkpoint {
 	defer s.mu.Unlock()
 	return append([]kafka.Checkpoint(nil), s.commits...)
 }
+
+// TestTransactorCommitsAtOnceWhenLive: a stream that is caught up (the
+// server sent the event less than delivery.transaction_interval after its
+// commit, and the stream has read all the server sent) commits at the
+// PostgreSQL transaction boundary, not after the interval; one with more
+// to read, or draining a backlog (events sent long after their commit),
+// keeps the transaction open for the interval and the size bounds, so its
+// transactions stay large.
+func TestTransactorCommitsAtOnceWhenLive(t *testing.T) {
+	committed := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	at := func(key string, commit pglogrepl.LSN, behind time.Duration) *outbox.Event {
+		e := ev(key, commit)
+		e.CommitTime, e.SentAt = committed, committed.Add(behind)
+		return e
+	}
+	s, tr := &fakeTxnSink{}, &countTracker{}
+	x := newTestTransactor(s, tr, 1000, kafka.Checkpoint{LSN: 0x100}) // interval 1 h
+	caughtUp := false
+	x.caughtUp = func() bool { return caughtUp }
+	// Live, but more to read (the rest of a burst): no commit yet.
+	x.Emit(at("live-0", 0x180, time.Millisecond), checkpoint.Ticket{})
+	x.Commit(0x1C0)
+	x.sync()
+	if len(s.commits) != 0 {
+		t.Fatalf("%d commits with more to read, want 0", len(s.commits))
+	}
+	caughtUp = true
+	x.Emit(at("live-1", 0x200, time.Millisecond), checkpoint.Ticket{})
+	x.Emit(at("live-2", 0x200, time.Millisecond), checkpoint.Ticket{})
+	x.sync()
+	if len(s.commits) != 0 {
+		t.Fatalf("%d commits inside a PostgreSQL transaction, want 0", len(s.commits))
+	}
+	x.Commit(0x280)
+	x.sync()
+	if len(s.commits) != 1 || s.commits[0].LSN != 0x280 || tr.n() != 3 {
+		t.Fatalf("live: commits %+v, %d tickets done; want one commit at 0/280 and 3 done", s.commits, tr.n())
+	}
+	for i, lsn := range []pglogrepl.LSN{0x300, 0x400, 0x500} {
+		x.Emit(at(fmt.Sprintf("backlog-%d", i), lsn, time.Hour), checkpoint.Ticket{})
+		x.Commit(lsn + 0x80)
+		x.sync()
+	}
+	if len(s.commits) != 1 || tr.n() != 3 {
+		t.Fatalf("backlog: %d commits, %d tickets done; want the transaction left open (1 commit, 3 done)", len(s.commits), tr.n())
+	}
+	// Caught up again: the open transaction commits with the backlog's
+	// events at the next boundary.
+	x.Emit(at("live-3", 0x600, 0), checkpoint.Ticket{})
+	x.Commit(0x680)
+	x.sync()
+	if len(s.commits) != 2 || s.commits[1].LSN != 0x680 || tr.n() != 7 {
+		t.Fatalf("live again: commits %+v, %d done; want a second commit at 0/680 and 7 done", s.commits, tr.n())
+	}
+}
