@@ -368,7 +368,7 @@ jq -n --arg p "$platform" --arg s "$source" '{spdxVersion: "SPDX-2.3", Platform:
 func runSteps(t *testing.T, steps []step, jobEnv map[string]string, repo, layoutDir, ref, sha string) run {
 	t.Helper()
 	if _, err := exec.LookPath("jq"); err != nil {
-		t.Skip("jq (the stubs record with it) is not installed: apt-get install jq")
+		t.Fatal("jq (the stubs record with it) is not installed: apt-get install jq")
 	}
 	abs, err := filepath.Abs(root)
 	if err != nil {
