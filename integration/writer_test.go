@@ -101,3 +101,58 @@ func TestWriterRetriedTransactionOneEvent(t *testing.T) {
 		t.Fatalf("debit record value %s headers %v", d.Value, d.Headers)
 	}
 }
+
+const (
+	traceparentA = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	tracestateA  = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+)
+
+// TestWriterTraceContext: an event written through writer.Insert with a
+// context from writer.WithTraceContext reaches Kafka through walpost run
+// with the headers traceparent and tracestate of that context; one written
+// without has neither.
+func TestWriterTraceContext(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	outbox, err := writer.NewTable(f.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.start()
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatal("walpost did not start streaming")
+	}
+	traced, plain := writer.NewKey(), writer.NewKey()
+	tctx, err := writer.WithTraceContext(ctx, traceparentA, tracestateA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(ctx, f.Pool, func(tx pgx.Tx) error {
+		if err := outbox.Insert(tctx, tx, writer.Event{Key: traced, Payload: []byte(`{"traced": true}`), Headers: map[string]string{"tenant": "t1"}}); err != nil {
+			return err
+		}
+		return outbox.Insert(ctx, tx, writer.Event{Key: plain, Payload: []byte(`{"traced": false}`)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	recs := f.consumeAll(t, 2, 60*time.Second)
+	if len(recs) != 2 {
+		t.Fatalf("%d records, want 2", len(recs))
+	}
+	for _, r := range recs {
+		switch r.Key {
+		case traced:
+			if r.Headers["traceparent"] != traceparentA || r.Headers["tracestate"] != tracestateA || r.Headers["tenant"] != "t1" {
+				t.Errorf("traced record: headers %v; want traceparent %s, tracestate %s and tenant t1", r.Headers, traceparentA, tracestateA)
+			}
+		case plain:
+			if _, ok := r.Headers["traceparent"]; ok {
+				t.Errorf("record written without a trace context: headers %v", r.Headers)
+			}
+		default:
+			t.Errorf("unexpected record %q", r.Key)
+		}
+	}
+}

@@ -82,6 +82,16 @@
 // folds to lower case, resolved through the search_path when unqualified.
 // The writer quotes it in every statement it builds.
 //
+// # Trace context
+//
+// [WithTraceContext] attaches the W3C traceparent and tracestate of the
+// application's span to a context; every insert given that context writes
+// them into each event's headers (traceparent, tracestate), and walpost
+// produces the record with them, so the consumer continues the trace. The
+// package takes the strings, not an OpenTelemetry span: it keeps its
+// import set. A malformed traceparent is an error from WithTraceContext,
+// never a refused event.
+//
 // # Keys
 //
 // [NewKey] returns a UUIDv7: time-ordered (keys made later in a process

@@ -28,7 +28,8 @@ type Event struct {
 	// and the record has no event_type header.
 	EventType string
 	// Headers become record headers after walpost's own, sorted by name;
-	// nil or empty writes NULL.
+	// nil or empty writes NULL. A context from WithTraceContext adds
+	// traceparent and tracestate unless Headers hold a traceparent.
 	Headers map[string]string
 }
 
@@ -158,10 +159,12 @@ func nullable(s string) any {
 }
 
 // encodeBatch checks every event, and that no key appears twice.
-func encodeBatch(evs []Event) ([]row, error) {
+// With tc, each event's headers get its trace context.
+func encodeBatch(tc *traceContext, evs []Event) ([]row, error) {
 	rows := make([]row, len(evs))
 	seen := make(map[string]int, len(evs))
 	for i, ev := range evs {
+		ev.Headers = tc.headers(ev.Headers)
 		r, err := encode(i, ev)
 		if err != nil {
 			return nil, err

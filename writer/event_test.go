@@ -76,7 +76,7 @@ func TestEncodeColumns(t *testing.T) {
 
 func TestEncodeBatchRefusesKeyTwice(t *testing.T) {
 	evs := []Event{{Key: "a", Payload: []byte(`1`)}, {Key: "b", Payload: []byte(`2`)}, {Key: "a", Payload: []byte(`3`)}}
-	_, err := encodeBatch(evs)
+	_, err := encodeBatch(nil, evs)
 	var ee *EventError
 	if !errors.As(err, &ee) || ee.Index != 2 || ee.Key != "a" || ee.Field != "idempotency_key" || !strings.Contains(ee.Reason, "event 0") {
 		t.Fatalf("err = %v, want event 2 refused as the same key as event 0", err)
@@ -84,7 +84,7 @@ func TestEncodeBatchRefusesKeyTwice(t *testing.T) {
 	if errors.Is(err, ErrDuplicateKey) {
 		t.Fatal("a key twice in one batch must not read as already written")
 	}
-	rows, err := encodeBatch(evs[:2])
+	rows, err := encodeBatch(nil, evs[:2])
 	if err != nil || len(rows) != 2 || rows[1][0] != "b" {
 		t.Fatalf("distinct keys: rows %v, err %v", rows, err)
 	}

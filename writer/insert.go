@@ -36,6 +36,7 @@ func InsertBatchSQL(ctx context.Context, tx *sql.Tx, evs []Event) error {
 // together with its business change. A refused event is an *EventError and
 // nothing is sent; a key already present is a *DuplicateKeyError.
 func (t *Table) Insert(ctx context.Context, tx pgx.Tx, ev Event) error {
+	ev.Headers = traceOf(ctx).headers(ev.Headers)
 	r, err := encode(0, ev)
 	if err != nil {
 		return err
@@ -51,7 +52,7 @@ func (t *Table) Insert(ctx context.Context, tx pgx.Tx, ev Event) error {
 // key already present is a *DuplicateKeyError and nothing of the batch is
 // written. An empty batch sends nothing.
 func (t *Table) InsertBatch(ctx context.Context, tx pgx.Tx, evs []Event) error {
-	rows, err := encodeBatch(evs)
+	rows, err := encodeBatch(traceOf(ctx), evs)
 	if err != nil || len(rows) == 0 {
 		return err
 	}
@@ -72,6 +73,7 @@ func (t *Table) InsertBatch(ctx context.Context, tx pgx.Tx, evs []Event) error {
 // InsertSQL writes ev into t with one INSERT in tx, as Insert does. The
 // driver must take PostgreSQL's $n placeholders (pgx's stdlib, lib/pq).
 func (t *Table) InsertSQL(ctx context.Context, tx *sql.Tx, ev Event) error {
+	ev.Headers = traceOf(ctx).headers(ev.Headers)
 	r, err := encode(0, ev)
 	if err != nil {
 		return err
@@ -85,7 +87,7 @@ func (t *Table) InsertSQL(ctx context.Context, tx *sql.Tx, ev Event) error {
 // InsertBatchSQL writes evs into t in tx with one multi-row INSERT per
 // MaxRowsPerStatement events, checked as InsertBatch checks them.
 func (t *Table) InsertBatchSQL(ctx context.Context, tx *sql.Tx, evs []Event) error {
-	rows, err := encodeBatch(evs)
+	rows, err := encodeBatch(traceOf(ctx), evs)
 	if err != nil {
 		return err
 	}
