@@ -77,7 +77,7 @@ integration:
 # to walpost of docs/migrate-from-debezium.md under continuous writes:
 # about 15 s each once the jars are resolved.
 test-debezium: stack-up
-	. .stack/env && WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -run '^(TestDebeziumBytes|TestDebeziumCutover)$$' -v ./integration
+	. .stack/env && WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -run '^(TestDebeziumBytes|TestDebeziumCutover|TestDebeziumTraceHeaders)$$' -v ./integration
 
 # Every fuzz target for FUZZTIME each (a duration or a count).
 fuzz:

@@ -197,6 +197,13 @@ type Mapping struct {
 	// HeaderColumns are Debezium's table.fields.additional.placement
 	// entries of kind header: column:header[:name].
 	HeaderColumns []string `mapstructure:"header_columns" doc:"More columns as headers, Debezium's table.fields.additional.placement syntax with header entries only: column:header[:name], comma-separated in the environment; the value is the column's PostgreSQL text, NULL a null header." default:"[]"`
+	// TracingColumn is Debezium's tracing.span.context.field: a text
+	// column holding the application's W3C trace context, either as
+	// java.util.Properties text ("traceparent=00-…\ntracestate=…", what
+	// Debezium's tracing reads) or as a plain traceparent value
+	// ("00-…-…-01"). Its traceparent and tracestate become the record's
+	// first headers (docs/tracing.md); empty reads no such column.
+	TracingColumn string `mapstructure:"tracing_column" doc:"Text column with the application's W3C trace context (Debezium tracing.span.context.field, whose default is tracingspancontext): java.util.Properties text (traceparent=00-…) or a plain traceparent value; its traceparent and tracestate become the record's first headers, a malformed one is left out, counted and logged (docs/tracing.md); debezium profile only (the walpost profile carries them in the headers column); empty: none." default:""`
 	// TimestampColumn gives the record timestamp (Debezium
 	// table.field.event.timestamp); empty: the commit time.
 	TimestampColumn string `mapstructure:"timestamp_column" doc:"timestamptz column whose value is the record timestamp (Debezium table.field.event.timestamp); empty: the transaction's commit time." default:""`
@@ -288,6 +295,9 @@ func (m *Mapping) validate(bad func(key, value, allowed string)) {
 	if m.TimestampColumn != "" && !columnRE.MatchString(m.TimestampColumn) {
 		bad("mapping.timestamp_column", m.TimestampColumn, "empty (the commit time) or a timestamptz column's name")
 	}
+	if m.TracingColumn != "" && !columnRE.MatchString(m.TracingColumn) {
+		bad("mapping.tracing_column", m.TracingColumn, "empty (no trace context) or a text column's name, e.g. tracingspancontext")
+	}
 	if t := strings.ReplaceAll(m.TopicTemplate, RoutedByValue, "x"); !validTopic(t) {
 		bad("mapping.topic_template", m.TopicTemplate, "a Kafka topic name of [a-zA-Z0-9._-] in which "+RoutedByValue+" stands for the topic column's value, e.g. outbox.event."+RoutedByValue)
 	}
@@ -324,6 +334,9 @@ func (m *Mapping) validate(bad func(key, value, allowed string)) {
 			key, v = "mapping.timestamp_column", m.TimestampColumn
 		}
 		bad(key, v, "empty with mapping.profile = walpost (its rows carry headers in the headers column and the commit time); set mapping.profile = debezium to place columns")
+	}
+	if m.Profile == ProfileWalpost && m.TracingColumn != "" {
+		bad("mapping.tracing_column", m.TracingColumn, "empty with mapping.profile = walpost: its rows carry traceparent and tracestate in the headers column (writer.WithTraceContext writes them there); set mapping.profile = debezium to read a tracing column")
 	}
 }
 

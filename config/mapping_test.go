@@ -63,6 +63,8 @@ func TestMappingErrors(t *testing.T) {
 		{with(deb, "WALPOST_MAPPING_VALUE_FORMAT", "avro"), []string{"mapping.value_format (WALPOST_MAPPING_VALUE_FORMAT)", "json_schema"}},
 		{with(minimalEnv, "WALPOST_MAPPING_KEY_FORMAT", "json"), []string{"mapping.key_format", "need mapping.profile = debezium"}},
 		{with(minimalEnv, "WALPOST_MAPPING_HEADER_COLUMNS", "type:header"), []string{"mapping.header_columns", "mapping.profile = debezium"}},
+		{with(deb, "WALPOST_MAPPING_TRACING_COLUMN", "span context"), []string{"mapping.tracing_column (WALPOST_MAPPING_TRACING_COLUMN)", `"span context"`, "a text column's name"}},
+		{with(minimalEnv, "WALPOST_MAPPING_TRACING_COLUMN", "tracingspancontext"), []string{"mapping.tracing_column", "headers column", "writer.WithTraceContext"}},
 	}
 	for _, c := range cases {
 		_, err := load(t, c.env, "", NeedAll)

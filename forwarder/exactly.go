@@ -75,6 +75,7 @@ func (f *Forwarder) openTxn(ctx context.Context, id position.Identity) (*kafka.S
 	kcfg.ProducerOpts = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(f.reg)))}
 	kcfg.Logger = f.log.With("component", "kafka")
 	kcfg.OnDataLoss = f.onDataLoss
+	f.watchTrace(kcfg.Layout)
 	k, err := kafka.New(kcfg)
 	if err != nil {
 		return nil, cp, false, err

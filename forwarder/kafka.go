@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/walpost/walpost/internal/redact"
+	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink/kafka"
 )
 
@@ -32,6 +33,7 @@ func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
 	kcfg.ProducerOpts = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(f.reg)))}
 	kcfg.Logger = f.log.With("component", "kafka")
 	kcfg.OnDataLoss = f.onDataLoss
+	f.watchTrace(kcfg.Layout)
 	k, err := kafka.New(kcfg)
 	if err != nil {
 		return nil, err
@@ -44,6 +46,19 @@ func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
 		Help: "Records waiting in the sink until their topic's max.message.bytes can be read (Kafka unreachable at the topic's first record); sent in order once it is."},
 		func() float64 { return float64(k.Held()) }))
 	return k, nil
+}
+
+// watchTrace has l count and log each event whose tracing column holds
+// a malformed trace context (the record goes without it).
+func (f *Forwarder) watchTrace(l *kafka.Layout) {
+	if l == nil || !l.Tracing {
+		return
+	}
+	l.OnInvalidTrace = func(ev *outbox.Event, err error) {
+		f.m.traceInvalid.Inc()
+		f.log.Warn("the tracing column holds a malformed trace context; the record is produced without it",
+			"column", f.cfg.Mapping.TracingColumn, "id", ev.ID, "lsn", ev.CommitLSN.String(), "xid", ev.XID, "err", err)
+	}
 }
 
 // waitKafka waits until the default topic (and in exactly-once mode the

@@ -15,7 +15,7 @@ func Columns(m config.Mapping) replication.Columns {
 	c := replication.Columns{
 		Debezium: m.Profile == config.ProfileDebezium,
 		ID:       m.IDColumn, Key: m.KeyColumn, Payload: m.PayloadColumn, Topic: m.TopicColumn,
-		Timestamp: m.TimestampColumn,
+		Timestamp: m.TimestampColumn, Tracing: m.TracingColumn,
 	}
 	for _, h := range m.Headers() {
 		c.Headers = append(c.Headers, h.Column)

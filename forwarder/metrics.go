@@ -61,6 +61,7 @@ type metrics struct {
 	pruneErrors     prometheus.Counter
 	transactions    *prometheus.CounterVec
 	cpRefused       *prometheus.CounterVec
+	traceInvalid    prometheus.Counter
 
 	mu        sync.Mutex
 	cur       string
@@ -109,6 +110,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pruned:          prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_outbox_pruned_rows_total", Help: "Outbox rows deleted by the prune passes of outbox.retention."}),
 		pruneErrors:     prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_outbox_prune_errors_total", Help: "Prune passes of outbox.retention that failed (logged with the error; forwarding goes on)."}),
 		transactions:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_kafka_transactions_total", Help: "Kafka transactions ended in exactly-once mode, by outcome (committed, aborted)."}, []string{"outcome"}),
+		traceInvalid:    prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_trace_context_invalid_total", Help: "Events whose tracing column (mapping.tracing_column) held a malformed trace context: produced without it (a malformed tracestate: without the tracestate), each logged with its id."}),
 		cpRefused:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_checkpoint_refused_total", Help: "Exactly-once checkpoints not used because they do not match the server, by reason (went_back: walpost_position went back; ahead_of_server: past the server's WAL; not_in_wal: the WAL below it holds other transactions). Events after walpost_position are sent again."}, []string{"reason"}),
 	}
 	inflightEvents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_events", Help: "Events read and not yet acked or quarantined."}, func() float64 {
@@ -138,7 +140,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, failStreak, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, m.standbySync, inflightEvents, inflightBytes, oldest,
-		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions, m.cpRefused} {
+		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions, m.cpRefused, m.traceInvalid} {
 		f(c)
 	}
 	// Every labelled counter walpost can know at start is exported at 0,

@@ -290,7 +290,7 @@ func TestDebeziumBytes(t *testing.T) {
 	})
 
 	workDir := t.TempDir()
-	stop, restPort := startConnect(t, libs, workDir, connectors)
+	stop, restPort := startConnect(t, libs, workDir, connectors, nil)
 	defer stop()
 
 	// Consume every topic (read_committed: exactly-once walpost's records
@@ -501,12 +501,16 @@ func debeziumLibs(t *testing.T) string {
 type dbzConnector struct {
 	profile                        converterProfile
 	name, slot, table, publication string
+	// extra are more connector properties (transforms.outbox.*).
+	extra [][2]string
 }
 
-// startConnect starts Kafka Connect standalone with the connectors.
-// It returns a function that stops the JVM (also run at cleanup) and the
-// port of the worker's REST API.
-func startConnect(t *testing.T, libs, workDir string, connectors []dbzConnector) (stop func(), restPort int) {
+// startConnect starts Kafka Connect standalone with the connectors; jvm
+// are more JVM arguments (system properties), before the classpath, and
+// each of more is a directory of jars added to it. It returns a function
+// that stops the JVM (also run at cleanup) and the port of the worker's
+// REST API.
+func startConnect(t *testing.T, libs, workDir string, connectors []dbzConnector, jvm []string, more ...string) (stop func(), restPort int) {
 	t.Helper()
 	pc, err := pgconn.ParseConfig(pgURL)
 	if err != nil {
@@ -522,8 +526,12 @@ func startConnect(t *testing.T, libs, workDir string, connectors []dbzConnector)
 		{"listeners", "http://127.0.0.1:" + strconv.Itoa(restPort)},
 		{"plugin.discovery", "service_load"},
 	}
-	args := []string{"-Xms128M", "-Xmx1G", "-Dlog4j2.configurationFile=" + filepath.Join(libs, "log4j2.properties"),
-		"-cp", filepath.Join(libs, "*"), "org.apache.kafka.connect.cli.ConnectStandalone", writeProps(t, workDir, "worker", worker)}
+	cp := []string{filepath.Join(libs, "*")}
+	for _, d := range more {
+		cp = append(cp, filepath.Join(d, "*"))
+	}
+	args := append([]string{"-Xms128M", "-Xmx1G", "-Dlog4j2.configurationFile=" + filepath.Join(libs, "log4j2.properties")}, jvm...)
+	args = append(args, "-cp", strings.Join(cp, string(os.PathListSeparator)), "org.apache.kafka.connect.cli.ConnectStandalone", writeProps(t, workDir, "worker", worker))
 	for _, dc := range connectors {
 		p := dc.profile
 		c := [][2]string{
@@ -555,6 +563,7 @@ func startConnect(t *testing.T, libs, workDir string, connectors []dbzConnector)
 			c = append(c, [2]string{"transforms.outbox.route.tombstone.on.empty.payload", "true"})
 		}
 		c = append(c, p.converter...)
+		c = append(c, dc.extra...)
 		args = append(args, writeProps(t, workDir, "connector-"+dc.name, c))
 	}
 	logFile, err := os.Create(filepath.Join(workDir, "connect.log"))

@@ -130,7 +130,7 @@ func TestDebeziumCutover(t *testing.T) {
 
 	workDir := t.TempDir()
 	stopDebezium, restPort := startConnect(t, libs, workDir,
-		[]dbzConnector{{profile: converterProfiles[0], name: converterProfiles[0].name(), slot: dbzSlot, table: f.Table, publication: f.Publication}})
+		[]dbzConnector{{profile: converterProfiles[0], name: converterProfiles[0].name(), slot: dbzSlot, table: f.Table, publication: f.Publication}}, nil)
 	connectLog := func() string { return tail(filepath.Join(workDir, "connect.log"), 60) }
 	waitDelivered := func(n int, what string) {
 		t.Helper()

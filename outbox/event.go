@@ -69,6 +69,9 @@ type Placed struct {
 	// HeaderValues are the texts of the columns placed as headers
 	// (mapping.header_columns), in that order; nil for NULL.
 	HeaderValues [][]byte
+	// Trace is the text of the tracing column (mapping.tracing_column);
+	// nil for NULL or without the column.
+	Trace []byte
 	// Timestamp, when not zero, is the record timestamp
 	// (mapping.timestamp_column); zero: the commit time.
 	Timestamp time.Time
@@ -84,6 +87,7 @@ func (e *Event) Size() int {
 		for _, v := range e.Placed.HeaderValues {
 			n += 24 + len(v)
 		}
+		n += len(e.Placed.Trace)
 	}
 	return n
 }

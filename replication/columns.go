@@ -26,18 +26,23 @@ type Columns struct {
 	// Timestamp is mapping.timestamp_column (Debezium layout only); ""
 	// keeps the commit time.
 	Timestamp string
+	// Tracing is mapping.tracing_column (Debezium layout only): its text
+	// fills Placed.Trace; "" reads none.
+	Tracing string
 }
 
 // layout is Columns resolved: the column name of each slot of the event
 // ("" not read), the mapping key that names it (for errors), whether it
-// is required, and the extra columns (headers, then the timestamp).
+// is required, and the extra columns (headers, then the tracing column,
+// then the timestamp).
 type layout struct {
 	names    [numCols]string
 	keys     [numCols]string
 	required [numCols]bool
 	extra    []string
 	extraKey []string
-	hasTS    bool
+	hasTrace bool // extra holds the tracing column after the headers
+	hasTS    bool // extra ends with the timestamp column
 }
 
 // walpostLayout is the layout of the zero Columns.
@@ -91,6 +96,11 @@ func (c Columns) layout() layout {
 	for _, h := range c.Headers {
 		l.extra = append(l.extra, h)
 		l.extraKey = append(l.extraKey, "mapping.header_columns")
+	}
+	if c.Tracing != "" {
+		l.extra = append(l.extra, c.Tracing)
+		l.extraKey = append(l.extraKey, "mapping.tracing_column")
+		l.hasTrace = true
 	}
 	if c.Timestamp != "" {
 		l.extra = append(l.extra, c.Timestamp)

@@ -42,6 +42,20 @@ func TestDebeziumColumns(t *testing.T) {
 	if want := time.Date(2026, 11, 29, 22, 50, 0, 5e8, time.UTC); !ev.Placed.Timestamp.Equal(want) {
 		t.Fatalf("timestamp %s, want %s", ev.Placed.Timestamp, want)
 	}
+	// The tracing column sits between the header columns and the
+	// timestamp in Placed; NULL is nil.
+	s = debeziumStream(Columns{Debezium: true, Headers: []string{"type"}, Tracing: "tracingspancontext", Timestamp: "occurred_at"},
+		"id", "aggregatetype", "aggregateid", "tracingspancontext", "type", "payload", "occurred_at")
+	ev, err = s.insertEvent(buildInsert(9, []byte("x"), []byte("T"), []byte("k"), []byte("traceparent=00-a-b-01\n"),
+		[]byte("OrderCreated"), []byte("{}"), []byte("2026-11-29 22:50:00+00")), 1)
+	if err != nil || ev.Placed == nil || string(ev.Placed.Trace) != "traceparent=00-a-b-01\n" ||
+		len(ev.Placed.HeaderValues) != 1 || string(ev.Placed.HeaderValues[0]) != "OrderCreated" || ev.Placed.Timestamp.IsZero() {
+		t.Fatalf("%v, placed %+v: want the tracing column's text in Trace beside the header and the timestamp", err, ev.Placed)
+	}
+	ev, err = s.insertEvent(buildInsert(9, []byte("x"), []byte("T"), []byte("k"), nil, nil, []byte("{}"), nil), 1)
+	if err != nil || ev.Placed == nil || ev.Placed.Trace != nil {
+		t.Fatalf("%v, placed %+v: want a NULL tracing column as nil", err, ev.Placed)
+	}
 	// Without placed columns the event carries none.
 	s = debeziumStream(Columns{Debezium: true}, "id", "aggregatetype", "aggregateid", "payload")
 	ev, err = s.insertEvent(buildInsert(9, []byte("x"), []byte("T"), nil, []byte("{}")), 1)
@@ -62,6 +76,7 @@ func TestMappedColumnMissing(t *testing.T) {
 		{Columns{Debezium: true, Key: "entity"}, []string{"id", "aggregatetype", "aggregateid", "payload"}, "entity", "mapping.key_column"},
 		{Columns{Debezium: true, Topic: "kind"}, []string{"id", "aggregatetype", "aggregateid", "payload"}, "kind", "mapping.topic_column"},
 		{Columns{Debezium: true, Headers: []string{"trace"}}, []string{"id", "aggregatetype", "aggregateid", "payload"}, "trace", "mapping.header_columns"},
+		{Columns{Debezium: true, Tracing: "tracingspancontext"}, []string{"id", "aggregatetype", "aggregateid", "payload"}, "tracingspancontext", "mapping.tracing_column (WALPOST_MAPPING_TRACING_COLUMN)"},
 		{Columns{Payload: "body"}, []string{"id", "idempotency_key", "payload", "created_at"}, "body", "mapping.payload_column"},
 		{Columns{}, []string{"id", "payload", "created_at"}, "idempotency_key", "(required: [id idempotency_key payload created_at])"},
 	}

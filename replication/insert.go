@@ -156,6 +156,11 @@ func (s *Stream) insertEvent(data []byte, lsn pglogrepl.LSN) (*outbox.Event, err
 		if l.hasTS {
 			nh--
 		}
+		trace := -1 // index of the tracing column in extra
+		if l.hasTrace {
+			nh--
+			trace = nh
+		}
 		ev.Placed = &outbox.Placed{}
 		if nh > 0 {
 			ev.Placed.HeaderValues = make([][]byte, nh)
@@ -167,9 +172,12 @@ func (s *Stream) insertEvent(data []byte, lsn pglogrepl.LSN) (*outbox.Event, err
 			a := len(buf)
 			buf = append(buf, data[sp.start:sp.end]...)
 			v := buf[a:len(buf):len(buf)]
-			if i < nh {
+			switch {
+			case i < nh:
 				ev.Placed.HeaderValues[i] = v
-			} else {
+			case i == trace:
+				ev.Placed.Trace = v
+			default:
 				ev.Placed.Timestamp = outbox.ParseTimestamp(v)
 			}
 		}

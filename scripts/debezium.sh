@@ -9,7 +9,9 @@
 # Usage: scripts/debezium.sh <command>
 #   install   resolve the jars into .stack/debezium/libs (idempotent: skipped
 #             while the pom is unchanged) and print that directory as the
-#             last line on stdout
+#             last line on stdout; OpenTelemetry's SDK goes beside it into
+#             .stack/debezium/otel (stack/debezium/otel/pom.xml), which only
+#             TestDebeziumTraceHeaders adds to Connect's classpath
 #   clean     remove .stack/debezium
 #
 # Progress goes to stderr; stdout is reserved for the result.
@@ -22,6 +24,7 @@ STATE=$ROOT/.stack
 D_SRC=$ROOT/stack/debezium  # pom.xml, log4j2.properties
 D_DIR=$STATE/debezium
 D_LIBS=$D_DIR/libs
+D_OTEL=$D_DIR/otel
 
 log() { printf 'debezium: %s\n' "$*" >&2; }
 die() { printf 'debezium: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -106,11 +109,35 @@ cmd_install() {
 		printf '%s\n' "$want" >"$stamp"
 		log "resolved $(compgen -G "$D_LIBS/*.jar" | wc -l) jars ($(elapsed "$t0"))"
 	fi
+	install_otel
 	# The logging configuration travels with the jars (not on the classpath:
 	# the "<libs>/*" wildcard only picks up .jar files); refreshed every time.
 	cp "$D_SRC/log4j2.properties" "$D_LIBS/log4j2.properties.tmp"
 	mv "$D_LIBS/log4j2.properties.tmp" "$D_LIBS/log4j2.properties"
 	printf '%s\n' "$D_LIBS"
+}
+
+# install_otel resolves OpenTelemetry's SDK with its autoconfiguration into
+# $D_OTEL (skipped while its pom is unchanged): Debezium's tracing writes
+# the trace headers only when it finds OpenTelemetry on the classpath.
+install_otel() {
+	local stamp=$D_OTEL/.walpost-otel-complete want t0
+	want=$(sha256sum "$D_SRC/otel/pom.xml" | cut -d" " -f1)
+	if [[ -f $stamp && $(<"$stamp") == "$want" ]]; then
+		return 0
+	fi
+	t0=$(now)
+	log "resolving OpenTelemetry's SDK with Maven into $D_OTEL"
+	rm -rf "$D_OTEL.tmp"
+	quiet mvn -B -q -f "$D_SRC/otel/pom.xml" dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory="$D_OTEL.tmp" ||
+		die "mvn dependency:copy-dependencies failed (stack/debezium/otel/pom.xml)"
+	compgen -G "$D_OTEL.tmp/opentelemetry-sdk-extension-autoconfigure-*.jar" >/dev/null ||
+		die "resolved OpenTelemetry jars lack opentelemetry-sdk-extension-autoconfigure"
+	rm -rf "$D_OTEL"
+	mv "$D_OTEL.tmp" "$D_OTEL"
+	printf '%s\n' "$want" >"$stamp"
+	log "resolved $(compgen -G "$D_OTEL/*.jar" | wc -l) OpenTelemetry jars ($(elapsed "$t0"))"
 }
 
 cmd_clean() {

@@ -57,6 +57,16 @@ type Layout struct {
 	// Tombstones is mapping.tombstone_on_empty_payload: a NULL payload
 	// (Debezium: or a blank one) is sent as a tombstone.
 	Tombstones bool
+	// Tracing is mapping.tracing_column set: the event's Placed.Trace
+	// becomes the headers traceparent and tracestate, ahead of the others
+	// (ParseTraceContext).
+	Tracing bool
+	// OnInvalidTrace is told of an event whose tracing column holds a
+	// malformed trace context (err matches ErrInvalidTraceContext); the
+	// record goes without it (a malformed tracestate only: without the
+	// tracestate). It is called on the producing goroutine and must not
+	// block; nil ignores them.
+	OnInvalidTrace func(ev *outbox.Event, err error)
 
 	topics *topicTemplate
 }
@@ -74,7 +84,7 @@ func LayoutFrom(m config.Mapping) *Layout {
 		}
 		return &Layout{topics: t, Tombstones: m.TombstoneOnEmptyPayload}
 	}
-	l := &Layout{Debezium: true, KeyFormat: m.KeyFormat, ValueFormat: m.ValueFormat, Tombstones: m.TombstoneOnEmptyPayload, topics: t}
+	l := &Layout{Debezium: true, KeyFormat: m.KeyFormat, ValueFormat: m.ValueFormat, Tombstones: m.TombstoneOnEmptyPayload, Tracing: m.TracingColumn != "", topics: t}
 	for _, h := range m.Headers() {
 		l.HeaderNames = append(l.HeaderNames, h.Header)
 	}
@@ -311,9 +321,28 @@ func blank(payload []byte) bool {
 	return true
 }
 
+// appendTrace appends the headers of ev's trace context to hs:
+// traceparent and tracestate, first, as Debezium's router has its tracing
+// write them before it adds the id header. A malformed context is left
+// out and reported to OnInvalidTrace.
+func (l *Layout) appendTrace(hs []kgo.RecordHeader, ev *outbox.Event) []kgo.RecordHeader {
+	tc, err := ParseTraceContext(ev.Placed.Trace)
+	if err != nil && l.OnInvalidTrace != nil {
+		l.OnInvalidTrace(ev, err)
+	}
+	if tc.Traceparent != "" {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderTraceparent, Value: view(tc.Traceparent)})
+	}
+	if tc.Tracestate != "" {
+		hs = append(hs, kgo.RecordHeader{Key: HeaderTracestate, Value: view(tc.Tracestate)})
+	}
+	return hs
+}
+
 // buildDebezium fills r with the Debezium record of ev: topic from the
 // template, key = the key column (Event.PartitionKey), value = the
-// payload, headers id and the header columns (SimpleHeaderConverter:
+// payload, headers traceparent and tracestate of the tracing column
+// (appendTrace), id and the header columns (SimpleHeaderConverter:
 // the text; NULL a null header), replayed_from_poison on a replay;
 // timestamp = the timestamp column, else the commit time. A NULL payload
 // is the router's record of it: with Tombstones (and then also for a
@@ -332,7 +361,11 @@ func (l *Layout) buildDebezium(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.
 	if !validTopic(topic) {
 		return fmt.Errorf("%w: %q (from the topic column's %q)", ErrInvalidTopic, topic, ev.Topic)
 	}
-	hs = append(hs[:0], kgo.RecordHeader{Key: HeaderID, Value: view(ev.ID)})
+	hs = hs[:0]
+	if l.Tracing && ev.Placed != nil && ev.Placed.Trace != nil {
+		hs = l.appendTrace(hs, ev)
+	}
+	hs = append(hs, kgo.RecordHeader{Key: HeaderID, Value: view(ev.ID)})
 	if ev.Placed != nil {
 		for i, v := range ev.Placed.HeaderValues {
 			if i < len(l.HeaderNames) {
