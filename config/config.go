@@ -41,6 +41,18 @@ type Config struct {
 	HTTP     HTTP     `mapstructure:"http"`
 	Log      Log      `mapstructure:"log"`
 	Lint     Lint     `mapstructure:"lint"`
+	OTel     OTel     `mapstructure:"otel"`
+}
+
+// OTel turns on walpost's own OpenTelemetry spans (docs/tracing.md): one
+// span per forwarded transaction, linked to the spans whose trace context
+// its rows carry, exported over OTLP/HTTP to the endpoint of the standard
+// OTEL_EXPORTER_OTLP_* variables. Off, no tracer exists.
+type OTel struct {
+	// Enabled starts the tracer and its exporter.
+	Enabled bool `mapstructure:"enabled" doc:"Export a span per forwarded transaction, linked to the trace contexts of its rows (docs/tracing.md), over OTLP/HTTP to the standard OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (default http://localhost:4318), with OTEL_EXPORTER_OTLP_HEADERS and the other OTEL_EXPORTER_OTLP_* variables; false: no tracer, no cost." default:"false"`
+	// ServiceName is the resource's service.name.
+	ServiceName string `mapstructure:"service_name" doc:"service.name of the spans (with otel.enabled)." default:"walpost"`
 }
 
 // Postgres is the source side.
@@ -926,6 +938,9 @@ func (c *Config) ValidateFor(need Needs) error {
 		bad("kafka.topic", c.Kafka.Topic, "a Kafka topic name: 1-249 characters of [a-zA-Z0-9._-]")
 	}
 	c.Mapping.validate(bad)
+	if c.OTel.Enabled && strings.TrimSpace(c.OTel.ServiceName) == "" {
+		bad("otel.service_name", c.OTel.ServiceName, "a service name for the spans, e.g. walpost")
+	}
 	if c.Postgres.ReceiveTimeout <= c.Postgres.StatusInterval {
 		bad("postgres.receive_timeout", c.Postgres.ReceiveTimeout.String(), "a duration above postgres.status_interval ("+c.Postgres.StatusInterval.String()+")")
 	}

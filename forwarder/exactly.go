@@ -76,6 +76,9 @@ func (f *Forwarder) openTxn(ctx context.Context, id position.Identity) (*kafka.S
 	kcfg.Logger = f.log.With("component", "kafka")
 	kcfg.OnDataLoss = f.onDataLoss
 	f.watchTrace(kcfg.Layout)
+	if f.tp != nil {
+		f.traceProducer(&kcfg)
+	}
 	k, err := kafka.New(kcfg)
 	if err != nil {
 		return nil, cp, false, err

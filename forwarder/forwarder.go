@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/walpost/walpost/config"
@@ -65,6 +66,10 @@ type Forwarder struct {
 	pool  *pgxpool.Pool
 
 	lost atomic.Pointer[chan error] // the running session's data-loss signal (onDataLoss)
+	// tp and tracer make walpost's own spans (otel.enabled, otel.go);
+	// nil without them.
+	tp     trace.TracerProvider
+	tracer trace.Tracer
 	// The server identity the last session checked walpost's position
 	// against (nil: none yet); prune passes run only on it (retention.go).
 	ident atomic.Pointer[position.Identity]
@@ -136,6 +141,21 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	srv, err := f.listenHTTP()
 	if err != nil {
 		return err
+	}
+	if f.cfg.OTel.Enabled {
+		tp, err := newTracerProvider(ctx, f.cfg.OTel)
+		if err != nil {
+			return err
+		}
+		// The spans batched at the end are sent before Run returns.
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				f.log.Warn("otel: the last spans were not exported", "err", err)
+			}
+		}()
+		f.tp, f.tracer = tp, tp.Tracer("github.com/walpost/walpost/forwarder")
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	if srv != nil {

@@ -34,6 +34,9 @@ func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
 	kcfg.Logger = f.log.With("component", "kafka")
 	kcfg.OnDataLoss = f.onDataLoss
 	f.watchTrace(kcfg.Layout)
+	if f.tp != nil {
+		f.traceProducer(&kcfg)
+	}
 	k, err := kafka.New(kcfg)
 	if err != nil {
 		return nil, err

@@ -207,6 +207,11 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 			f.m.status(received, confirmed)
 		}
 	}
+	if f.tracer != nil {
+		spans := &txnSpans{tracer: f.tracer, tracing: cfg.Mapping.TracingColumn != ""}
+		defer spans.close()
+		h, status = spans.handler(h), spans.status(status)
+	}
 	stream := replication.NewStream(rcfg, conn, table, tracker, h, replication.Observer{
 		Status:    status,
 		Received:  f.m.onReceived,

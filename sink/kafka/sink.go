@@ -68,6 +68,12 @@ type Config struct {
 	Opts []kgo.Opt
 	// ProducerOpts apply to the producing client only (e.g. metric hooks).
 	ProducerOpts []kgo.Opt
+	// RecordContext, when set, gives each record's Context: a context
+	// derived from parent (which must stay reachable through it: the sink
+	// finds its state there) for ev, e.g. one carrying the row's span
+	// context for a tracing hook. Nil leaves Record.Context the sink's own,
+	// at no cost.
+	RecordContext func(parent context.Context, ev *outbox.Event) context.Context
 }
 
 // Sink produces outbox events to Kafka with an idempotent producer; it
@@ -389,6 +395,24 @@ type produced struct {
 
 var produceds = sync.Pool{New: func() any { return &produced{Context: context.Background()} }}
 
+// producedKey finds the produced in a context derived from it
+// (Config.RecordContext, and the per-record spans of a tracing hook that
+// replaces Record.Context with a child).
+type producedKey struct{}
+
+// producedOf is the produced r travels with: Record.Context itself, or
+// the one a context derived from it holds.
+func producedOf(r *kgo.Record) (*produced, bool) {
+	if p, ok := r.Context.(*produced); ok {
+		return p, true
+	}
+	if r.Context == nil {
+		return nil, false
+	}
+	p, ok := r.Context.Value(producedKey{}).(*produced)
+	return p, ok
+}
+
 // release drops p's references to its event and returns it to the pool.
 func (p *produced) release() {
 	p.pk, p.hasPK, p.done = "", false, nil
@@ -419,6 +443,9 @@ func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
 	// is the key column, already in r.Key in the key format's encoding).
 	p.pk, p.hasPK, p.done = ev.PartitionKey, ev.HasPartition && (k.lay == nil || !k.lay.Debezium), a
 	r.Context = p
+	if k.cfg.RecordContext != nil {
+		r.Context = k.cfg.RecordContext(context.WithValue(p, producedKey{}, p), ev)
+	}
 	if k.nholds.Load() > 0 && k.heldBehind(p) {
 		return // its topic's records wait for the topic's limit (hold.go)
 	}
@@ -482,7 +509,7 @@ func (k *Sink) checkSize(r *kgo.Record, now time.Time) error {
 
 // promise hands the outcome to the event's Acker and releases its state.
 func promise(r *kgo.Record, err error) {
-	p := r.Context.(*produced)
+	p, _ := producedOf(r)
 	a := p.done
 	res := sink.Result{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
 	if err != nil {
@@ -536,7 +563,7 @@ type topicPartitioner struct{ inner kgo.TopicPartitioner }
 func (t topicPartitioner) RequiresConsistency(*kgo.Record) bool { return true }
 
 func (t topicPartitioner) Partition(r *kgo.Record, n int) int {
-	if p, ok := r.Context.(*produced); ok && p.hasPK {
+	if p, ok := producedOf(r); ok && p.hasPK {
 		return t.inner.Partition(&kgo.Record{Key: []byte(p.pk)}, n)
 	}
 	return t.inner.Partition(r, n)

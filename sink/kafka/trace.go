@@ -79,6 +79,23 @@ func ParseTraceContext(text []byte) (TraceContext, error) {
 	return tc, nil
 }
 
+// CheckTraceContext checks a traceparent and tracestate given apart (a
+// row's headers column) as ParseTraceContext checks those of the tracing
+// column, with the same results.
+func CheckTraceContext(traceparent, tracestate string) (TraceContext, error) {
+	var tc TraceContext
+	var err error
+	if tc.Traceparent, err = normTraceparent(traceparent); err != nil {
+		return TraceContext{}, err
+	}
+	if tracestate != "" {
+		if tc.Tracestate, err = normTracestate(tracestate); err != nil {
+			return tc, err
+		}
+	}
+	return tc, nil
+}
+
 func traceErr(reason string) error {
 	return &traceError{reason}
 }
