@@ -45,7 +45,11 @@ type ConsumerConfig struct {
 	// PruneEvery is how often Run calls Inbox.Prune when the inbox has a
 	// KeepFor. Default 1h.
 	PruneEvery time.Duration
-	// KafkaOpts are added after the consumer's own options, which set:
+	// KafkaOpts are added after the consumer's own options. Leave out
+	// kgo.DisableAutoCommit and kgo.GreedyAutoCommit (the client refuses
+	// them beside AutoCommitMarks) and kgo.OnPartitionsRevoked (it
+	// replaces the commit of the marked offsets before a revocation and
+	// when the consumer leaves). The consumer's own options set:
 	// the consumer group, the topics, read_committed isolation, automatic
 	// commits of the records applied (kgo.AutoCommitMarks; the interval is
 	// kgo.AutoCommitInterval's, 5 s), rebalances blocked while a batch is

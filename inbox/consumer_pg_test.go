@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -106,5 +107,57 @@ func TestConsumerCachedWatermark(t *testing.T) {
 	}
 	if a.cached != 3 || a.stale != 1 || b.stale != 1 {
 		t.Fatalf("member a: %d batches cached, %d stale; b: %d stale; want 3, 1, 1 (b's last batch changed nothing)", a.cached, a.stale, b.stale)
+	}
+}
+
+// TestConsumerPartlyStaleRollsBack: when another member wrote one of a
+// batch's watermark rows (a rebalance moved one partition), the cached
+// compare-and-set matches the other row only; the transaction is rolled
+// back with that row's new watermark and the key row sent with it, and the
+// batch goes the locked way: every record credited once.
+func TestConsumerPartlyStaleRollsBack(t *testing.T) {
+	pool := schemaPool(t)
+	ctx := context.Background()
+	in, _ := New(Config{Group: "clearing"})
+	member := func() *Consumer {
+		c, err := NewConsumer(ConsumerConfig{Inbox: in, DB: pool, Topics: []string{topic},
+			Handle: func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+				_, err := tx.Exec(ctx, `INSERT INTO credits VALUES ($1)`, string(r.Key))
+				return err
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	a, b := member(), member()
+	var log []*kgo.Record
+	for i := range 40 {
+		log = append(log, rec(int32(i%2), int64(i/2), fmt.Sprintf("k%02d", i), fmt.Sprintf("0/%X", 0x100+i/3*0x10)))
+	}
+	var part1 []*kgo.Record // partition 1 of log[20:30], the other member's
+	for _, r := range log[20:30] {
+		if r.Partition == 1 {
+			part1 = append(part1, r)
+		}
+	}
+	batch := append(slices.Clone(log[20:40]), rec(0, 20, "r2", "0/100", "replayed"))
+	for i, st := range []struct {
+		c    *Consumer
+		recs []*kgo.Record
+	}{{a, log[0:10]}, {a, log[10:20]}, {b, part1}, {a, batch}} {
+		if err := st.c.apply(ctx, st.recs); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	if a.stale != 1 {
+		t.Fatalf("member a: %d stale batches, want 1 (partition 1 moved, partition 0 not)", a.stale)
+	}
+	var n, distinct int
+	if err := pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT key) FROM credits`).Scan(&n, &distinct); err != nil {
+		t.Fatal(err)
+	}
+	if n != 41 || distinct != 41 {
+		t.Fatalf("%d credits of %d keys, want 41 of 41", n, distinct)
 	}
 }

@@ -135,6 +135,7 @@ func parseAll(recs []*kgo.Record) ([]event, error) {
 // parseAllInto is parseAll reusing buf's array when it is large enough.
 func parseAllInto(buf []event, recs []*kgo.Record) ([]event, error) {
 	evs := slices.Grow(buf[:0], len(recs))[:len(recs)]
+	clear(evs[len(recs):cap(evs)]) // an earlier, larger batch's records: not kept alive
 	for i, r := range recs {
 		if r == nil {
 			return nil, &RecordError{Offset: -1, Reason: "nil record"}
