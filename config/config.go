@@ -111,6 +111,27 @@ type Kafka struct {
 	// of Kafka's fast codecs it compresses outbox rows as well as lz4 at
 	// about 1.5 times the speed (franz-go's snappy is assembly).
 	Compression string `mapstructure:"compression" doc:"Batch compression: none, gzip, snappy, lz4 or zstd." default:"snappy"`
+	// Partitioner is how a record's partition follows from its partition
+	// key (the row's partition_key, else the record key): murmur2 (the
+	// Java client's default partitioner), consistent_random (librdkafka's
+	// default: CRC32) or fnv1a (librdkafka's fnv1a, Sarama's default). A
+	// topic that other producers write too keeps each key on one
+	// partition only when all of them hash alike. Default "murmur2".
+	Partitioner string `mapstructure:"partitioner" doc:"How the partition follows from the partition key: murmur2 (Java partitioner.class default: toPositive(murmur2(key)) % partitions), consistent_random (librdkafka partitioner default: CRC32(key) % partitions) or fnv1a (librdkafka partitioner=fnv1a, Sarama's default: abs(FNV-1a 32(key)) % partitions); choose what the topic's other producers use." default:"murmur2"`
+	// RequestTimeout is how long a broker may take to answer a produce
+	// request (franz-go ProduceRequestTimeout: the request's timeout
+	// field; Java and librdkafka request.timeout.ms). Default 10s.
+	RequestTimeout time.Duration `mapstructure:"request_timeout" doc:"How long a broker may take to answer a produce request before it replies with a timeout and the batch is retried (duration; Java/librdkafka request.timeout.ms)." default:"10s"`
+	// MetadataMaxAge is the longest walpost's clients keep the cluster's
+	// metadata before reading it again (franz-go MetadataMaxAge; Java and
+	// librdkafka metadata.max.age.ms). Default 5m.
+	MetadataMaxAge time.Duration `mapstructure:"metadata_max_age" doc:"Read the cluster's metadata (new partitions, moved leaders) at least this often (duration; Java/librdkafka metadata.max.age.ms)." default:"5m"`
+	// ClientRack is the rack (availability zone) walpost runs in (franz-go
+	// Rack; Java and librdkafka client.rack): walpost's consumers (verify,
+	// the exactly-once checkpoint) fetch from a replica in that rack when
+	// the brokers have a rack-aware replica selector. Producing always
+	// goes to the leader.
+	ClientRack string `mapstructure:"client_rack" doc:"Rack (availability zone) walpost runs in: its consumers (walpost verify, the exactly-once checkpoint) fetch from a replica there when the brokers set replica.selector.class; producing always goes to the leader (Java/librdkafka client.rack)." default:""`
 	// MaxMessageBytes bounds one record batch; a record larger than this is
 	// refused before it is sent. 0 reads the topic's max.message.bytes.
 	MaxMessageBytes int `mapstructure:"max_message_bytes" doc:"Largest record batch in bytes; 0 uses the topic's max.message.bytes." default:"0"`
@@ -161,6 +182,19 @@ type SASL struct {
 	AWSSecretAccessKeyFile string `mapstructure:"aws_secret_access_key_file" doc:"File holding kafka.sasl.aws_secret_access_key (a mounted secret), one trailing newline trimmed; not together with kafka.sasl.aws_secret_access_key." default:""`
 	AWSSessionToken        string `mapstructure:"aws_session_token" doc:"AWS_MSK_IAM session token of temporary credentials (never logged); optional." default:""`
 }
+
+// Partitioners of kafka.partitioner.
+const (
+	// PartitionerMurmur2 is the Java client's default partitioner for a
+	// keyed record: toPositive(murmur2(key)) % partitions.
+	PartitionerMurmur2 = "murmur2"
+	// PartitionerConsistentRandom is librdkafka's default partitioner
+	// for a keyed record: CRC32(key) % partitions.
+	PartitionerConsistentRandom = "consistent_random"
+	// PartitionerFNV1a is librdkafka's fnv1a partitioner (Sarama's
+	// default): abs(int32(FNV-1a 32(key))) % partitions.
+	PartitionerFNV1a = "fnv1a"
+)
 
 // Profiles of mapping.profile.
 const (
@@ -577,6 +611,7 @@ func Enumerations() map[string][]string {
 		"log.level":            {"debug", "info", "warn", "error"},
 		"log.format":           {"text", "json"},
 		"kafka.compression":    {"none", "gzip", "snappy", "lz4", "zstd"},
+		"kafka.partitioner":    {PartitionerMurmur2, PartitionerConsistentRandom, PartitionerFNV1a},
 		"kafka.sasl.mechanism": {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"},
 		"mapping.profile":      {ProfileWalpost, ProfileDebezium},
 		"mapping.key_format":   {FormatString, FormatJSON, FormatJSONSchema},
@@ -975,6 +1010,17 @@ func (c *Config) ValidateFor(need Needs) error {
 	}
 	if c.Kafka.FlushTimeout <= 0 {
 		bad("kafka.flush_timeout", c.Kafka.FlushTimeout.String(), "a positive duration")
+	}
+	switch c.Kafka.Partitioner {
+	case PartitionerMurmur2, PartitionerConsistentRandom, PartitionerFNV1a:
+	default:
+		bad("kafka.partitioner", c.Kafka.Partitioner, "murmur2 (the Java client's default), consistent_random (librdkafka's default) or fnv1a")
+	}
+	if c.Kafka.RequestTimeout < time.Second || c.Kafka.RequestTimeout > 5*time.Minute {
+		bad("kafka.request_timeout", c.Kafka.RequestTimeout.String(), "a duration between 1s and 5m, e.g. 30s (Java's request.timeout.ms default)")
+	}
+	if c.Kafka.MetadataMaxAge < time.Second {
+		bad("kafka.metadata_max_age", c.Kafka.MetadataMaxAge.String(), "a duration of at least 1s, e.g. 5m")
 	}
 	switch sa := c.Kafka.SASL; strings.ToUpper(sa.Mechanism) {
 	case "":

@@ -329,6 +329,7 @@ func (c *Config) normalizeCase() {
 	enum := Enumerations()
 	for key, p := range map[string]*string{
 		"log.level": &c.Log.Level, "log.format": &c.Log.Format, "kafka.compression": &c.Kafka.Compression,
+		"kafka.partitioner":    &c.Kafka.Partitioner,
 		"kafka.sasl.mechanism": &c.Kafka.SASL.Mechanism, "mapping.profile": &c.Mapping.Profile,
 		"mapping.key_format": &c.Mapping.KeyFormat, "mapping.value_format": &c.Mapping.ValueFormat,
 		"delivery.mode": &c.Delivery.Mode,

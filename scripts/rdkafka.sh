@@ -2,10 +2,12 @@
 # librdkafka, the second Kafka client of the tests: a Python virtual
 # environment with confluent-kafka (stack/rdkafka/requirements.txt, the
 # wheel bundles librdkafka) under .stack/rdkafka, and a consumer that
-# prints what it reads (stack/rdkafka/consume.py).
+# prints what it reads (stack/rdkafka/consume.py), and a producer of keyed
+# records with one of librdkafka's partitioners (stack/rdkafka/produce.py).
 #
 # Usage: scripts/rdkafka.sh install          create the environment (idempotent)
 #        scripts/rdkafka.sh consume ARGS...  install, then run consume.py ARGS
+#        scripts/rdkafka.sh produce ARGS...  install, then run produce.py ARGS
 #        scripts/rdkafka.sh clean            remove .stack/rdkafka
 # Environment: PYTHON (python3).
 set -euo pipefail
@@ -41,6 +43,11 @@ consume)
 	install
 	exec "$DIR/bin/python" "$SRC/consume.py" "$@"
 	;;
+produce)
+	shift
+	install
+	exec "$DIR/bin/python" "$SRC/produce.py" "$@"
+	;;
 clean) rm -rf "$DIR" ;;
-*) die "usage: scripts/rdkafka.sh install|consume ARGS...|clean" ;;
+*) die "usage: scripts/rdkafka.sh install|consume ARGS...|produce ARGS...|clean" ;;
 esac

@@ -23,8 +23,8 @@ import (
 	"github.com/walpost/walpost/config"
 )
 
-// ClientOpts are the connection options (TLS, SASL) every Kafka client of
-// walpost uses: the forwarder, check, status, verify and poison replay. An
+// ClientOpts are the connection options (TLS, SASL, metadata age, rack)
+// every Kafka client of walpost uses: the forwarder, check, status, verify and poison replay. An
 // unreadable CA, certificate or key file is an error naming its key.
 // SASL is PLAIN, SCRAM-SHA-256/512, OAUTHBEARER (a static token, or one
 // read from its file at every connection) or AWS_MSK_IAM (static
@@ -54,6 +54,12 @@ func ClientOpts(cfg config.Kafka) ([]kgo.Opt, error) {
 			tc.Certificates = []tls.Certificate{cert}
 		}
 		opts = append(opts, kgo.Dialer((&tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: tc}).DialContext))
+	}
+	if cfg.MetadataMaxAge > 0 {
+		opts = append(opts, kgo.MetadataMaxAge(cfg.MetadataMaxAge))
+	}
+	if cfg.ClientRack != "" {
+		opts = append(opts, kgo.Rack(cfg.ClientRack))
 	}
 	s := cfg.SASL
 	switch strings.ToUpper(s.Mechanism) {
@@ -128,8 +134,8 @@ func NewClient(cfg config.Kafka, extra ...kgo.Opt) (*kgo.Client, error) {
 }
 
 // ConfigFrom is the producer configuration of walpost's configuration:
-// brokers, default topic, client id, linger, compression, size limit, the
-// TLS/SASL options, and a client buffer above the pipeline's in-flight
+// brokers, default topic, client id, linger, compression, partitioner,
+// request timeout, size limit, the client options (ClientOpts), and a client buffer above the pipeline's in-flight
 // bound so Produce never blocks. Callers add Logger, OnDataLoss and
 // ProducerOpts.
 func ConfigFrom(c *config.Config) (Config, error) {
@@ -143,6 +149,8 @@ func ConfigFrom(c *config.Config) (Config, error) {
 		ClientID:           c.Kafka.ClientID,
 		Linger:             c.Kafka.Linger,
 		Compression:        c.Kafka.Compression,
+		Partitioner:        c.Kafka.Partitioner,
+		RequestTimeout:     c.Kafka.RequestTimeout,
 		MaxMessageBytes:    c.Kafka.MaxMessageBytes,
 		MaxBufferedRecords: c.Pipeline.MaxInFlightEvents + bufferHeadroom,
 		Layout:             LayoutFrom(c.Mapping),

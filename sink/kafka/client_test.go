@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -134,5 +135,65 @@ func TestClientOptsAWSMSKIAM(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "")
 	if _, _, err := m.Authenticate(context.Background(), host); err == nil || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") {
 		t.Fatalf("no credentials: err %v", err)
+	}
+}
+
+// TestProducerSettings: kafka.request_timeout, kafka.metadata_max_age and
+// kafka.client_rack reach the producing client (and the last two every
+// client), and the defaults are franz-go's own, so leaving them alone
+// changes nothing. Mutation: dropping the ProduceRequestTimeout option
+// (the client keeps 10s).
+func TestProducerSettings(t *testing.T) {
+	c := config.Default()
+	c.Kafka.Brokers = []string{"127.0.0.1:1"}
+	def, err := kafka.ConfigFrom(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kafka.New(def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []any{kgo.ProduceRequestTimeout, kgo.MetadataMaxAge, kgo.Rack} {
+		if got, want := k.Client().OptValue(o), plain.OptValue(o); got != want {
+			t.Errorf("default %T: %v, franz-go's default %v", o, got, want)
+		}
+	}
+	plain.Close()
+	k.Close()
+
+	c.Kafka.RequestTimeout, c.Kafka.MetadataMaxAge, c.Kafka.ClientRack = 45*time.Second, time.Minute, "use1-az2"
+	kc, err := kafka.ConfigFrom(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err = kafka.New(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	admin, err := kafka.NewClient(c.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	for _, tc := range []struct {
+		cl   *kgo.Client
+		opt  any
+		want any
+	}{
+		{k.Client(), kgo.ProduceRequestTimeout, 45 * time.Second},
+		{k.Client(), kgo.MetadataMaxAge, time.Minute},
+		{k.Client(), kgo.Rack, "use1-az2"},
+		{admin, kgo.MetadataMaxAge, time.Minute},
+		{admin, kgo.Rack, "use1-az2"},
+	} {
+		if got := tc.cl.OptValue(tc.opt); got != tc.want {
+			t.Errorf("%T: %v, want %v", tc.opt, got, tc.want)
+		}
 	}
 }

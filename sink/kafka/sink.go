@@ -37,6 +37,12 @@ type Config struct {
 	// above it fails client-side without touching its neighbours. 0 leaves
 	// franz-go's default (1 MB).
 	MaxMessageBytes int
+	// Partitioner names the hash that maps a partition key to a
+	// partition (config kafka.partitioner, KeyPartitioner); "" is murmur2.
+	Partitioner string
+	// RequestTimeout is franz-go's ProduceRequestTimeout (Java and
+	// librdkafka request.timeout.ms); 0 leaves franz-go's default (10 s).
+	RequestTimeout time.Duration
 	// MaxBufferedRecords bounds records buffered in the client; set it
 	// above the pipeline's in-flight limit so Produce never blocks.
 	MaxBufferedRecords int
@@ -131,6 +137,10 @@ func New(cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
+	keyed, err := KeyPartitioner(cfg.Partitioner)
+	if err != nil {
+		return nil, err
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
@@ -145,7 +155,7 @@ func New(cfg Config) (*Sink, error) {
 		kgo.UnknownTopicRetries(4),
 		kgo.ProducerLinger(cfg.Linger),
 		compression,
-		kgo.RecordPartitioner(partitioner{kgo.StickyKeyPartitioner(nil)}),
+		kgo.RecordPartitioner(partitioner{keyed}),
 		kgo.ProducerOnDataLossDetected(func(topic string, partition int32) {
 			cfg.Logger.Error("kafka reported data loss on a partition: records it had acknowledged may be gone",
 				"topic", topic, "partition", partition, "handled", cfg.OnDataLoss != nil)
@@ -172,6 +182,9 @@ func New(cfg Config) (*Sink, error) {
 		}
 		return int32(k.batchLimit(topic))
 	}))
+	if cfg.RequestTimeout > 0 {
+		opts = append(opts, kgo.ProduceRequestTimeout(cfg.RequestTimeout))
+	}
 	if cfg.MaxBufferedRecords > 0 {
 		opts = append(opts, kgo.MaxBufferedRecords(cfg.MaxBufferedRecords))
 	}
@@ -550,8 +563,9 @@ func (k *Sink) Close() {
 }
 
 // partitioner partitions by the row's partition_key when present and by
-// the record key otherwise, both with Kafka's murmur2 (the Java client's
-// default), so consumers and other producers agree on the partition.
+// the record key otherwise, both with the hash of kafka.partitioner
+// (KeyPartitioner), so other producers of the topic that use the same
+// hash put a key on the same partition.
 type partitioner struct{ inner kgo.Partitioner }
 
 func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
