@@ -23,29 +23,30 @@ func Columns(m config.Mapping) replication.Columns {
 	return c
 }
 
-// setColumnTypes gives s the key and payload column types its json
-// formats write (mapping.key_format, mapping.value_format), read from the
-// table at each session start; s is the sink the session produces
-// through: f.sink in at-least-once mode, the session's transactional sink
-// in exactly-once mode (f.sink is nil there). A sink that is not
-// sink.ColumnTyped needs none. A type the formats cannot write stops
-// walpost (replication.ErrConfig).
-func (f *Forwarder) setColumnTypes(ctx context.Context, q replication.Querier, table replication.TableName, s sink.Sink) error {
+// setColumnTypes gives s the key and payload column types its record
+// formats need (a bytea payload, the json formats of mapping.key_format
+// and mapping.value_format), read from the table at each session start;
+// s is the sink the session produces through: f.sink in at-least-once
+// mode, the session's transactional sink in exactly-once mode (f.sink is
+// nil there). A sink that is not sink.ColumnTyped needs none. A column
+// type walpost cannot encode stops walpost (replication.ErrConfig)
+// naming the column.
+// It reports whether the payload column is bytea.
+func (f *Forwarder) setColumnTypes(ctx context.Context, q replication.Querier, table replication.TableName, s sink.Sink) (binary bool, err error) {
 	ct, ok := s.(sink.ColumnTyped)
-	m := f.cfg.Mapping
-	if !ok || m.Profile != config.ProfileDebezium || (m.KeyFormat == config.FormatString && m.ValueFormat == config.FormatString) {
-		return nil
+	if !ok {
+		return false, nil
 	}
-	kt, vt, err := TableTypes(ctx, q, table, m)
+	kt, vt, err := TableTypes(ctx, q, table, f.cfg.Mapping)
 	if err != nil {
-		return err
+		return false, err
 	}
 	ct.SetColumnTypes(kt, vt)
-	return nil
+	return vt.Binary, nil
 }
 
 // TableTypes reads the table's key and payload column types for the
-// json formats of m (kafka.MappingTypes).
+// record formats of m (kafka.MappingTypes).
 func TableTypes(ctx context.Context, conn replication.Querier, table replication.TableName, m config.Mapping) (key, value kafka.ColumnType, err error) {
 	types, err := replication.ColumnTypes(ctx, conn, table)
 	if err != nil {

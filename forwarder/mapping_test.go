@@ -80,7 +80,7 @@ func TestSetColumnTypesDeliveryModes(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close()
-				if err := f.setColumnTypes(ctx, debeziumCatalogue{}, replication.TableName{Schema: "public", Name: "outbox"}, s); err != nil {
+				if _, err := f.setColumnTypes(ctx, debeziumCatalogue{}, replication.TableName{Schema: "public", Name: "outbox"}, s); err != nil {
 					t.Fatal(err)
 				}
 
@@ -130,13 +130,13 @@ func TestSetColumnTypesCapability(t *testing.T) {
 	f := &Forwarder{cfg: cfg}
 	table := replication.TableName{Schema: "public", Name: "outbox"}
 	s := &typedSink{Sink: sink.Discard}
-	if err := f.setColumnTypes(t.Context(), debeziumCatalogue{}, table, s); err != nil {
+	if _, err := f.setColumnTypes(t.Context(), debeziumCatalogue{}, table, s); err != nil {
 		t.Fatal(err)
 	}
 	if want := `{"type":"int64","optional":false}`; s.key.Schema != want || !s.key.Number {
 		t.Errorf("key type %+v, want schema %s, a number", s.key, want)
 	}
-	if err := f.setColumnTypes(t.Context(), nil, table, sink.Discard); err != nil {
+	if _, err := f.setColumnTypes(t.Context(), nil, table, sink.Discard); err != nil {
 		t.Errorf("a sink without the capability: %v, want nil", err)
 	}
 }

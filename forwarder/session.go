@@ -89,10 +89,12 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	if err != nil {
 		return err
 	}
-	// The json formats' column types, for the sink this session produces
-	// through: f.sink here, the transactional sink once openTxn built it.
+	// The column types the record formats need (a bytea payload, the json
+	// formats), for the sink this session produces through: f.sink here,
+	// the transactional sink once openTxn built it.
+	var binary bool // a bytea payload
 	if !f.eos() {
-		if err := f.setColumnTypes(ctx, side, table, f.sink); err != nil {
+		if binary, err = f.setColumnTypes(ctx, side, table, f.sink); err != nil {
 			return err
 		}
 	}
@@ -114,7 +116,7 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 			return err
 		}
 		defer txs.Close()
-		if err := f.setColumnTypes(ctx, side, table, txs); err != nil {
+		if binary, err = f.setColumnTypes(ctx, side, table, txs); err != nil {
 			return err
 		}
 	}
@@ -123,6 +125,11 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	// quarantine (poison.ErrUnwritable, terminal).
 	if err := f.store.Check(ctx); err != nil {
 		return err
+	}
+	if binary {
+		if err := f.store.CheckBinaryPayload(ctx); err != nil {
+			return err
+		}
 	}
 	// The breaker counts the quarantines of earlier sessions and
 	// processes within its window.

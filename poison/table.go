@@ -71,13 +71,16 @@ var (
 	// outbox_id, payload and headers may be text: an outbox whose id is
 	// not a uuid, or whose payload is text that is not JSON, needs them.
 	jsonTypes = []string{"jsonb", "json", "text"}
+	// payload may also be bytea, for an outbox whose payload is bytea
+	// (CheckBinaryPayload).
+	payloadTypes = []string{"jsonb", "json", "text", "bytea"}
 )
 
 // columns are the poison table's columns, in the order of the migration.
 var columns = []column{
 	{"idempotency_key", textTypes},
 	{"outbox_id", []string{"uuid", "text"}},
-	{"payload", jsonTypes},
+	{"payload", payloadTypes},
 	{"created_at", tsTypes},
 	{"topic", textTypes},
 	{"partition_key", textTypes},
@@ -120,6 +123,34 @@ func (s *Store) Check(ctx context.Context) error {
 	}
 	s.checked.Store(&t)
 	return nil
+}
+
+// CheckBinaryPayload is Check for an outbox whose payload column is
+// bytea: the poison table's payload column must hold its bytes (bytea)
+// or their hex text (text); json and jsonb refuse them, so the first
+// quarantined event would stop walpost. A *TableError (ErrUnwritable)
+// names the column and the fix.
+func (s *Store) CheckBinaryPayload(ctx context.Context) error {
+	return checkBinaryPayload(ctx, s.pool, s.table)
+}
+
+// CheckBinaryPayloadTable is Store.CheckBinaryPayload for the (optionally
+// schema-qualified) table over q: what walpost check reports.
+func CheckBinaryPayloadTable(ctx context.Context, q Querier, table string) error {
+	return checkBinaryPayload(ctx, q, quoteQualified(table))
+}
+
+func checkBinaryPayload(ctx context.Context, q Querier, table string) error {
+	t, err := checkTable(ctx, q, table)
+	if err != nil {
+		return err
+	}
+	if t.payload == "bytea" || t.payload == "text" {
+		return nil
+	}
+	return &TableError{Table: table, Column: "payload",
+		Problem: fmt.Sprintf("has type %s, which cannot hold the outbox's bytea payload: the first quarantined event would stop walpost", t.payload),
+		Fix:     fmt.Sprintf("ALTER TABLE %s ALTER COLUMN payload TYPE bytea USING convert_to(payload::text, 'UTF8'), then restart walpost", table)}
 }
 
 // Querier is what CheckTable reads the catalog with (*pgx.Conn,

@@ -180,13 +180,15 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	if err == nil {
 		err = checkUniqueKey(ctx, conn, table, idCol)
 	}
+	var encodings string
+	binary := false
 	if err == nil {
-		err = checkFormats(ctx, conn, table, cfg.Mapping)
+		encodings, binary, err = checkFormats(ctx, conn, table, cfg.Mapping)
 	}
 	if err != nil {
 		r.fail("outbox", err)
 	} else {
-		r.ok("outbox", fmt.Sprintf("%s has the columns of mapping.profile %s and a UNIQUE %s", table, cfg.Mapping.Profile, idCol))
+		r.ok("outbox", fmt.Sprintf("%s has the columns of mapping.profile %s and a UNIQUE %s; %s", table, cfg.Mapping.Profile, idCol, encodings))
 	}
 
 	if !tableOK {
@@ -266,6 +268,8 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	// table it cannot write would stop it at the first quarantine.
 	if err := poison.CheckTable(ctx, conn, cfg.Postgres.PoisonTable); err != nil {
 		r.fail("poison_table", err)
+	} else if err := checkBinaryPoison(ctx, conn, cfg.Postgres.PoisonTable, binary); err != nil {
+		r.fail("poison_table", err)
 	} else {
 		r.ok("poison_table", fmt.Sprintf("%q has the columns walpost writes, keyed by (outbox_id, commit_lsn)", cfg.Postgres.PoisonTable))
 	}
@@ -337,18 +341,34 @@ func columnsOf(m config.Mapping) replication.Columns {
 	return c
 }
 
-// checkFormats checks the key and payload column types the json formats
-// of m write, as walpost run does at each session start.
-func checkFormats(ctx context.Context, conn *pgx.Conn, table replication.TableName, m config.Mapping) error {
+// checkFormats checks the key and payload column types as walpost run
+// does at each session start (kafka.MappingTypes: a column it cannot
+// encode is an error naming it) and says how the record carries each;
+// binary reports a bytea payload.
+func checkFormats(ctx context.Context, conn *pgx.Conn, table replication.TableName, m config.Mapping) (encodings string, binary bool, err error) {
 	types, err := replication.ColumnTypes(ctx, conn, table)
 	if err != nil {
-		return fmt.Errorf("read column types of %s: %w", table, err)
+		return "", false, fmt.Errorf("read column types of %s: %w", table, err)
 	}
-	_, _, err = kafka.MappingTypes(m, func(c string) (string, bool, bool) {
+	kt, vt, err := kafka.MappingTypes(m, func(c string) (string, bool, bool) {
 		t, ok := types[c]
 		return t.Type, t.NotNull, ok
 	})
-	return err
+	if err != nil {
+		return "", false, err
+	}
+	return fmt.Sprintf("record key %s: %s, value %s: %s",
+		m.KeyColumn, kafka.Encoding(types[m.KeyColumn].Type, m.KeyFormat, kt),
+		m.PayloadColumn, kafka.Encoding(types[m.PayloadColumn].Type, m.ValueFormat, vt)), vt.Binary, nil
+}
+
+// checkBinaryPoison is poison.CheckBinaryPayloadTable when the payload
+// is bytea (binary), as walpost run checks it at each session start.
+func checkBinaryPoison(ctx context.Context, conn *pgx.Conn, table string, binary bool) error {
+	if !binary {
+		return nil
+	}
+	return poison.CheckBinaryPayloadTable(ctx, conn, table)
 }
 
 // checkPublicationOps is replication.CheckPublication (what walpost run

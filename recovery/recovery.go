@@ -261,6 +261,9 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 			return rep, fmt.Errorf("exactly-once: %w; nothing was changed", err)
 		}
 		defer txs.Close()
+		if err := setTableTypes(ctx, side, table, cfg.Mapping, txs); err != nil {
+			return rep, fmt.Errorf("exactly-once: %w; nothing was changed", err)
+		}
 		rep.CheckpointTopic = cfg.Kafka.CheckpointTopic
 	}
 	if !found {
@@ -613,4 +616,17 @@ func (p *producer) wait(ctx context.Context) error {
 		return fmt.Errorf("wait for Kafka's acknowledgements: %w", err)
 	}
 	return p.err()
+}
+
+// setTableTypes gives s the table's column types (kafka.SetTableTypes):
+// a bytea payload is produced as its bytes, as walpost run does.
+func setTableTypes(ctx context.Context, q replication.Querier, table replication.TableName, m config.Mapping, s *kafka.Sink) error {
+	types, err := replication.ColumnTypes(ctx, q, table)
+	if err != nil {
+		return fmt.Errorf("read column types of %s: %w", table, err)
+	}
+	return kafka.SetTableTypes(s, m, func(c string) (string, bool, bool) {
+		t, ok := types[c]
+		return t.Type, t.NotNull, ok
+	})
 }

@@ -33,13 +33,14 @@ var SessionSettings = map[string]string{
 func ownSession(params map[string]string) { maps.Copy(params, SessionSettings) }
 
 // ConnectSQL opens a plain (SQL) connection to connString with
-// SessionSettings.
+// SessionSettings and bytea_output = hex.
 func ConnectSQL(ctx context.Context, connString string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, err
 	}
 	ownSession(cfg.RuntimeParams)
+	byteaHex(cfg.RuntimeParams)
 	for {
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err == nil || !dropUnknownSetting(err, cfg.RuntimeParams) {
@@ -67,13 +68,14 @@ func dropUnknownSetting(err error, params map[string]string) bool {
 }
 
 // PoolConfig parses connString for a pool whose connections have
-// SessionSettings.
+// SessionSettings and bytea_output = hex.
 func PoolConfig(connString string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, err
 	}
 	ownSession(cfg.ConnConfig.RuntimeParams)
+	byteaHex(cfg.ConnConfig.RuntimeParams)
 	return cfg, nil
 }
 

@@ -301,6 +301,20 @@ func forceRendering(params map[string]string) {
 	}
 	params["DateStyle"] = "ISO"
 	params["TimeZone"] = "UTC"
+	byteaHex(params)
+}
+
+// byteaHex sets bytea_output = hex (PostgreSQL's default, which a role or
+// a database may change to escape) in params, the startup parameters of
+// a connection walpost reads outbox rows as text on: the Kafka sink
+// decodes a bytea payload's hex text (\x…) only.
+func byteaHex(params map[string]string) {
+	for k := range params {
+		if strings.EqualFold(k, "bytea_output") {
+			delete(params, k)
+		}
+	}
+	params["bytea_output"] = "hex"
 }
 
 // replicationReadBuffer is the read buffer of a replication connection.

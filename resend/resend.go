@@ -346,6 +346,17 @@ func (r *Resender) produce(ctx context.Context, tx pgx.Tx, q query, opts Options
 			return rep, fmt.Errorf("exactly-once: %w; nothing was produced", err)
 		}
 		defer txs.Close()
+		types, err := replication.ColumnTypes(ctx, tx, q.table)
+		if err != nil {
+			return rep, fmt.Errorf("exactly-once: read column types of %s: %w; nothing was produced", q.table, err)
+		}
+		// A bytea payload is produced as its bytes, as walpost run does.
+		if err := kafka.SetTableTypes(txs, cfg.Mapping, func(c string) (string, bool, bool) {
+			t, ok := types[c]
+			return t.Type, t.NotNull, ok
+		}); err != nil {
+			return rep, fmt.Errorf("exactly-once: %w; nothing was produced", err)
+		}
 		em.sink, em.txs = txs, txs
 		em.per, em.interval = cfg.Delivery.TransactionRecords, cfg.Delivery.TransactionInterval
 		em.cp = kafka.Checkpoint{Slot: cfg.Postgres.Slot + "-resend", SystemID: id.SystemID, Timeline: id.Timeline}

@@ -20,7 +20,7 @@ type Sink interface {
 
 // ColumnTyped is the optional capability of a Sink whose record formats
 // depend on the types of the outbox's key and payload columns (the Kafka
-// sink's json formats of the Debezium profile). At each session start the
+// sink's json formats of the Debezium profile, a bytea payload's bytes). At each session start the
 // pipeline gives the types read from the table to the sink it produces
 // through, before its first event; a sink without the capability needs
 // none.
@@ -30,13 +30,16 @@ type ColumnTyped interface {
 	SetColumnTypes(key, value ColumnType)
 }
 
-// ColumnType is what a sink's JSON formats need of a column: its schema
-// as JSON (for Kafka, the Connect schema Debezium's PostgreSQL connector
-// derives, kafka.ConnectType) and whether its values are JSON numbers.
+// ColumnType is what a sink needs of a column to encode it: its schema
+// as JSON for the JSON formats (for Kafka, the Connect schema Debezium's
+// PostgreSQL connector derives, kafka.ConnectType), whether its values
+// are JSON numbers, and whether it is binary (bytea: the event carries
+// PostgreSQL's hex text, \x…, and the record the bytes it stands for).
 // The zero value is a text column that may be NULL.
 type ColumnType struct {
 	Schema string
 	Number bool
+	Binary bool
 }
 
 // Result is where the destination put an acknowledged event. Partition is

@@ -130,7 +130,7 @@ func newPoisonReplayCommand() *cobra.Command {
 			}
 			logger := newLogger(cmd.ErrOrStderr(), cfg.Log)
 			// One record at a time: no linger.
-			k, err := commandSink(cfg, logger, "-replay", func(kcfg *kafka.Config) { kcfg.Linger, kcfg.MaxBufferedRecords = 0, 0 })
+			k, err := commandSink(cmd.Context(), cfg, logger, "-replay", func(kcfg *kafka.Config) { kcfg.Linger, kcfg.MaxBufferedRecords = 0, 0 })
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -9,7 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/forwarder"
 	"github.com/walpost/walpost/recovery"
+	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
 )
 
@@ -54,7 +57,7 @@ func newRecoverCommand() *cobra.Command {
 			// In exactly-once mode recover opens the slot's transactional
 			// producer itself.
 			if !dryRun && cfg.Delivery.Mode != config.ExactlyOnce {
-				k, err := commandSink(cfg, logger, "-recover", nil)
+				k, err := commandSink(cmd.Context(), cfg, logger, "-recover", nil)
 				if err != nil {
 					return err
 				}
@@ -93,8 +96,10 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 // commandSink is the idempotent Kafka producer of a command that produces
 // beside walpost run (recover, resend, poison replay): the configuration's,
 // with a client id of its own (suffix) and tune applied, logging as the
-// kafka component.
-func commandSink(cfg *config.Config, logger *slog.Logger, suffix string, tune func(*kafka.Config)) (*kafka.Sink, error) {
+// kafka component, with the outbox table's column types (a bytea payload
+// is produced as its bytes), as walpost run reads them at each session
+// start.
+func commandSink(ctx context.Context, cfg *config.Config, logger *slog.Logger, suffix string, tune func(*kafka.Config)) (*kafka.Sink, error) {
 	kcfg, err := kafka.ConfigFrom(cfg)
 	if err != nil {
 		return nil, err
@@ -104,5 +109,34 @@ func commandSink(cfg *config.Config, logger *slog.Logger, suffix string, tune fu
 	if tune != nil {
 		tune(&kcfg)
 	}
-	return kafka.New(kcfg)
+	k, err := kafka.New(kcfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := setTableTypes(ctx, cfg, k); err != nil {
+		k.Close()
+		return nil, err
+	}
+	return k, nil
+}
+
+// setTableTypes gives s the outbox table's key and payload column types
+// (forwarder.TableTypes); a column walpost cannot encode is an error
+// naming it.
+func setTableTypes(ctx context.Context, cfg *config.Config, s *kafka.Sink) error {
+	conn, err := replication.ConnectSQL(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return fmt.Errorf("read the outbox table's column types: %w", err)
+	}
+	defer conn.Close(context.Background())
+	table, err := replication.ResolveTable(ctx, conn, cfg.Postgres.Table)
+	if err != nil {
+		return err
+	}
+	kt, vt, err := forwarder.TableTypes(ctx, conn, table, cfg.Mapping)
+	if err != nil {
+		return err
+	}
+	s.SetColumnTypes(kt, vt)
+	return nil
 }

@@ -70,7 +70,7 @@ func newResendCommand() *cobra.Command {
 			// In exactly-once mode resend opens its transactional producer
 			// itself.
 			if !opts.DryRun && cfg.Delivery.Mode != config.ExactlyOnce {
-				k, err := commandSink(cfg, logger, "-resend", nil)
+				k, err := commandSink(cmd.Context(), cfg, logger, "-resend", nil)
 				if err != nil {
 					return err
 				}

@@ -517,6 +517,12 @@ func (s *Server) catalog(q string) *Result {
 			r.Add(c.Name)
 		}
 		return r
+	case strings.HasPrefix(q, "SELECT a.attname, t.typname, a.attnotnull FROM pg_attribute a"):
+		r := Rows([]Col{{"attname", pgtype.TextOID}, {"typname", pgtype.TextOID}, {"attnotnull", pgtype.BoolOID}})
+		for _, c := range cfg.Columns {
+			r.Add(c.Name, typeName(c.OID), c.Key)
+		}
+		return r
 	case strings.Contains(q, "FROM pg_publication WHERE pubname"):
 		return Rows([]Col{{"puballtables", pgtype.BoolOID}, {"pubinsert", pgtype.BoolOID}, {"pubupdate", pgtype.BoolOID}, {"pubdelete", pgtype.BoolOID}, {"pubtruncate", pgtype.BoolOID}},
 			[]any{false, true, false, false, false})
@@ -542,6 +548,27 @@ func (s *Server) catalog(q string) *Result {
 		return Rows([]Col{{"slot", pgtype.TextOID}}, []any{cfg.Slot})
 	}
 	return nil
+}
+
+// typeName is pg_type.typname of the type oid of a Column.
+func typeName(oid uint32) string {
+	switch oid {
+	case pgtype.TextOID:
+		return "text"
+	case pgtype.UUIDOID:
+		return "uuid"
+	case pgtype.JSONBOID:
+		return "jsonb"
+	case pgtype.JSONOID:
+		return "json"
+	case pgtype.TimestamptzOID:
+		return "timestamptz"
+	case pgtype.ByteaOID:
+		return "bytea"
+	case pgtype.Int8OID:
+		return "int8"
+	}
+	return fmt.Sprintf("oid%d", oid)
 }
 
 // slotRow is replication.QuerySlot's row of the slot.

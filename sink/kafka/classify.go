@@ -21,7 +21,7 @@ var ErrRecordTooLarge = fmt.Errorf("record larger than the topic's max.message.b
 // unknown ones ("UNKNOWN" and Kafka's own names): the poison counter is
 // exported at 0 for each, so an alert sees the first quarantine.
 var RecordClasses = []string{
-	"INVALID_HEADERS", "EMPTY_KEY", "NULL_PAYLOAD", "LIMIT_RAISED",
+	"INVALID_HEADERS", "EMPTY_KEY", "NULL_PAYLOAD", "BINARY_TEXT", "LIMIT_RAISED",
 	kerr.MessageTooLarge.Message, kerr.RecordListTooLarge.Message, kerr.InvalidRecord.Message,
 	kerr.CorruptMessage.Message, kerr.InvalidTimestamp.Message, kerr.PolicyViolation.Message, "UNKNOWN",
 }
@@ -39,6 +39,8 @@ func Classify(err error) (sink.Kind, string) {
 		return sink.Record, "EMPTY_KEY"
 	case errors.Is(err, ErrNullPayload):
 		return sink.Record, "NULL_PAYLOAD"
+	case errors.Is(err, ErrBinaryText):
+		return sink.Record, "BINARY_TEXT"
 	case errors.Is(err, ErrLimitRaised):
 		return sink.Record, "LIMIT_RAISED"
 	case errors.Is(err, ErrHeldBehind):

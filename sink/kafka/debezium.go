@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strconv"
@@ -116,7 +117,7 @@ func (l *Layout) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event, d
 		return err
 	}
 	r.Topic = l.topic(ev, defaultTopic)
-	return nil
+	return binaryValue(r, types)
 }
 
 // topicTemplate is mapping.topic_template with the topics it gave, so a
@@ -167,7 +168,7 @@ type ColumnType = sink.ColumnType
 func ConnectType(pgType string, notNull bool) (ColumnType, error) {
 	opt := strconv.FormatBool(!notNull)
 	var typ, name string
-	number := false
+	number, binary := false, false
 	switch pgType {
 	case "text", "varchar", "bpchar", "name":
 		typ = "string"
@@ -181,14 +182,17 @@ func ConnectType(pgType string, notNull bool) (ColumnType, error) {
 		typ, number = "int32", true
 	case "int8":
 		typ, number = "int64", true
+	case "bytea":
+		// binary.handling.mode = bytes (the default): base64 in JSON.
+		typ, binary = "bytes", true
 	default:
-		return ColumnType{}, fmt.Errorf("type %s: the json formats reproduce text, varchar, char, uuid, json, jsonb, smallint, integer and bigint columns", pgType)
+		return ColumnType{}, fmt.Errorf("type %s: the json formats reproduce text, varchar, char, uuid, json, jsonb, smallint, integer, bigint and bytea columns", pgType)
 	}
 	s := `{"type":"` + typ + `","optional":` + opt
 	if name != "" {
 		s += `,"name":"` + name + `","version":1`
 	}
-	return ColumnType{Schema: s + "}", Number: number}, nil
+	return ColumnType{Schema: s + "}", Number: number, Binary: binary}, nil
 }
 
 // defaultColumnType is a nullable text column's.
@@ -219,9 +223,16 @@ func encode(format string, c ColumnType, text []byte) []byte {
 	return text
 }
 
+// appendJSON appends the JSON value of text (a binary column's text
+// already decoded to its bytes: JsonConverter writes them in base64).
 func appendJSON(dst []byte, c ColumnType, text []byte) []byte {
-	if c.Number {
+	switch {
+	case c.Number:
 		return append(dst, text...)
+	case c.Binary:
+		dst = append(dst, '"')
+		dst = base64.StdEncoding.AppendEncode(dst, text)
+		return append(dst, '"')
 	}
 	return AppendJacksonString(dst, text)
 }
@@ -383,6 +394,12 @@ func (l *Layout) buildDebezium(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.
 		r.Value = nil
 	case ev.Payload == nil:
 		r.Value = encodeNull(l.ValueFormat, value)
+	case value.Binary:
+		b, err := decodeBytea(ev.Payload)
+		if err != nil {
+			return err
+		}
+		r.Value = encode(l.ValueFormat, value, b)
 	default:
 		r.Value = encode(l.ValueFormat, value, ev.Payload)
 	}
@@ -407,18 +424,32 @@ func validTopic(t string) bool {
 	return true
 }
 
-// MappingTypes are the key and payload column types the json formats of
-// m write, from the table's columns (types[column] = PostgreSQL type name
-// and NOT NULL). With string formats nothing is needed and nothing is
-// checked; a column type the json formats do not reproduce is an error
-// naming the format key.
+// MappingTypes are the key and payload column types the record formats
+// of m need, from the table's columns (types(column) = PostgreSQL type
+// name and NOT NULL): a bytea payload column is Binary in every profile
+// and format (its record value is the bytes, as Debezium's
+// BinaryDataConverter and ByteArrayConverter write them; base64 in the
+// json formats, as JsonConverter writes Connect bytes), and the json
+// formats of the debezium profile need the Connect type of the key and
+// payload columns. A column walpost cannot encode is an error naming it
+// and its key: a bytea column anywhere but the payload (the key, id,
+// topic and header columns are text: the idempotency key, a topic name
+// and header strings), or a type the json formats do not reproduce.
 func MappingTypes(m config.Mapping, types func(column string) (pgType string, notNull, ok bool)) (key, value ColumnType, err error) {
+	for _, c := range textColumns(m) {
+		if t, _, ok := types(c.column); ok && t == "bytea" {
+			return key, value, fmt.Errorf("column %q (%s) is bytea, which walpost cannot encode there: it sends this column as text (%s); only the payload column (mapping.payload_column) may be bytea; fix: make the column text, or map another column", c.column, c.key, c.as)
+		}
+	}
+	if t, _, ok := types(m.PayloadColumn); ok && t == "bytea" {
+		value.Binary = true
+	}
 	if m.Profile != config.ProfileDebezium {
 		return key, value, nil
 	}
-	one := func(formatKey, format, columnKey, column string) (ColumnType, error) {
+	one := func(formatKey, format, columnKey, column string, plain ColumnType) (ColumnType, error) {
 		if format == config.FormatString {
-			return ColumnType{}, nil
+			return plain, nil
 		}
 		t, notNull, ok := types(column)
 		if !ok {
@@ -430,9 +461,65 @@ func MappingTypes(m config.Mapping, types func(column string) (pgType string, no
 		}
 		return c, nil
 	}
-	if key, err = one("mapping.key_format", m.KeyFormat, "mapping.key_column", m.KeyColumn); err != nil {
+	if key, err = one("mapping.key_format", m.KeyFormat, "mapping.key_column", m.KeyColumn, key); err != nil {
 		return key, value, err
 	}
-	value, err = one("mapping.value_format", m.ValueFormat, "mapping.payload_column", m.PayloadColumn)
+	value, err = one("mapping.value_format", m.ValueFormat, "mapping.payload_column", m.PayloadColumn, value)
 	return key, value, err
+}
+
+// SetTableTypes gives s the key and payload column types of the table
+// whose columns types describes (column → PostgreSQL type name and NOT
+// NULL, as replication.ColumnTypes reads them), MappingTypes of m; a
+// column walpost cannot encode is MappingTypes' error. The commands that
+// produce outbox rows beside walpost run (recover, resend in exactly-once
+// mode) call it as walpost run does at each session start.
+func SetTableTypes(s sink.ColumnTyped, m config.Mapping, types func(column string) (pgType string, notNull, ok bool)) error {
+	kt, vt, err := MappingTypes(m, types)
+	if err != nil {
+		return err
+	}
+	s.SetColumnTypes(kt, vt)
+	return nil
+}
+
+// mappedColumn is a column the record carries as text.
+type mappedColumn struct{ column, key, as string }
+
+// textColumns are the columns of m whose text the record carries as it
+// is (every mapped column but the payload).
+func textColumns(m config.Mapping) []mappedColumn {
+	keyAs, idAs := "the record key and the idempotency_key header", "the outbox_id header"
+	if m.Profile == config.ProfileDebezium {
+		keyAs, idAs = "the record key", "the id header and the idempotency key"
+	}
+	out := []mappedColumn{
+		{m.KeyColumn, "mapping.key_column", keyAs},
+		{m.IDColumn, "mapping.id_column", idAs},
+		{m.TopicColumn, "mapping.topic_column", "the topic name"},
+	}
+	for _, h := range m.Headers() {
+		out = append(out, mappedColumn{h.Column, "mapping.header_columns", "the header " + h.Header})
+	}
+	if m.Profile == config.ProfileWalpost {
+		out = append(out, mappedColumn{"partition_key", "", "the partition key"})
+	}
+	return out
+}
+
+// Encoding says how the record carries a column of PostgreSQL type
+// pgType and sink type c in format (config.FormatString, FormatJSON,
+// FormatJSONSchema), for walpost check.
+func Encoding(pgType, format string, c ColumnType) string {
+	switch {
+	case format == config.FormatString && c.Binary:
+		return "its raw bytes (" + pgType + ", not its \\x text)"
+	case format == config.FormatString:
+		return "its PostgreSQL text (" + pgType + ")"
+	case c.Binary:
+		return format + ", its bytes in base64 (" + pgType + ")"
+	case c.Number:
+		return format + ", a JSON number (" + pgType + ")"
+	}
+	return format + ", a JSON string (" + pgType + ")"
 }

@@ -55,15 +55,16 @@ func TestConnectType(t *testing.T) {
 		{"uuid", true, `{"type":"string","optional":false,"name":"io.debezium.data.Uuid","version":1}`, false},
 		{"jsonb", false, `{"type":"string","optional":true,"name":"io.debezium.data.Json","version":1}`, false},
 		{"int8", true, `{"type":"int64","optional":false}`, true},
+		{"bytea", true, `{"type":"bytes","optional":false}`, false},
 	}
 	for _, c := range cases {
 		got, err := kafka.ConnectType(c.typ, c.notNull)
-		if err != nil || got.Schema != c.want || got.Number != c.number {
+		if err != nil || got.Schema != c.want || got.Number != c.number || got.Binary != (c.typ == "bytea") {
 			t.Errorf("ConnectType(%s, %v) = %+v, %v; want %s number %v", c.typ, c.notNull, got, err, c.want, c.number)
 		}
 	}
-	if _, err := kafka.ConnectType("bytea", true); err == nil {
-		t.Error("ConnectType(bytea): no error, want one (the json formats do not reproduce bytea)")
+	if _, err := kafka.ConnectType("xml", true); err == nil {
+		t.Error("ConnectType(xml): no error, want one (the json formats do not reproduce xml)")
 	}
 }
 

@@ -476,7 +476,10 @@ func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
 // build fills r with ev's record in the sink's layout.
 func (k *Sink) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event) error {
 	if k.lay == nil {
-		return buildInto(r, hs, ev, k.cfg.DefaultTopic, false)
+		if err := buildInto(r, hs, ev, k.cfg.DefaultTopic, false); err != nil {
+			return err
+		}
+		return binaryValue(r, k.types.Load())
 	}
 	return k.lay.build(r, hs, ev, k.cfg.DefaultTopic, k.types.Load())
 }
@@ -484,13 +487,11 @@ func (k *Sink) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event) err
 // The Kafka sink is sink.ColumnTyped.
 var _ sink.ColumnTyped = (*Sink)(nil)
 
-// SetColumnTypes sets the key and payload columns' types the json formats
-// write (ConnectType of the table's columns); Produce calls that follow
-// use them. Without a Debezium layout it does nothing.
+// SetColumnTypes sets the key and payload columns' types (MappingTypes
+// of the table's columns): the json formats' schemas, a bytea payload;
+// Produce calls that follow use them.
 func (k *Sink) SetColumnTypes(key, value ColumnType) {
-	if k.lay != nil {
-		k.types.Store(&[2]ColumnType{key, value})
-	}
+	k.types.Store(&[2]ColumnType{key, value})
 }
 
 // CheckSize is the size pre-check: a record larger than its topic's limit
