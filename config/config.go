@@ -149,12 +149,27 @@ type Kafka struct {
 
 // TLS configures TLS to the brokers.
 type TLS struct {
-	Enabled            bool   `mapstructure:"enabled" doc:"Connect to the brokers over TLS." default:"false"`
-	CAFile             string `mapstructure:"ca_file" doc:"PEM file of the CA that signed the brokers' certificates; empty uses the system roots." default:""`
-	CertFile           string `mapstructure:"cert_file" doc:"PEM client certificate for mutual TLS." default:""`
-	KeyFile            string `mapstructure:"key_file" doc:"PEM key of the client certificate." default:""`
-	ServerName         string `mapstructure:"server_name" doc:"Expected server name, when it differs from the broker host." default:""`
-	InsecureSkipVerify bool   `mapstructure:"insecure_skip_verify" doc:"Skip certificate verification (testing only)." default:"false"`
+	Enabled  bool   `mapstructure:"enabled" doc:"Connect to the brokers over TLS." default:"false"`
+	CAFile   string `mapstructure:"ca_file" doc:"PEM file of the CA that signed the brokers' certificates; empty uses the system roots." default:""`
+	CertFile string `mapstructure:"cert_file" doc:"PEM client certificate for mutual TLS." default:""`
+	KeyFile  string `mapstructure:"key_file" doc:"PEM key of the client certificate; an encrypted PKCS#8 key (BEGIN ENCRYPTED PRIVATE KEY) needs kafka.tls.key_password (Java/librdkafka ssl.key.location)." default:""`
+	// KeyPassword decrypts an encrypted PKCS#8 KeyFile (Java and
+	// librdkafka ssl.key.password).
+	KeyPassword string `mapstructure:"key_password" doc:"Password of an encrypted PKCS#8 kafka.tls.key_file (never logged; Java/librdkafka ssl.key.password)." default:""`
+	// KeyPasswordFile names a file holding KeyPassword (a mounted secret).
+	KeyPasswordFile string `mapstructure:"key_password_file" doc:"File holding kafka.tls.key_password (a mounted secret), one trailing newline trimmed; not together with kafka.tls.key_password." default:""`
+	// KeystoreFile is a PKCS#12 bundle of the client certificate, its key
+	// and its chain, instead of CertFile and KeyFile (Java
+	// ssl.keystore.location with ssl.keystore.type=PKCS12; librdkafka
+	// ssl.keystore.location).
+	KeystoreFile string `mapstructure:"keystore_file" doc:"PKCS#12 bundle (.p12/.pfx) of the client certificate, its key and chain, instead of kafka.tls.cert_file and key_file (Java ssl.keystore.location with ssl.keystore.type=PKCS12; librdkafka ssl.keystore.location)." default:""`
+	// KeystorePassword decrypts KeystoreFile (Java and librdkafka
+	// ssl.keystore.password).
+	KeystorePassword string `mapstructure:"keystore_password" doc:"Password of kafka.tls.keystore_file (never logged; Java/librdkafka ssl.keystore.password)." default:""`
+	// KeystorePasswordFile names a file holding KeystorePassword.
+	KeystorePasswordFile string `mapstructure:"keystore_password_file" doc:"File holding kafka.tls.keystore_password (a mounted secret), one trailing newline trimmed; not together with kafka.tls.keystore_password." default:""`
+	ServerName           string `mapstructure:"server_name" doc:"Expected server name, when it differs from the broker host." default:""`
+	InsecureSkipVerify   bool   `mapstructure:"insecure_skip_verify" doc:"Skip certificate verification (testing only)." default:"false"`
 }
 
 // SASL configures SASL authentication to the brokers.
@@ -831,6 +846,8 @@ func (c *Config) ReadSecretFiles() error {
 		{"kafka.sasl.password", "kafka.sasl.password_file", &c.Kafka.SASL.Password, c.Kafka.SASL.PasswordFile},
 		{"kafka.sasl.oauth_token", "kafka.sasl.oauth_token_file", &c.Kafka.SASL.OAuthToken, c.Kafka.SASL.OAuthTokenFile},
 		{"kafka.sasl.aws_secret_access_key", "kafka.sasl.aws_secret_access_key_file", &c.Kafka.SASL.AWSSecretAccessKey, c.Kafka.SASL.AWSSecretAccessKeyFile},
+		{"kafka.tls.key_password", "kafka.tls.key_password_file", &c.Kafka.TLS.KeyPassword, c.Kafka.TLS.KeyPasswordFile},
+		{"kafka.tls.keystore_password", "kafka.tls.keystore_password_file", &c.Kafka.TLS.KeystorePassword, c.Kafka.TLS.KeystorePasswordFile},
 	} {
 		if s.file == "" {
 			continue
@@ -1048,8 +1065,18 @@ func (c *Config) ValidateFor(need Needs) error {
 	default:
 		bad("kafka.sasl.mechanism", c.Kafka.SASL.Mechanism, "empty, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM")
 	}
-	if (c.Kafka.TLS.CertFile == "") != (c.Kafka.TLS.KeyFile == "") {
-		bad("kafka.tls.cert_file", c.Kafka.TLS.CertFile, "cert_file and key_file go together")
+	tl := c.Kafka.TLS
+	if (tl.CertFile == "") != (tl.KeyFile == "") {
+		bad("kafka.tls.cert_file", tl.CertFile, "cert_file and key_file go together")
+	}
+	if tl.KeystoreFile != "" && tl.CertFile != "" {
+		bad("kafka.tls.keystore_file", tl.KeystoreFile, "either a PKCS#12 keystore or kafka.tls.cert_file and key_file, not both")
+	}
+	if tl.KeyPassword != "" && tl.KeyFile == "" {
+		bad("kafka.tls.key_password", RedactedValue, "only with kafka.tls.key_file (an encrypted PKCS#8 key); a PKCS#12 bundle's password is kafka.tls.keystore_password")
+	}
+	if tl.KeystorePassword != "" && tl.KeystoreFile == "" {
+		bad("kafka.tls.keystore_password", RedactedValue, "only with kafka.tls.keystore_file")
 	}
 	if c.Pipeline.MaxInFlightEvents < 1 {
 		bad("pipeline.max_inflight_events", strconv.Itoa(c.Pipeline.MaxInFlightEvents), "at least 1")

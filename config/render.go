@@ -73,7 +73,7 @@ func WriteEffective(w io.Writer, cfg *Config) error {
 	}
 	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{walk(reflect.ValueOf(*cfg), "")}}
 	doc.HeadComment = "walpost effective configuration; walpost --config FILE reads it back.\n" +
-		"Secrets are redacted: the password in postgres.url, kafka.sasl.password, oauth_token and the AWS secrets read " + RedactedValue + ";\n" +
+		"Secrets are redacted: the password in postgres.url, kafka.sasl.password, oauth_token, the AWS secrets and the TLS key passwords read " + RedactedValue + ";\n" +
 		"set them again (e.g. WALPOST_POSTGRES_URL, WALPOST_KAFKA_SASL_PASSWORD) before using this file.\n" +
 		"Values read from a *_file key are left empty: the file is read again."
 	enc := yaml.NewEncoder(w)
@@ -95,6 +95,10 @@ func fromFile(cfg *Config, key string) bool {
 		return cfg.Kafka.SASL.OAuthTokenFile != ""
 	case "kafka.sasl.aws_secret_access_key":
 		return cfg.Kafka.SASL.AWSSecretAccessKeyFile != ""
+	case "kafka.tls.key_password":
+		return cfg.Kafka.TLS.KeyPasswordFile != ""
+	case "kafka.tls.keystore_password":
+		return cfg.Kafka.TLS.KeystorePasswordFile != ""
 	}
 	return false
 }

@@ -46,11 +46,11 @@ func ClientOpts(cfg config.Kafka) ([]kgo.Opt, error) {
 			}
 			tc.RootCAs = pool
 		}
-		if t.CertFile != "" {
-			cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("kafka.tls.cert_file/key_file: %w", err)
-			}
+		cert, ok, err := clientCertificate(t)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
 			tc.Certificates = []tls.Certificate{cert}
 		}
 		opts = append(opts, kgo.Dialer((&tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: tc}).DialContext))
