@@ -49,6 +49,9 @@
 #                          as the last line on stdout
 #   scratch-kafka-down NAME
 #                          stop it and delete its directory
+#   registry-start|registry-stop
+#                          start/stop the schema registry alone (see
+#                          WALPOST_STACK_REGISTRY below)
 #
 # Environment: WALPOST_STACK_PG_PORT (54329), WALPOST_STACK_KAFKA_PORT (19092),
 # WALPOST_STACK_KAFKA_CONTROLLER_PORT (19093), WALPOST_STACK_KAFKA_PROXIED_PORT
@@ -91,6 +94,18 @@
 # WALPOST_STACK_STANDBY_PGDATA name the standby. After pg-failover the old
 # primary's data has diverged: `up` and `pg-start` refuse until both data
 # directories are removed.
+#
+# WALPOST_STACK_REGISTRY=1 at `up` also runs a Confluent-compatible schema
+# registry: Apicurio Registry (io.apicurio:apicurio-registry-app, its
+# Quarkus distribution `all` tar.gz from Maven Central, extracted once under
+# .stack/registry/<version>), in-memory storage, on 127.0.0.1 port
+# WALPOST_STACK_REGISTRY_PORT (18081), log .stack/registry.log. It needs
+# Java 21 or later: WALPOST_STACK_REGISTRY_JAVA, else the newest
+# /usr/lib/jvm/*/bin/java of 21 or later. Its JVM takes about 15 s to
+# start, so the default `up` leaves it out. `up` records the choice in
+# .stack/registry; .stack/env then sets WALPOST_STACK_REGISTRY_URL, the
+# Confluent API's base URL (http://127.0.0.1:PORT/apis/ccompat/v7).
+# `down` stops it; its schemas live in memory and are gone after a stop.
 #
 # State lives in $ROOT/.stack (ROOT = parent of this script's directory).
 # Progress goes to stderr; stdout is reserved for results (scratch URL, status).
@@ -155,6 +170,17 @@ K_EXTRA=                    # a file appended to server.properties
 K_PORT_HINT="set WALPOST_STACK_KAFKA_PORT / WALPOST_STACK_KAFKA_CONTROLLER_PORT / WALPOST_STACK_KAFKA_PROXIED_PORT"
 
 ENV_FILE=$STATE/env
+
+# Schema registry (WALPOST_STACK_REGISTRY=1 at up).
+REG_VERSION=3.3.3
+REG_ARTIFACT=io.apicurio:apicurio-registry-app:$REG_VERSION:tar.gz:all
+REG_HOME=$CACHE/registry/$REG_VERSION
+REG_PORT=${WALPOST_STACK_REGISTRY_PORT:-18081}
+REG_PID=$STATE/registry.pid
+REG_LOG=$STATE/registry.log
+REG_FILE=$STATE/registry # 1 when up started the registry last
+REG_TIMEOUT=${WALPOST_STACK_REGISTRY_TIMEOUT:-120}
+REG_ON=0
 
 # Kafka nodes: KAFKA_NODES at up (1 or 3), recorded for the other commands.
 KAFKA_NODES_FILE=$STATE/kafka-nodes
@@ -848,6 +874,128 @@ kafka_stop() {
 	log "$K_NAME stopped"
 }
 
+# ----------------------------------------------------------- schema registry
+
+reg_url() { printf 'http://127.0.0.1:%s/apis/ccompat/v7\n' "$REG_PORT"; }
+
+# reg_java: a java of major 21 or later (WALPOST_STACK_REGISTRY_JAVA, else
+# the newest under /usr/lib/jvm, else java on the PATH).
+reg_java() {
+	local j major
+	for j in ${WALPOST_STACK_REGISTRY_JAVA:-} $(ls -d /usr/lib/jvm/*/bin/java 2>/dev/null | sort -rV) "$(command -v java || true)"; do
+		[[ -x $j ]] || continue
+		major=$("$j" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = \([0-9]*\).*/\1/p')
+		if [[ -n $major ]] && ((major >= 21)); then
+			printf '%s\n' "$j"
+			return 0
+		fi
+	done
+	die "the schema registry (Apicurio Registry $REG_VERSION) needs Java 21 or later: install one (e.g. a temurin-21 or openjdk-21 package) or set WALPOST_STACK_REGISTRY_JAVA"
+}
+
+ensure_registry() { cache_locked ensure_registry_locked; }
+ensure_registry_locked() {
+	local tgz
+	[[ -f $REG_HOME/.walpost-stack-complete ]] && return 0
+	command -v mvn >/dev/null || die "mvn is needed to resolve the schema registry from Maven Central; install maven"
+	log "resolving Apicurio Registry $REG_VERSION from Maven Central ($REG_ARTIFACT) into $REG_HOME"
+	rm -rf "$REG_HOME.tmp"
+	mkdir -p "$REG_HOME.tmp/dl"
+	quiet mvn -B -q dependency:copy -Dartifact="$REG_ARTIFACT" -DoutputDirectory="$REG_HOME.tmp/dl" ||
+		die "mvn dependency:copy $REG_ARTIFACT failed"
+	tgz=$REG_HOME.tmp/dl/apicurio-registry-app-$REG_VERSION-all.tar.gz
+	[[ -f $tgz ]] || die "mvn dependency:copy left no $tgz"
+	tar -xzf "$tgz" -C "$REG_HOME.tmp" || die "cannot extract $tgz"
+	rm -rf "$REG_HOME.tmp/dl"
+	[[ -f $REG_HOME.tmp/quarkus-run.jar ]] || die "$tgz holds no quarkus-run.jar"
+	rm -rf "$REG_HOME"
+	mv "$REG_HOME.tmp" "$REG_HOME"
+	touch "$REG_HOME/.walpost-stack-complete"
+}
+
+registry_pid() {
+	local pid cmd
+	[[ -s $REG_PID ]] || return 1
+	pid=$(<"$REG_PID")
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
+	[[ $cmd == *quarkus-run.jar* && $cmd == *"quarkus.http.port=$REG_PORT"* ]] || return 1
+	printf '%s\n' "$pid"
+}
+
+# Start the registry without waiting for it; sets REG_T0 and REG_LAUNCHED.
+REG_T0=
+REG_LAUNCHED=0
+registry_launch() {
+	local pid java
+	REG_LAUNCHED=0
+	is_port "$REG_PORT" || die "invalid port: WALPOST_STACK_REGISTRY_PORT=$REG_PORT"
+	if pid=$(registry_pid); then
+		log "schema registry already running (pid $pid, 127.0.0.1:$REG_PORT)"
+		REG_T0=$(now) REG_LAUNCHED=1
+		return 0
+	fi
+	rm -f "$REG_PID"
+	port_open "$REG_PORT" && die "127.0.0.1:$REG_PORT is already in use by another process (not our schema registry); set WALPOST_STACK_REGISTRY_PORT"
+	java=$(reg_java)
+	ensure_registry
+	REG_T0=$(now)
+	log "starting the schema registry (Apicurio Registry $REG_VERSION, 127.0.0.1:$REG_PORT, log $REG_LOG)"
+	mkdir -p "$STATE"
+	printf '\n===== %s stack.sh: starting the schema registry =====\n' "$(date -Is)" >>"$REG_LOG"
+	# In-memory storage; no management interface (it would listen on
+	# 0.0.0.0:9000 beside every other stack's).
+	(
+		cd "$REG_HOME" || exit 1
+		nohup setsid "$java" -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+			-Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REG_PORT" \
+			-Dquarkus.management.enabled=false \
+			-jar quarkus-run.jar </dev/null >>"$REG_LOG" 2>&1 9>&- &
+		printf '%s\n' "$!" >"$REG_PID"
+	) || die "cannot start the schema registry in $REG_HOME"
+	REG_LAUNCHED=1
+}
+
+# Wait until the launched registry answers its Confluent API.
+registry_wait() {
+	local deadline
+	[[ $REG_LAUNCHED == 1 ]] || return 0
+	deadline=$(deadline_in "$REG_TIMEOUT")
+	until curl -sf -o /dev/null --max-time 2 "$(reg_url)/subjects"; do
+		if ! registry_pid >/dev/null && { sleep 0.5; ! registry_pid >/dev/null; }; then
+			tail_log "$REG_LOG" 60
+			rm -f "$REG_PID"
+			die "the schema registry exited during startup"
+		fi
+		if past "$deadline"; then
+			tail_log "$REG_LOG" 60
+			die "the schema registry did not answer $(reg_url)/subjects within ${REG_TIMEOUT}s (see $REG_LOG)"
+		fi
+		sleep 0.2
+	done
+	log "schema registry ready at $(reg_url) ($(elapsed "$REG_T0"))"
+}
+
+registry_stop() {
+	local pid deadline
+	if ! pid=$(registry_pid); then
+		rm -f "$REG_PID"
+		return 0
+	fi
+	log "stopping the schema registry (pid $pid)"
+	kill -TERM "$pid" 2>/dev/null || true
+	deadline=$(deadline_in 30)
+	while registry_pid >/dev/null; do
+		if past "$deadline"; then
+			kill -KILL "$pid" 2>/dev/null || true
+			break
+		fi
+		sleep 0.2
+	done
+	rm -f "$REG_PID"
+	log "schema registry stopped"
+}
+
 # ------------------------------------------------------------------ commands
 
 # kafka_any_running N: whether a node of the N-node layout runs.
@@ -991,6 +1139,12 @@ export WALPOST_STACK_STANDBY_URL=$(pg_url "$SB_PORT")
 export WALPOST_STACK_STANDBY_PGDATA=$SB_DIR/data
 EOF
 	fi
+	if ((REG_ON)); then
+		cat >>"$ENV_FILE.tmp" <<EOF
+# WALPOST_STACK_REGISTRY=1: the schema registry's Confluent API.
+export WALPOST_STACK_REGISTRY_URL=$(reg_url)
+EOF
+	fi
 	if [[ $STATE != "$CACHE" ]]; then
 		cat >>"$ENV_FILE.tmp" <<EOF
 # A second stack (WALPOST_STACK_DIR): scripts/stack.sh run with these acts
@@ -1001,6 +1155,7 @@ export WALPOST_STACK_KAFKA_PORT=$KAFKA_PORT
 export WALPOST_STACK_KAFKA_CONTROLLER_PORT=$KAFKA_CPORT
 export WALPOST_STACK_KAFKA_PROXIED_PORT=$KAFKA_PROXIED_PORT
 export WALPOST_STACK_KAFKA_PROXY_PORT=$KAFKA_PROXY_PORT
+export WALPOST_STACK_REGISTRY_PORT=$REG_PORT
 EOF
 	fi
 	mv "$ENV_FILE.tmp" "$ENV_FILE"
@@ -1106,6 +1261,10 @@ cmd_up() {
 		launched[i]=$KAFKA_LAUNCHED t0s[i]=$KAFKA_T0
 	done
 	printf '%s\n' "$K_NODES" >"$KAFKA_NODES_FILE"
+	REG_ON=0
+	[[ ${WALPOST_STACK_REGISTRY:-0} == 1 ]] && REG_ON=1
+	((REG_ON)) && registry_launch
+	printf '%s\n' "$REG_ON" >"$REG_FILE"
 	main_pg_start
 	if ((SB_ON)); then
 		is_port "$SB_PORT" || die "invalid standby port: $SB_PORT"
@@ -1118,6 +1277,7 @@ cmd_up() {
 		KAFKA_LAUNCHED=${launched[i]} KAFKA_T0=${t0s[i]}
 		kafka_wait
 	done
+	((REG_ON)) && registry_wait
 	write_env
 	log "stack up ($(elapsed "$t0")); environment in $ENV_FILE"
 }
@@ -1138,6 +1298,7 @@ scratch_stop_all() {
 cmd_down() {
 	local d
 	lock
+	registry_stop
 	kafka_stop_all
 	pg_stop "$PG_DIR" fast
 	# The main cluster of another major, when PG_VERSION named another one.
@@ -1199,6 +1360,17 @@ cmd_status() {
 		else
 			echo "standby: down"
 			((SB_ON)) && rc=1
+		fi
+	fi
+	if [[ $(cat "$REG_FILE" 2>/dev/null) == 1 ]] || registry_pid >/dev/null; then
+		if pid=$(registry_pid) && curl -sf -o /dev/null --max-time 2 "$(reg_url)/subjects"; then
+			echo "registry: up (pid $pid, $(reg_url))"
+		elif pid=$(registry_pid); then
+			echo "registry: starting (pid $pid)"
+			rc=1
+		else
+			echo "registry: down"
+			rc=1
 		fi
 	fi
 	for d in "$STATE"/scratch/*/; do
@@ -1467,6 +1639,22 @@ main() {
 	scratch-pg-stop) cmd_scratch_stop "$@" ;;
 	scratch-kafka-up) cmd_scratch_kafka_up "$@" ;;
 	scratch-kafka-down) cmd_scratch_kafka_down "$@" ;;
+	registry-start)
+		lock
+		REG_ON=1
+		registry_launch
+		registry_wait
+		printf '1\n' >"$REG_FILE"
+		if [[ -f $ENV_FILE ]]; then
+			grep -v '^export WALPOST_STACK_REGISTRY_URL=' "$ENV_FILE" >"$ENV_FILE.tmp" || true
+			printf 'export WALPOST_STACK_REGISTRY_URL=%s\n' "$(reg_url)" >>"$ENV_FILE.tmp"
+			mv "$ENV_FILE.tmp" "$ENV_FILE"
+		fi
+		;;
+	registry-stop)
+		lock
+		registry_stop
+		;;
 	-h | --help | help) usage ;;
 	*)
 		usage
