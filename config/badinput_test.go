@@ -177,3 +177,70 @@ func TestSetFlag(t *testing.T) {
 		t.Errorf("compression %q, log %q/%q, brokers %v, mode %q", cfg.Kafka.Compression, cfg.Log.Level, cfg.Log.Format, cfg.Kafka.Brokers, cfg.Delivery.Mode)
 	}
 }
+
+// TestSchemaRegistryInput: the schema_registry keys are checked only when
+// a registry format is chosen, and each problem names its key and the fix.
+func TestSchemaRegistryInput(t *testing.T) {
+	secret := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		env  []string
+		want []string // substrings of the message; none: Load succeeds
+	}{
+		{"off by default", []string{"WALPOST_SCHEMA_REGISTRY_URL", "::"}, nil},
+		{"unknown format", []string{"WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT", "thrift"},
+			[]string{"schema_registry.value_format", "none, avro, json_schema or protobuf"}},
+		{"url required", []string{"WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT", "avro"},
+			[]string{"schema_registry.url", "required with schema_registry.value_format = avro"}},
+		{"url scheme", []string{"WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT", "avro", "WALPOST_SCHEMA_REGISTRY_URL", "registry:8081"},
+			[]string{"schema_registry.url", "an http:// or https:// URL"}},
+		{"strategy", []string{"WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT", "protobuf", "WALPOST_SCHEMA_REGISTRY_URL", "http://r:8081", "WALPOST_SCHEMA_REGISTRY_SUBJECT_STRATEGY", "topic"},
+			[]string{"schema_registry.subject_strategy", "topic_name, record_name or topic_record_name"}},
+		{"converter format", []string{"WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT", "json_schema", "WALPOST_SCHEMA_REGISTRY_URL", "http://r:8081",
+			"WALPOST_MAPPING_PROFILE", "debezium", "WALPOST_MAPPING_VALUE_FORMAT", "json"},
+			[]string{"mapping.value_format", "string with schema_registry.value_format = json_schema"}},
+		{"password and its file", []string{"WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT", "avro", "WALPOST_SCHEMA_REGISTRY_URL", "https://r",
+			"WALPOST_SCHEMA_REGISTRY_USERNAME", "u", "WALPOST_SCHEMA_REGISTRY_PASSWORD", "p", "WALPOST_SCHEMA_REGISTRY_PASSWORD_FILE", secret},
+			[]string{"schema_registry.password (WALPOST_SCHEMA_REGISTRY_PASSWORD) and schema_registry.password_file", "set one of them"}},
+		{"password file", []string{"WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT", "avro", "WALPOST_SCHEMA_REGISTRY_URL", "https://r",
+			"WALPOST_SCHEMA_REGISTRY_USERNAME", "u", "WALPOST_SCHEMA_REGISTRY_PASSWORD_FILE", secret}, nil},
+		{"cert without key", []string{"WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT", "avro", "WALPOST_SCHEMA_REGISTRY_URL", "https://r",
+			"WALPOST_SCHEMA_REGISTRY_TLS_CERT_FILE", "c.pem"},
+			[]string{"schema_registry.tls_cert_file", "go together"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := loadBad(t, badInput{env: tt.env})
+			if tt.want == nil {
+				if got != "" {
+					t.Fatalf("Load: %s, want no error", got)
+				}
+				return
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("Load: %s\nwant it to contain %q", got, w)
+				}
+			}
+		})
+	}
+	// The password comes from its file.
+	clearWalpostEnv(t)
+	t.Setenv("WALPOST_POSTGRES_URL", "postgres://walpost@127.0.0.1:5432/walpost")
+	t.Setenv("WALPOST_KAFKA_BROKERS", "127.0.0.1:9092")
+	t.Setenv("WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT", "avro")
+	t.Setenv("WALPOST_SCHEMA_REGISTRY_URL", "https://r")
+	t.Setenv("WALPOST_SCHEMA_REGISTRY_USERNAME", "u")
+	t.Setenv("WALPOST_SCHEMA_REGISTRY_PASSWORD_FILE", secret)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	AddFlags(fs)
+	c, err := Load(fs, NeedAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Schema.Password != "s3cret" {
+		t.Errorf("schema_registry.password = %q, want the file's s3cret", c.Schema.Password)
+	}
+}

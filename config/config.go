@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -33,6 +34,7 @@ type Config struct {
 	Postgres Postgres `mapstructure:"postgres"`
 	Kafka    Kafka    `mapstructure:"kafka"`
 	Mapping  Mapping  `mapstructure:"mapping"`
+	Schema   Schema   `mapstructure:"schema_registry"`
 	Pipeline Pipeline `mapstructure:"pipeline"`
 	Delivery Delivery `mapstructure:"delivery"`
 	Poison   Poison   `mapstructure:"poison"`
@@ -280,6 +282,78 @@ type Mapping struct {
 	// quarantines a NULL payload (NULL_PAYLOAD); the debezium profile
 	// sends what the router sends, a null value through the converter.
 	TombstoneOnEmptyPayload bool `mapstructure:"tombstone_on_empty_payload" doc:"Debezium route.tombstone.on.empty.payload: true sends a row with a NULL payload (debezium profile: or a blank text payload) as a tombstone (the key and the usual headers, value null); false: the walpost profile quarantines it (NULL_PAYLOAD), the debezium profile sends the router's record (a null value through value_format: a tombstone with string, null or the schema envelope with json formats)." default:"false"`
+}
+
+// Schema registry value formats (schema_registry.value_format).
+const (
+	SchemaNone       = "none"
+	SchemaAvro       = "avro"
+	SchemaJSONSchema = "json_schema"
+	SchemaProtobuf   = "protobuf"
+)
+
+// Subject name strategies (schema_registry.subject_strategy), as
+// Confluent's serializers name them.
+const (
+	SubjectTopicName       = "topic_name"
+	SubjectRecordName      = "record_name"
+	SubjectTopicRecordName = "topic_record_name"
+)
+
+// Schema frames record values in the Confluent wire format (magic byte 0,
+// the schema id, for Protobuf the message index, then the encoded payload)
+// with a schema from a Confluent-compatible schema registry. The payload
+// column holds the record as JSON: Avro's JSON encoding for avro, the
+// document itself for json_schema, Protobuf's JSON mapping for protobuf.
+type Schema struct {
+	ValueFormat     string        `mapstructure:"value_format" doc:"Frame each record value with a registry schema: none (the payload as mapping.value_format writes it), avro (the payload is the record in Avro's JSON encoding, sent as Avro binary), json_schema (the payload, validated against the JSON Schema, sent as is) or protobuf (the payload in Protobuf's JSON mapping, sent as the schema's first message in binary); a payload that does not fit its schema is quarantined with error class schema. Needs mapping.value_format = string." default:"none"`
+	URL             string        `mapstructure:"url" doc:"Base URL of the Confluent-compatible registry API, e.g. http://registry:8081 (Apicurio: .../apis/ccompat/v7); required with schema_registry.value_format." default:""`
+	SubjectStrategy string        `mapstructure:"subject_strategy" doc:"Subject whose latest schema frames a record: topic_name (<topic>-value), record_name (the row's event_type, a fully-qualified record name) or topic_record_name (<topic>-<event_type>)." default:"topic_name"`
+	Username        string        `mapstructure:"username" doc:"Registry basic-auth user." default:""`
+	Password        string        `mapstructure:"password" doc:"Registry basic-auth password (never logged)." default:""`
+	PasswordFile    string        `mapstructure:"password_file" doc:"File holding schema_registry.password (a mounted secret), one trailing newline trimmed; not together with schema_registry.password." default:""`
+	TLSCAFile       string        `mapstructure:"tls_ca_file" doc:"PEM file of the CA that signed the registry's certificate (an https URL); empty uses the system roots." default:""`
+	TLSCertFile     string        `mapstructure:"tls_cert_file" doc:"PEM client certificate for mutual TLS with the registry." default:""`
+	TLSKeyFile      string        `mapstructure:"tls_key_file" doc:"PEM key of schema_registry.tls_cert_file (a mounted secret)." default:""`
+	Timeout         time.Duration `mapstructure:"timeout" doc:"Longest wait for one registry request (duration); a registry that does not answer is a transient failure: the session restarts." default:"10s"`
+	RefreshInterval time.Duration `mapstructure:"refresh_interval" doc:"Look a subject's latest schema up again when the one in use is older than this (duration); a failed refresh keeps the schema in use." default:"5m"`
+}
+
+// validate checks the schema_registry keys.
+func (s *Schema) validate(m Mapping, bad func(key, value, allowed string)) {
+	switch s.ValueFormat {
+	case SchemaNone:
+		return
+	case SchemaAvro, SchemaJSONSchema, SchemaProtobuf:
+	default:
+		bad("schema_registry.value_format", s.ValueFormat, "none, avro, json_schema or protobuf")
+		return
+	}
+	if s.URL == "" {
+		bad("schema_registry.url", "", "required with schema_registry.value_format = "+s.ValueFormat+": the registry's base URL, e.g. http://registry:8081")
+	} else if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("schema_registry.url", redact.String(s.URL), "an http:// or https:// URL with a host, e.g. http://registry:8081")
+	}
+	switch s.SubjectStrategy {
+	case SubjectTopicName, SubjectRecordName, SubjectTopicRecordName:
+	default:
+		bad("schema_registry.subject_strategy", s.SubjectStrategy, "topic_name, record_name or topic_record_name")
+	}
+	if m.ValueFormat != FormatString {
+		bad("mapping.value_format", m.ValueFormat, "string with schema_registry.value_format = "+s.ValueFormat+" (the registry's format replaces the converter's)")
+	}
+	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
+		bad("schema_registry.tls_cert_file", s.TLSCertFile, "tls_cert_file and tls_key_file go together")
+	}
+	if s.Password != "" && s.Username == "" {
+		bad("schema_registry.username", "", "required with schema_registry.password (or schema_registry.password_file)")
+	}
+	if s.Timeout <= 0 {
+		bad("schema_registry.timeout", s.Timeout.String(), "a positive duration")
+	}
+	if s.RefreshInterval <= 0 {
+		bad("schema_registry.refresh_interval", s.RefreshInterval.String(), "a positive duration")
+	}
 }
 
 // HeaderColumn is one entry of mapping.header_columns.
@@ -623,15 +697,17 @@ func setValues(fs *pflag.FlagSet) (map[string]string, []error) {
 // list (shell completion; Validate refuses anything else).
 func Enumerations() map[string][]string {
 	return map[string][]string{
-		"log.level":            {"debug", "info", "warn", "error"},
-		"log.format":           {"text", "json"},
-		"kafka.compression":    {"none", "gzip", "snappy", "lz4", "zstd"},
-		"kafka.partitioner":    {PartitionerMurmur2, PartitionerConsistentRandom, PartitionerFNV1a},
-		"kafka.sasl.mechanism": {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"},
-		"mapping.profile":      {ProfileWalpost, ProfileDebezium},
-		"mapping.key_format":   {FormatString, FormatJSON, FormatJSONSchema},
-		"mapping.value_format": {FormatString, FormatJSON, FormatJSONSchema},
-		"delivery.mode":        {AtLeastOnce, ExactlyOnce},
+		"log.level":                        {"debug", "info", "warn", "error"},
+		"log.format":                       {"text", "json"},
+		"kafka.compression":                {"none", "gzip", "snappy", "lz4", "zstd"},
+		"kafka.partitioner":                {PartitionerMurmur2, PartitionerConsistentRandom, PartitionerFNV1a},
+		"kafka.sasl.mechanism":             {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "AWS_MSK_IAM"},
+		"mapping.profile":                  {ProfileWalpost, ProfileDebezium},
+		"mapping.key_format":               {FormatString, FormatJSON, FormatJSONSchema},
+		"mapping.value_format":             {FormatString, FormatJSON, FormatJSONSchema},
+		"schema_registry.value_format":     {SchemaNone, SchemaAvro, SchemaJSONSchema, SchemaProtobuf},
+		"schema_registry.subject_strategy": {SubjectTopicName, SubjectRecordName, SubjectTopicRecordName},
+		"delivery.mode":                    {AtLeastOnce, ExactlyOnce},
 	}
 }
 
@@ -848,6 +924,7 @@ func (c *Config) ReadSecretFiles() error {
 		{"kafka.sasl.aws_secret_access_key", "kafka.sasl.aws_secret_access_key_file", &c.Kafka.SASL.AWSSecretAccessKey, c.Kafka.SASL.AWSSecretAccessKeyFile},
 		{"kafka.tls.key_password", "kafka.tls.key_password_file", &c.Kafka.TLS.KeyPassword, c.Kafka.TLS.KeyPasswordFile},
 		{"kafka.tls.keystore_password", "kafka.tls.keystore_password_file", &c.Kafka.TLS.KeystorePassword, c.Kafka.TLS.KeystorePasswordFile},
+		{"schema_registry.password", "schema_registry.password_file", &c.Schema.Password, c.Schema.PasswordFile},
 	} {
 		if s.file == "" {
 			continue
@@ -993,6 +1070,7 @@ func (c *Config) ValidateFor(need Needs) error {
 	if c.OTel.Enabled && strings.TrimSpace(c.OTel.ServiceName) == "" {
 		bad("otel.service_name", c.OTel.ServiceName, "a service name for the spans, e.g. walpost")
 	}
+	c.Schema.validate(c.Mapping, bad)
 	if c.Postgres.ReceiveTimeout <= c.Postgres.StatusInterval {
 		bad("postgres.receive_timeout", c.Postgres.ReceiveTimeout.String(), "a duration above postgres.status_interval ("+c.Postgres.StatusInterval.String()+")")
 	}

@@ -99,6 +99,8 @@ func fromFile(cfg *Config, key string) bool {
 		return cfg.Kafka.TLS.KeyPasswordFile != ""
 	case "kafka.tls.keystore_password":
 		return cfg.Kafka.TLS.KeystorePasswordFile != ""
+	case "schema_registry.password":
+		return cfg.Schema.PasswordFile != ""
 	}
 	return false
 }

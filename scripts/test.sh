@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite (make test, .ci/run). Starts the local stack, runs
 # static checks, unit tests with the race detector, short fuzz runs and the
-# integration tests on PostgreSQL 15 (with Debezium's); beside those, on a
+# integration tests on PostgreSQL 15 (with Debezium's and a schema
+# registry's: WALPOST_STACK_REGISTRY=1); beside those, on a
 # second stack (scripts/stack.sh with WALPOST_STACK_DIR=.stack/second and
 # its own ports, 25439-25440 and 29192-29203, WALPOST_TEST_SECOND_*_PORT
 # to move them), the TestKafkaCluster* tests and a slice of the seeded
@@ -129,7 +130,9 @@ $GO run ./cmd/walpost lint migrations/
 
 step "stack up"
 stack_started=1
-scripts/stack.sh up
+# With the schema registry (TestSchemaRegistryFormats): its JVM boots
+# while PostgreSQL and Kafka start.
+WALPOST_STACK_REGISTRY=1 scripts/stack.sh up
 # shellcheck disable=SC1091
 . .stack/env
 
@@ -182,7 +185,7 @@ set -m
 second_pid=$!
 set +m
 main_rc=0
-WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 gotest integration -count=1 -parallel "$PARALLEL" -timeout 45m -skip '^TestNemesis$' ./integration || main_rc=$?
+WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 WALPOST_REQUIRE_REGISTRY=1 gotest integration -count=1 -parallel "$PARALLEL" -timeout 45m -skip '^TestNemesis$' ./integration || main_rc=$?
 second_rc=0
 wait "$second_pid" || second_rc=$?
 second_pid=""

@@ -21,7 +21,7 @@ var ErrRecordTooLarge = fmt.Errorf("record larger than the topic's max.message.b
 // unknown ones ("UNKNOWN" and Kafka's own names): the poison counter is
 // exported at 0 for each, so an alert sees the first quarantine.
 var RecordClasses = []string{
-	"INVALID_HEADERS", "EMPTY_KEY", "NULL_PAYLOAD", "BINARY_TEXT", "LIMIT_RAISED",
+	"INVALID_HEADERS", "EMPTY_KEY", "NULL_PAYLOAD", "BINARY_TEXT", "LIMIT_RAISED", ClassSchema,
 	kerr.MessageTooLarge.Message, kerr.RecordListTooLarge.Message, kerr.InvalidRecord.Message,
 	kerr.CorruptMessage.Message, kerr.InvalidTimestamp.Message, kerr.PolicyViolation.Message, "UNKNOWN",
 }
@@ -43,6 +43,12 @@ func Classify(err error) (sink.Kind, string) {
 		return sink.Record, "BINARY_TEXT"
 	case errors.Is(err, ErrLimitRaised):
 		return sink.Record, "LIMIT_RAISED"
+	case errors.Is(err, ErrSchema):
+		return sink.Record, ClassSchema
+	case errors.Is(err, ErrSchemaRegistry):
+		return sink.Transient, "SCHEMA_REGISTRY"
+	case errors.Is(err, ErrSchemaSubject):
+		return sink.Destination, "SCHEMA_SUBJECT"
 	case errors.Is(err, ErrHeldBehind):
 		return sink.Transient, "HELD_BEHIND"
 	case errors.Is(err, ErrLimitUnknown) && !refusesDescribe(err):

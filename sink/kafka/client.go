@@ -135,15 +135,21 @@ func NewClient(cfg config.Kafka, extra ...kgo.Opt) (*kgo.Client, error) {
 
 // ConfigFrom is the producer configuration of walpost's configuration:
 // brokers, default topic, client id, linger, compression, partitioner,
-// request timeout, size limit, the client options (ClientOpts), and a client buffer above the pipeline's in-flight
-// bound so Produce never blocks. Callers add Logger, OnDataLoss and
-// ProducerOpts.
+// request timeout, size limit, the TLS/SASL options, the schema registry
+// framing (SchemaFrom), and a client buffer above the pipeline's
+// in-flight bound so Produce never blocks. Callers add Logger, OnDataLoss
+// and ProducerOpts.
 func ConfigFrom(c *config.Config) (Config, error) {
 	opts, err := ClientOpts(c.Kafka)
 	if err != nil {
 		return Config{}, err
 	}
+	schema, err := SchemaFrom(c.Schema)
+	if err != nil {
+		return Config{}, err
+	}
 	return Config{
+		Schema:             schema,
 		Brokers:            c.Kafka.Brokers,
 		DefaultTopic:       c.Kafka.Topic,
 		ClientID:           c.Kafka.ClientID,

@@ -58,6 +58,10 @@ type Config struct {
 	// Layout is the record format (config mapping.*, LayoutFrom); nil is
 	// walpost's own record.
 	Layout *Layout
+	// Schema frames each record value with its subject's registry schema
+	// (config schema_registry.*, SchemaFrom) after Layout built it; nil
+	// sends the value as built.
+	Schema *Schema
 	// TransactionalID makes the producer transactional (exactly-once
 	// mode; TransactionalID builds it): records are produced inside the
 	// transactions of BeginTxn/CommitTxn/AbortTxn. Empty: idempotent only.
@@ -475,13 +479,19 @@ func (k *Sink) Produce(ev *outbox.Event, a sink.Acker) {
 
 // build fills r with ev's record in the sink's layout.
 func (k *Sink) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event) error {
+	var err error
 	if k.lay == nil {
-		if err := buildInto(r, hs, ev, k.cfg.DefaultTopic, false); err != nil {
-			return err
+		if err = buildInto(r, hs, ev, k.cfg.DefaultTopic, false); err == nil {
+			err = binaryValue(r, k.types.Load())
 		}
-		return binaryValue(r, k.types.Load())
+	} else {
+		err = k.lay.build(r, hs, ev, k.cfg.DefaultTopic, k.types.Load())
 	}
-	return k.lay.build(r, hs, ev, k.cfg.DefaultTopic, k.types.Load())
+	if err != nil || k.cfg.Schema == nil || r.Value == nil {
+		return err // a tombstone stays a tombstone
+	}
+	r.Value, err = k.cfg.Schema.Frame(r.Topic, ev.EventType, r.Value)
+	return err
 }
 
 // The Kafka sink is sink.ColumnTyped.

@@ -10,13 +10,28 @@ with --linger S it goes on after --expect records until none came for S
 seconds (to see records beyond those expected: duplicates). It exits 0
 when --expect records were read (or --expect is 0), else 1.
 
+With --registry URL --format avro|json_schema|protobuf each value is
+decoded by confluent-kafka's own Schema Registry deserializer
+(AvroDeserializer, JSONDeserializer, ProtobufDeserializer), which reads
+the Confluent wire format's schema id and fetches that schema from the
+registry; "value" is then the decoded record as JSON and "schema_id" the
+id the record carries. A value the deserializer refuses stops the
+consumer with an error (exit 2). The Protobuf deserializer takes a
+generated message class: the registry's .proto text of the first
+record's schema id is compiled with grpcio-tools' protoc.
+
 Usage: consume.py --brokers HOST:PORT --topic T [--isolation read_committed]
                   [--expect N] [--linger S] [--idle S] [--timeout S]
+                  [--registry URL --format avro|json_schema|protobuf]
 """
 
 import argparse
+import importlib
 import json
+import os
+import struct
 import sys
+import tempfile
 import time
 import uuid
 
@@ -25,6 +40,54 @@ from confluent_kafka import Consumer, KafkaException
 
 def text(b):
     return None if b is None else b.decode("utf-8", "replace")
+
+
+def protobuf_class(registry, schema_id):
+    """The generated class of the first message of the registry's schema."""
+    from grpc_tools import protoc
+    text = registry.get_schema(schema_id).schema_str
+    d = tempfile.mkdtemp(prefix="walpost-proto-")
+    name = "registry_%d" % schema_id
+    with open(os.path.join(d, name + ".proto"), "w") as f:
+        f.write(text)
+    if protoc.main(["protoc", "-I" + d, "--python_out=" + d, name + ".proto"]) != 0:
+        raise RuntimeError("protoc could not compile schema id %d" % schema_id)
+    sys.path.insert(0, d)
+    mod = importlib.import_module(name + "_pb2")
+    first = list(mod.DESCRIPTOR.message_types_by_name)[0]
+    return getattr(mod, first)
+
+
+class Decoder:
+    """Decodes values with confluent-kafka's Schema Registry deserializers."""
+
+    def __init__(self, url, fmt):
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+        self.registry = SchemaRegistryClient({"url": url})
+        self.fmt = fmt
+        self.des = None
+        if fmt == "avro":
+            from confluent_kafka.schema_registry.avro import AvroDeserializer
+            self.des = AvroDeserializer(self.registry)
+        elif fmt == "json_schema":
+            from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+            self.des = JSONDeserializer(None, schema_registry_client=self.registry)
+
+    def decode(self, msg):
+        from confluent_kafka.serialization import MessageField, SerializationContext
+        from google.protobuf.json_format import MessageToDict
+        v = msg.value()
+        if v is None:
+            return None, None
+        schema_id = struct.unpack(">bI", v[:5])[1] if len(v) >= 5 else None
+        if self.des is None:  # protobuf: the class comes from the first record's schema
+            from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+            self.des = ProtobufDeserializer(protobuf_class(self.registry, schema_id),
+                                            {"use.deprecated.format": False})
+        obj = self.des(v, SerializationContext(msg.topic(), MessageField.VALUE, msg.headers()))
+        if self.fmt == "protobuf":
+            obj = MessageToDict(obj, preserving_proto_field_name=True)
+        return obj, schema_id
 
 
 def main():
@@ -37,7 +100,10 @@ def main():
     ap.add_argument("--linger", type=float, default=0.0)
     ap.add_argument("--idle", type=float, default=10.0)
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--registry", default="")
+    ap.add_argument("--format", default="", choices=["", "avro", "json_schema", "protobuf"])
     a = ap.parse_args()
+    dec = Decoder(a.registry, a.format) if a.registry else None
 
     c = Consumer({
         "bootstrap.servers": a.brokers,
@@ -67,10 +133,19 @@ def main():
             headers = {}
             for k, v in m.headers() or []:
                 headers[k] = text(v)
-            print(json.dumps({
+            out = {
                 "topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
                 "key": text(m.key()), "headers": headers, "value": text(m.value()),
-            }), flush=True)
+            }
+            if dec is not None:
+                try:
+                    obj, out["schema_id"] = dec.decode(m)
+                except Exception as e:  # the deserializer refused the value
+                    print(f"rdkafka-consume: {a.format} deserializer refused offset {m.offset()}: {e!r}",
+                          file=sys.stderr)
+                    return 2
+                out["value"] = None if obj is None else json.dumps(obj, sort_keys=True)
+            print(json.dumps(out), flush=True)
     finally:
         c.close()
     print(f"rdkafka-consume: {n} records from {a.topic} ({a.isolation})", file=sys.stderr)

@@ -1,0 +1,186 @@
+package kafka_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/linkedin/goavro/v2"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
+)
+
+const (
+	avroOrder  = `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null}]}`
+	jsonOrder  = `{"type":"object","properties":{"id":{"type":"integer"}},"required":["id"],"additionalProperties":false}`
+	protoOrder = "syntax = \"proto3\";\npackage shop;\nmessage Order { int64 id = 1; string note = 2; }\n"
+)
+
+func newSchema(t *testing.T, reg *srfake.Registry, format, strategy string) *kafka.Schema {
+	t.Helper()
+	s, err := kafka.SchemaFrom(config.Schema{ValueFormat: format, URL: reg.URL(), SubjectStrategy: strategy,
+		Timeout: 5 * time.Second, RefreshInterval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// header splits a framed value into its schema id and the rest.
+func header(t *testing.T, b []byte) (int, []byte) {
+	t.Helper()
+	if len(b) < 5 || b[0] != 0 {
+		t.Fatalf("value % x has no Confluent header (magic byte 0, 4-byte id)", b)
+	}
+	return int(binary.BigEndian.Uint32(b[1:5])), b[5:]
+}
+
+func TestSchemaFrames(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	reg.SeedSchema("orders-value", 1, 7, sr.Schema{Schema: avroOrder, Type: sr.TypeAvro})
+	reg.SeedSchema("shop.Order", 1, 8, sr.Schema{Schema: jsonOrder, Type: sr.TypeJSON})
+	reg.SeedSchema("orders-shop.Order", 1, 9, sr.Schema{Schema: protoOrder, Type: sr.TypeProtobuf})
+
+	t.Run("avro", func(t *testing.T) {
+		s := newSchema(t, reg, config.SchemaAvro, config.SubjectTopicName)
+		out, err := s.Frame("orders", "", []byte(`{"id": 42, "note": {"string": "gift"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, body := header(t, out)
+		if id != 7 {
+			t.Errorf("schema id %d, want 7", id)
+		}
+		codec, _ := goavro.NewCodec(avroOrder)
+		native, _, err := codec.NativeFromBinary(body)
+		if err != nil {
+			t.Fatalf("the body is not the schema's Avro binary: %v", err)
+		}
+		m := native.(map[string]any)
+		if m["id"] != int64(42) || m["note"].(map[string]any)["string"] != "gift" {
+			t.Errorf("decoded %v", m)
+		}
+	})
+	t.Run("json_schema", func(t *testing.T) {
+		s := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectRecordName)
+		payload := []byte(`{"id": 1}`)
+		out, err := s.Frame("orders", "shop.Order", payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id, body := header(t, out); id != 8 || !bytes.Equal(body, payload) {
+			t.Errorf("id %d body %q, want 8 and the payload", id, body)
+		}
+	})
+	t.Run("protobuf", func(t *testing.T) {
+		s := newSchema(t, reg, config.SchemaProtobuf, config.SubjectTopicRecordName)
+		out, err := s.Frame("orders", "shop.Order", []byte(`{"id": "5", "note": "x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, body := header(t, out)
+		// Message index [0] is the single byte 0; then field 1 varint 5,
+		// field 2 string "x".
+		if want := []byte{0, 0x08, 5, 0x12, 1, 'x'}; id != 9 || !bytes.Equal(body, want) {
+			t.Errorf("id %d body % x, want 9 and % x", id, body, want)
+		}
+	})
+}
+
+func TestSchemaRefuses(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	reg.SeedSchema("orders-value", 1, 7, sr.Schema{Schema: avroOrder, Type: sr.TypeAvro})
+	reg.SeedSchema("people-value", 1, 8, sr.Schema{Schema: jsonOrder, Type: sr.TypeJSON})
+	reg.SeedSchema("things-value", 1, 9, sr.Schema{Schema: protoOrder, Type: sr.TypeProtobuf})
+	avro := newSchema(t, reg, config.SchemaAvro, config.SubjectTopicName)
+	js := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectTopicName)
+	pb := newSchema(t, reg, config.SchemaProtobuf, config.SubjectTopicName)
+	byName := newSchema(t, reg, config.SchemaAvro, config.SubjectRecordName)
+
+	for _, tc := range []struct {
+		name    string
+		s       *kafka.Schema
+		topic   string
+		payload string
+		want    error
+		class   string
+	}{
+		{"avro field of the wrong type", avro, "orders", `{"id": "forty-two", "note": null}`, kafka.ErrSchema, kafka.ClassSchema},
+		{"avro field missing", avro, "orders", `{"note": null}`, kafka.ErrSchema, kafka.ClassSchema},
+		{"avro not json", avro, "orders", `not json`, kafka.ErrSchema, kafka.ClassSchema},
+		{"json schema breaks required", js, "people", `{"name": "x"}`, kafka.ErrSchema, kafka.ClassSchema},
+		{"protobuf unknown field", pb, "things", `{"id": 1, "colour": "red"}`, kafka.ErrSchema, kafka.ClassSchema},
+		{"record strategy without event type", byName, "orders", `{"id": 1, "note": null}`, kafka.ErrSchema, kafka.ClassSchema},
+		{"no such subject", avro, "missing", `{"id": 1, "note": null}`, kafka.ErrSchemaSubject, "SCHEMA_SUBJECT"},
+		{"subject of another type", avro, "people", `{"id": 1}`, kafka.ErrSchemaSubject, "SCHEMA_SUBJECT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.s.Frame(tc.topic, "", []byte(tc.payload))
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Frame: %v, want %v", err, tc.want)
+			}
+			if _, class := kafka.Classify(err); class != tc.class {
+				t.Errorf("class %q, want %q", class, tc.class)
+			}
+		})
+	}
+}
+
+// A registry that does not answer is transient (the session restarts),
+// never a reason to quarantine; once it answers, the schema is used, and a
+// later outage keeps the schema in use.
+func TestSchemaRegistryDown(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	reg.SeedSchema("orders-value", 1, 7, sr.Schema{Schema: avroOrder, Type: sr.TypeAvro})
+	var down atomic.Bool
+	down.Store(true)
+	reg.Intercept(func(w http.ResponseWriter, _ *http.Request) bool {
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	})
+	s, err := kafka.SchemaFrom(config.Schema{ValueFormat: config.SchemaAvro, URL: reg.URL(), SubjectStrategy: config.SubjectTopicName,
+		Timeout: 5 * time.Second, RefreshInterval: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte(`{"id": 1, "note": null}`)
+	_, err = s.Frame("orders", "", payload)
+	if kind, class := kafka.Classify(err); !errors.Is(err, kafka.ErrSchemaRegistry) || kind != sink.Transient || class != "SCHEMA_REGISTRY" {
+		t.Fatalf("Frame with the registry down: %v (%v, %s), want ErrSchemaRegistry, transient", err, kind, class)
+	}
+	down.Store(false)
+	if _, err := s.Frame("orders", "", payload); err != nil {
+		t.Fatalf("Frame with the registry up: %v", err)
+	}
+	down.Store(true)
+	if _, err := s.Frame("orders", "", payload); err != nil {
+		t.Fatalf("Frame after the registry went down again: %v, want the schema in use", err)
+	}
+}
+
+// A refused JSON document's error names what broke, on one line.
+func TestSchemaJSONError(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	reg.SeedSchema("people-value", 1, 8, sr.Schema{Schema: jsonOrder, Type: sr.TypeJSON})
+	_, err := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectTopicName).Frame("people", "", []byte(`{"id": 1, "colour": "red"}`))
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "colour") {
+		t.Fatalf("Frame: %q, want one line naming colour", err)
+	}
+	t.Log(err)
+}
