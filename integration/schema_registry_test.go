@@ -202,3 +202,69 @@ func TestSchemaRegistryFormats(t *testing.T) {
 		})
 	}
 }
+
+// TestSchemaRegistryIDHeader: with schema_registry.schema_id_header, a row
+// whose headers name a schema id is framed with that schema (here the
+// subject's first version), the others with the subject's latest; both
+// decode with confluent-kafka's AvroDeserializer; a row naming an id the
+// registry does not know is quarantined with class schema.
+func TestSchemaRegistryIDHeader(t *testing.T) {
+	t.Parallel()
+	url := registryURL(t)
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	ctx := context.Background()
+	cl, err := sr.NewClient(sr.URLs(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := cl.CreateSchema(ctx, f.Topic+"-value", sr.Schema{Type: sr.TypeAvro,
+		Schema: `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"}]}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := cl.CreateSchema(ctx, f.Topic+"-value", sr.Schema{Type: sr.TypeAvro,
+		Schema: `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"qty","type":"int","default":1}]}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.start("WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT=avro", "WALPOST_SCHEMA_REGISTRY_URL="+url,
+		"WALPOST_SCHEMA_REGISTRY_SCHEMA_ID_HEADER=schema_id", "WALPOST_POISON_MAX_ATTEMPTS=1")
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatal("walpost did not stream")
+	}
+	rows := []struct{ key, payload, headers string }{
+		{"k-0", `{"id": 0}`, fmt.Sprintf(`{"schema_id": "%d"}`, v1.ID)},
+		{"k-1", `{"id": 1, "qty": 5}`, `{}`},
+		{"k-bad", `{"id": 2}`, `{"schema_id": "999999"}`},
+		{"k-2", `{"id": 2}`, fmt.Sprintf(`{"schema_id": "%d"}`, v1.ID)},
+	}
+	for _, r := range rows {
+		mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, headers) VALUES ($1, $2, $3::jsonb)`, f.Table), r.key, r.payload, r.headers)
+	}
+	recs := consumeDecoded(t, url, "avro", f.Topic, 3)
+	want := []decoded{
+		{Key: "k-0", SchemaID: v1.ID, Value: map[string]any{"id": float64(0)}},
+		{Key: "k-1", SchemaID: v2.ID, Value: map[string]any{"id": float64(1), "qty": float64(5)}},
+		{Key: "k-2", SchemaID: v1.ID, Value: map[string]any{"id": float64(2)}},
+	}
+	if fmt.Sprint(recs) != fmt.Sprint(want) {
+		t.Fatalf("decoded %+v\nwant %+v", recs, want)
+	}
+	var poisoned []struct {
+		Key   string `json:"idempotency_key"`
+		Class string `json:"error_class"`
+	}
+	waitFor(t, 30*time.Second, "k-bad in the poison table", func() bool {
+		out, err := walpostOutput(t, f.env(), "poison", "list", "--json")
+		if err != nil {
+			t.Fatalf("poison list: %v: %s", err, out)
+		}
+		if err := json.Unmarshal([]byte(out), &poisoned); err != nil {
+			t.Fatalf("poison list --json: %v: %s", err, out)
+		}
+		return len(poisoned) > 0
+	})
+	if len(poisoned) != 1 || poisoned[0].Key != "k-bad" || poisoned[0].Class != "schema" {
+		t.Fatalf("poison rows %+v, want k-bad with class schema", poisoned)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/bufbuild/protocompile"
 	"github.com/linkedin/goavro/v2"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -57,8 +59,11 @@ type Schema struct {
 	timeout  time.Duration
 	refresh  time.Duration
 
+	idHeader string
+
 	mu       sync.Mutex
-	subjects map[string]*subjectSchema
+	subjects map[string]*subjectSchema // by subject, refreshed
+	ids      map[int]*subjectSchema    // by the id a record names; ids never change
 }
 
 // subjectSchema is a subject's schema as last looked up.
@@ -110,7 +115,7 @@ func SchemaFrom(c config.Schema) (*Schema, error) {
 		return nil, fmt.Errorf("schema_registry.url: %w", err)
 	}
 	return &Schema{cl: cl, format: c.ValueFormat, strategy: c.SubjectStrategy, timeout: c.Timeout, refresh: c.RefreshInterval,
-		subjects: map[string]*subjectSchema{}}, nil
+		idHeader: c.SchemaIDHeader, subjects: map[string]*subjectSchema{}, ids: map[int]*subjectSchema{}}, nil
 }
 
 // Subject is the subject of a record on topic whose row has eventType,
@@ -132,24 +137,90 @@ func (s *Schema) Subject(topic, eventType string) (string, error) {
 
 // Frame returns payload framed for a record on topic: the Confluent header
 // (magic byte, schema id, for Protobuf the message index) and the payload
-// in the schema's encoding. A payload that does not fit is ErrSchema; a
-// registry that does not answer ErrSchemaRegistry; a subject without a
-// usable schema ErrSchemaSubject.
-func (s *Schema) Frame(topic, eventType string, payload []byte) ([]byte, error) {
-	subject, err := s.Subject(topic, eventType)
-	if err != nil {
-		return nil, err
-	}
-	ss, err := s.lookup(subject)
+// in the schema's encoding. The schema is the one whose id the record's
+// header SchemaIDHeader names, or without it the latest of the record's
+// subject. A payload that does not fit, or a header that names no schema,
+// is ErrSchema; a registry that does not answer ErrSchemaRegistry; a
+// subject without a usable schema ErrSchemaSubject.
+func (s *Schema) Frame(topic, eventType string, headers []kgo.RecordHeader, payload []byte) ([]byte, error) {
+	ss, where, err := s.schemaOf(topic, eventType, headers)
 	if err != nil {
 		return nil, err
 	}
 	body, err := ss.encode(payload)
 	if err != nil {
-		return nil, fmt.Errorf("%w (subject %s, schema id %d): %v", ErrSchema, subject, ss.id, err)
+		return nil, fmt.Errorf("%w (%s, schema id %d): %v", ErrSchema, where, ss.id, err)
 	}
 	out, _ := confluent.AppendEncode(make([]byte, 0, 6+len(ss.index)+len(body)), ss.id, ss.index)
 	return append(out, body...), nil
+}
+
+// schemaOf is the schema that frames a record, and where it came from
+// (for errors).
+func (s *Schema) schemaOf(topic, eventType string, headers []kgo.RecordHeader) (*subjectSchema, string, error) {
+	id, ok, err := s.headerID(headers)
+	if err != nil {
+		return nil, "", err
+	}
+	if ok {
+		ss, err := s.byID(id)
+		return ss, "header " + s.idHeader, err
+	}
+	subject, err := s.Subject(topic, eventType)
+	if err != nil {
+		return nil, "", err
+	}
+	ss, err := s.lookup(subject)
+	return ss, "subject " + subject, err
+}
+
+// headerID reads the schema id of the record's SchemaIDHeader: ok is false
+// without the setting or the header; a value that is not a positive
+// integer is ErrSchema.
+func (s *Schema) headerID(headers []kgo.RecordHeader) (id int, ok bool, err error) {
+	if s.idHeader == "" {
+		return 0, false, nil
+	}
+	for _, h := range headers {
+		if h.Key != s.idHeader || h.Value == nil {
+			continue
+		}
+		id, err := strconv.Atoi(strings.TrimSpace(string(h.Value)))
+		if err != nil || id <= 0 {
+			return 0, false, fmt.Errorf("%w: header %s = %q is not a schema id (a positive integer)", ErrSchema, s.idHeader, h.Value)
+		}
+		return id, true, nil
+	}
+	return 0, false, nil
+}
+
+// byID returns the schema of id, looked up once: a schema id names the
+// same schema for ever. An id the registry does not know is the row's
+// error (ErrSchema).
+func (s *Schema) byID(id int) (*subjectSchema, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss := s.ids[id]; ss != nil {
+		return ss, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	got, err := s.cl.SchemaByID(ctx, id)
+	if err != nil {
+		var re *sr.ResponseError
+		if errors.As(err, &re) && re.StatusCode >= 400 && re.StatusCode < 500 {
+			return nil, fmt.Errorf("%w: header %s names schema id %d: %v", ErrSchema, s.idHeader, id, err)
+		}
+		return nil, fmt.Errorf("%w: schema id %d: %v", ErrSchemaRegistry, id, err)
+	}
+	ss, err := s.compile(got, fmt.Sprintf("schema id %d", id))
+	if err != nil {
+		// The row names a schema walpost cannot use: the row's error.
+		return nil, fmt.Errorf("%w: header %s: %w", ErrSchema, s.idHeader, err)
+	}
+	ss.id = id
+	s.ids[id] = ss
+	return ss, nil
 }
 
 // lookup returns subject's schema, looked up again when older than the
@@ -185,25 +256,43 @@ func (s *Schema) fetch(subject string) (*subjectSchema, error) {
 		}
 		return nil, fmt.Errorf("%w: subject %s: %v", ErrSchemaRegistry, subject, err)
 	}
+	ss, err := s.compile(got.Schema, "subject "+subject)
+	if errors.Is(err, errUnusable) {
+		return nil, fmt.Errorf("%w: %w", ErrSchemaSubject, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ss.id, ss.version, ss.at = got.ID, got.Version, time.Now()
+	return ss, nil
+}
+
+// errUnusable: a schema walpost cannot frame with (another type, references,
+// text that does not compile).
+var errUnusable = errors.New("unusable schema")
+
+// compile builds the encoder of a schema of the configured format.
+func (s *Schema) compile(got sr.Schema, what string) (*subjectSchema, error) {
 	want := map[string]sr.SchemaType{config.SchemaAvro: sr.TypeAvro, config.SchemaJSONSchema: sr.TypeJSON, config.SchemaProtobuf: sr.TypeProtobuf}[s.format]
 	if got.Type != want {
-		return nil, fmt.Errorf("%w: subject %s holds a %s schema (id %d), schema_registry.value_format is %s", ErrSchemaSubject, subject, got.Type, got.ID, s.format)
+		return nil, fmt.Errorf("%w: %s is a %s schema, schema_registry.value_format is %s", errUnusable, what, got.Type, s.format)
 	}
 	if len(got.References) > 0 {
-		return nil, fmt.Errorf("%w: subject %s: schema id %d references other schemas, which walpost does not resolve", ErrSchemaSubject, subject, got.ID)
+		return nil, fmt.Errorf("%w: %s references other schemas, which walpost does not resolve", errUnusable, what)
 	}
-	ss := &subjectSchema{id: got.ID, version: got.Version, at: time.Now()}
+	ss := &subjectSchema{}
+	var err error
 	switch s.format {
 	case config.SchemaAvro:
-		ss.encode, err = avroEncoder(got.Schema.Schema)
+		ss.encode, err = avroEncoder(got.Schema)
 	case config.SchemaJSONSchema:
-		ss.encode, err = jsonSchemaEncoder(got.Schema.Schema)
+		ss.encode, err = jsonSchemaEncoder(got.Schema)
 	case config.SchemaProtobuf:
-		ss.encode, err = protobufEncoder(got.Schema.Schema)
+		ss.encode, err = protobufEncoder(got.Schema)
 		ss.index = []int{0}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: subject %s, schema id %d: %v", ErrSchemaSubject, subject, got.ID, err)
+		return nil, fmt.Errorf("%w: %s: %v", errUnusable, what, err)
 	}
 	return ss, nil
 }

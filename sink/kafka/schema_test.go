@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/linkedin/goavro/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
@@ -53,7 +54,7 @@ func TestSchemaFrames(t *testing.T) {
 
 	t.Run("avro", func(t *testing.T) {
 		s := newSchema(t, reg, config.SchemaAvro, config.SubjectTopicName)
-		out, err := s.Frame("orders", "", []byte(`{"id": 42, "note": {"string": "gift"}}`))
+		out, err := s.Frame("orders", "", nil, []byte(`{"id": 42, "note": {"string": "gift"}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +75,7 @@ func TestSchemaFrames(t *testing.T) {
 	t.Run("json_schema", func(t *testing.T) {
 		s := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectRecordName)
 		payload := []byte(`{"id": 1}`)
-		out, err := s.Frame("orders", "shop.Order", payload)
+		out, err := s.Frame("orders", "shop.Order", nil, payload)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +85,7 @@ func TestSchemaFrames(t *testing.T) {
 	})
 	t.Run("protobuf", func(t *testing.T) {
 		s := newSchema(t, reg, config.SchemaProtobuf, config.SubjectTopicRecordName)
-		out, err := s.Frame("orders", "shop.Order", []byte(`{"id": "5", "note": "x"}`))
+		out, err := s.Frame("orders", "shop.Order", nil, []byte(`{"id": "5", "note": "x"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +127,7 @@ func TestSchemaRefuses(t *testing.T) {
 		{"subject of another type", avro, "people", `{"id": 1}`, kafka.ErrSchemaSubject, "SCHEMA_SUBJECT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.s.Frame(tc.topic, "", []byte(tc.payload))
+			_, err := tc.s.Frame(tc.topic, "", nil, []byte(tc.payload))
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Frame: %v, want %v", err, tc.want)
 			}
@@ -159,16 +160,16 @@ func TestSchemaRegistryDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := []byte(`{"id": 1, "note": null}`)
-	_, err = s.Frame("orders", "", payload)
+	_, err = s.Frame("orders", "", nil, payload)
 	if kind, class := kafka.Classify(err); !errors.Is(err, kafka.ErrSchemaRegistry) || kind != sink.Transient || class != "SCHEMA_REGISTRY" {
 		t.Fatalf("Frame with the registry down: %v (%v, %s), want ErrSchemaRegistry, transient", err, kind, class)
 	}
 	down.Store(false)
-	if _, err := s.Frame("orders", "", payload); err != nil {
+	if _, err := s.Frame("orders", "", nil, payload); err != nil {
 		t.Fatalf("Frame with the registry up: %v", err)
 	}
 	down.Store(true)
-	if _, err := s.Frame("orders", "", payload); err != nil {
+	if _, err := s.Frame("orders", "", nil, payload); err != nil {
 		t.Fatalf("Frame after the registry went down again: %v, want the schema in use", err)
 	}
 }
@@ -178,9 +179,51 @@ func TestSchemaJSONError(t *testing.T) {
 	reg := srfake.New()
 	defer reg.Close()
 	reg.SeedSchema("people-value", 1, 8, sr.Schema{Schema: jsonOrder, Type: sr.TypeJSON})
-	_, err := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectTopicName).Frame("people", "", []byte(`{"id": 1, "colour": "red"}`))
+	_, err := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectTopicName).Frame("people", "", nil, []byte(`{"id": 1, "colour": "red"}`))
 	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "colour") {
 		t.Fatalf("Frame: %q, want one line naming colour", err)
 	}
 	t.Log(err)
+}
+
+// With schema_registry.schema_id_header, a record's header names the
+// schema that frames it (an older version than the subject's latest
+// here); a record without the header uses its subject; a header that
+// names no schema of the format is the row's error.
+func TestSchemaIDHeader(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	v2 := `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"long"},{"name":"note","type":["null","string"],"default":null},{"name":"qty","type":"int","default":1}]}`
+	reg.SeedSchema("orders-value", 1, 7, sr.Schema{Schema: avroOrder, Type: sr.TypeAvro})
+	reg.SeedSchema("orders-value", 2, 11, sr.Schema{Schema: v2, Type: sr.TypeAvro})
+	reg.SeedSchema("people-value", 1, 8, sr.Schema{Schema: jsonOrder, Type: sr.TypeJSON})
+	s, err := kafka.SchemaFrom(config.Schema{ValueFormat: config.SchemaAvro, URL: reg.URL(), SubjectStrategy: config.SubjectTopicName,
+		SchemaIDHeader: "schema_id", Timeout: 5 * time.Second, RefreshInterval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := func(v string) []kgo.RecordHeader {
+		return []kgo.RecordHeader{{Key: "idempotency_key", Value: []byte("k")}, {Key: "schema_id", Value: []byte(v)}}
+	}
+	payload := []byte(`{"id": 1, "note": null}`)
+	out, err := s.Frame("orders", "", hdr("7"), payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := header(t, out); id != 7 {
+		t.Errorf("with header schema_id 7: schema id %d", id)
+	}
+	out, err = s.Frame("orders", "", nil, []byte(`{"id": 1, "note": null, "qty": 3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := header(t, out); id != 11 {
+		t.Errorf("without the header: schema id %d, want the subject's latest 11", id)
+	}
+	for _, v := range []string{"x", "0", "99", "8"} {
+		_, err := s.Frame("orders", "", hdr(v), payload)
+		if _, class := kafka.Classify(err); !errors.Is(err, kafka.ErrSchema) || class != kafka.ClassSchema {
+			t.Errorf("header schema_id %q: %v (class %s), want ErrSchema", v, err, class)
+		}
+	}
 }

@@ -490,7 +490,7 @@ func (k *Sink) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event) err
 	if err != nil || k.cfg.Schema == nil || r.Value == nil {
 		return err // a tombstone stays a tombstone
 	}
-	r.Value, err = k.cfg.Schema.Frame(r.Topic, ev.EventType, r.Value)
+	r.Value, err = k.cfg.Schema.Frame(r.Topic, ev.EventType, r.Headers, r.Value)
 	return err
 }
 
