@@ -307,6 +307,7 @@ const (
 // document itself for json_schema, Protobuf's JSON mapping for protobuf.
 type Schema struct {
 	ValueFormat     string        `mapstructure:"value_format" doc:"Frame each record value with a registry schema: none (the payload as mapping.value_format writes it), avro (the payload is the record in Avro's JSON encoding, sent as Avro binary), json_schema (the payload, validated against the JSON Schema, sent as is) or protobuf (the payload in Protobuf's JSON mapping, sent as the schema's first message in binary); a payload that does not fit its schema is quarantined with error class schema. Needs mapping.value_format = string." default:"none"`
+	KeyFormat       string        `mapstructure:"key_format" doc:"Frame each record key the same way: none (the key text), avro or json_schema (the key text as a string value, validated against the latest schema of subject <topic>-key, which must accept a string: Avro \"string\", JSON Schema {\"type\": \"string\"}); records are then partitioned by the framed key bytes, as Confluent's producers do. Needs mapping.key_format = string." default:"none"`
 	URL             string        `mapstructure:"url" doc:"Base URL of the Confluent-compatible registry API, e.g. http://registry:8081 (Apicurio: .../apis/ccompat/v7); required with schema_registry.value_format." default:""`
 	SubjectStrategy string        `mapstructure:"subject_strategy" doc:"Subject whose latest schema frames a record: topic_name (<topic>-value), record_name (the row's event_type, a fully-qualified record name) or topic_record_name (<topic>-<event_type>)." default:"topic_name"`
 	SchemaIDHeader  string        `mapstructure:"schema_id_header" doc:"Record header whose value, a schema id, names the schema that frames the record instead of its subject's latest: from the row's headers object (walpost profile) or a column placed with mapping.header_columns (debezium profile, e.g. schema_id:header); a row without it uses its subject. An id the registry does not know, or of another type, quarantines the row (class schema). Empty: always the subject's latest." default:""`
@@ -322,16 +323,31 @@ type Schema struct {
 
 // validate checks the schema_registry keys.
 func (s *Schema) validate(m Mapping, bad func(key, value, allowed string)) {
+	switch s.KeyFormat {
+	case SchemaNone, SchemaAvro, SchemaJSONSchema:
+	default:
+		bad("schema_registry.key_format", s.KeyFormat, "none, avro or json_schema (a key is framed as a string value)")
+	}
+	if s.KeyFormat != SchemaNone && m.KeyFormat != FormatString {
+		bad("mapping.key_format", m.KeyFormat, "string with schema_registry.key_format = "+s.KeyFormat+" (the registry's format replaces the converter's)")
+	}
+	on := "schema_registry.value_format = " + s.ValueFormat
 	switch s.ValueFormat {
 	case SchemaNone:
-		return
+		if s.KeyFormat == SchemaNone {
+			return
+		}
+		on = "schema_registry.key_format = " + s.KeyFormat
 	case SchemaAvro, SchemaJSONSchema, SchemaProtobuf:
+		if m.ValueFormat != FormatString {
+			bad("mapping.value_format", m.ValueFormat, "string with schema_registry.value_format = "+s.ValueFormat+" (the registry's format replaces the converter's)")
+		}
 	default:
 		bad("schema_registry.value_format", s.ValueFormat, "none, avro, json_schema or protobuf")
 		return
 	}
 	if s.URL == "" {
-		bad("schema_registry.url", "", "required with schema_registry.value_format = "+s.ValueFormat+": the registry's base URL, e.g. http://registry:8081")
+		bad("schema_registry.url", "", "required with "+on+": the registry's base URL, e.g. http://registry:8081")
 	} else if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("schema_registry.url", redact.String(s.URL), "an http:// or https:// URL with a host, e.g. http://registry:8081")
 	}
@@ -339,9 +355,6 @@ func (s *Schema) validate(m Mapping, bad func(key, value, allowed string)) {
 	case SubjectTopicName, SubjectRecordName, SubjectTopicRecordName:
 	default:
 		bad("schema_registry.subject_strategy", s.SubjectStrategy, "topic_name, record_name or topic_record_name")
-	}
-	if m.ValueFormat != FormatString {
-		bad("mapping.value_format", m.ValueFormat, "string with schema_registry.value_format = "+s.ValueFormat+" (the registry's format replaces the converter's)")
 	}
 	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
 		bad("schema_registry.tls_cert_file", s.TLSCertFile, "tls_cert_file and tls_key_file go together")
@@ -707,6 +720,7 @@ func Enumerations() map[string][]string {
 		"mapping.key_format":               {FormatString, FormatJSON, FormatJSONSchema},
 		"mapping.value_format":             {FormatString, FormatJSON, FormatJSONSchema},
 		"schema_registry.value_format":     {SchemaNone, SchemaAvro, SchemaJSONSchema, SchemaProtobuf},
+		"schema_registry.key_format":       {SchemaNone, SchemaAvro, SchemaJSONSchema},
 		"schema_registry.subject_strategy": {SubjectTopicName, SubjectRecordName, SubjectTopicRecordName},
 		"delivery.mode":                    {AtLeastOnce, ExactlyOnce},
 	}

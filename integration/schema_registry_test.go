@@ -34,20 +34,21 @@ func registryURL(t testing.TB) string {
 
 // decoded is a record read back by confluent-kafka's own deserializer.
 type decoded struct {
-	Key      string
-	Value    map[string]any
-	SchemaID int
+	Key         string
+	Value       map[string]any
+	SchemaID    int
+	KeySchemaID int
 }
 
 // consumeDecoded reads topic with librdkafka and decodes each value with
 // confluent-kafka's Schema Registry deserializer of format (a client
 // nobody here wrote, fetching the writer schema by the id the record
-// carries), until expect records arrived.
-func consumeDecoded(t testing.TB, registry, format, topic string, expect int) []decoded {
+// carries), until expect records arrived; with keyFormat the keys too.
+func consumeDecoded(t testing.TB, registry, format, keyFormat, topic string, expect int) []decoded {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(repoRoot, "scripts", "rdkafka.sh"), "consume",
 		"--brokers", strings.Join(brokers, ","), "--topic", topic, "--expect", fmt.Sprint(expect),
-		"--idle", "20", "--timeout", "120", "--registry", registry, "--format", format)
+		"--idle", "20", "--timeout", "120", "--registry", registry, "--format", format, "--key-format", keyFormat)
 	cmd.Dir = repoRoot
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -56,14 +57,15 @@ func consumeDecoded(t testing.TB, registry, format, topic string, expect int) []
 	sc := bufio.NewScanner(&stdout)
 	for sc.Scan() {
 		var m struct {
-			Key      string `json:"key"`
-			Value    string `json:"value"`
-			SchemaID int    `json:"schema_id"`
+			Key         string `json:"key"`
+			Value       string `json:"value"`
+			SchemaID    int    `json:"schema_id"`
+			KeySchemaID int    `json:"key_schema_id"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			t.Fatalf("consumer printed %q: %v", sc.Text(), err)
 		}
-		d := decoded{Key: m.Key, SchemaID: m.SchemaID}
+		d := decoded{Key: m.Key, SchemaID: m.SchemaID, KeySchemaID: m.KeySchemaID}
 		if err := json.Unmarshal([]byte(m.Value), &d.Value); err != nil {
 			t.Fatalf("decoded value %q: %v", m.Value, err)
 		}
@@ -80,7 +82,9 @@ func consumeDecoded(t testing.TB, registry, format, topic string, expect int) []
 // topic's latest schema in a real registry (Apicurio Registry's
 // Confluent API), confluent-kafka's deserializers decode every record
 // against that registry, and the one row whose payload breaks the schema
-// is quarantined with error class schema instead of reaching Kafka.
+// is quarantined with error class schema instead of reaching Kafka. With
+// avro and json_schema the keys are framed too (schema_registry.key_format)
+// and decoded by the same deserializers.
 func TestSchemaRegistryFormats(t *testing.T) {
 	t.Parallel()
 	url := registryURL(t)
@@ -91,6 +95,7 @@ func TestSchemaRegistryFormats(t *testing.T) {
 		valid   func(i int) string // the payload of row i
 		decoded func(i int) map[string]any
 		invalid string
+		key     string // the key schema (subject <topic>-key); "": keys stay text
 	}{
 		{
 			format: "avro", typ: sr.TypeAvro,
@@ -109,6 +114,7 @@ func TestSchemaRegistryFormats(t *testing.T) {
 				return m
 			},
 			invalid: `{"id": "not a long", "item": "book", "note": null}`,
+			key:     `"string"`,
 		},
 		{
 			format: "json_schema", typ: sr.TypeJSON,
@@ -118,6 +124,7 @@ func TestSchemaRegistryFormats(t *testing.T) {
 				return map[string]any{"id": float64(i), "item": "book"}
 			},
 			invalid: `{"id": 3, "item": "book", "colour": "red"}`,
+			key:     `{"$schema":"http://json-schema.org/draft-07/schema#","type":"string","pattern":"^k-"}`,
 		},
 		{
 			format: "protobuf", typ: sr.TypeProtobuf,
@@ -143,8 +150,18 @@ func TestSchemaRegistryFormats(t *testing.T) {
 			if err != nil {
 				t.Fatalf("register the %s schema: %v", tc.format, err)
 			}
-			p := f.start("WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT="+tc.format, "WALPOST_SCHEMA_REGISTRY_URL="+url,
-				"WALPOST_POISON_MAX_ATTEMPTS=2", "WALPOST_POISON_BACKOFF=10ms")
+			env := []string{"WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT=" + tc.format, "WALPOST_SCHEMA_REGISTRY_URL=" + url,
+				"WALPOST_POISON_MAX_ATTEMPTS=2", "WALPOST_POISON_BACKOFF=10ms"}
+			keyFormat, keyID := "", 0
+			if tc.key != "" {
+				ks, err := cl.CreateSchema(ctx, f.Topic+"-key", sr.Schema{Schema: tc.key, Type: tc.typ})
+				if err != nil {
+					t.Fatalf("register the %s key schema: %v", tc.format, err)
+				}
+				keyFormat, keyID = tc.format, ks.ID
+				env = append(env, "WALPOST_SCHEMA_REGISTRY_KEY_FORMAT="+tc.format)
+			}
+			p := f.start(env...)
 			if !p.waitLog("msg=streaming", 30*time.Second) {
 				t.Fatal("walpost did not stream")
 			}
@@ -167,14 +184,14 @@ func TestSchemaRegistryFormats(t *testing.T) {
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			recs := consumeDecoded(t, url, tc.format, f.Topic, n)
+			recs := consumeDecoded(t, url, tc.format, keyFormat, f.Topic, n)
 			if len(recs) != n {
 				t.Fatalf("%d records decoded, want %d: %+v", len(recs), n, recs)
 			}
 			for i, r := range recs {
 				want := tc.decoded(i)
-				if r.Key != fmt.Sprintf("k-%d", i) || r.SchemaID != ss.ID || fmt.Sprint(r.Value) != fmt.Sprint(want) {
-					t.Errorf("record %d: key %s, schema id %d, value %v; want k-%d, %d, %v", i, r.Key, r.SchemaID, r.Value, i, ss.ID, want)
+				if r.Key != fmt.Sprintf("k-%d", i) || r.SchemaID != ss.ID || r.KeySchemaID != keyID || fmt.Sprint(r.Value) != fmt.Sprint(want) {
+					t.Errorf("record %d: key %s (schema id %d), schema id %d, value %v; want k-%d (%d), %d, %v", i, r.Key, r.KeySchemaID, r.SchemaID, r.Value, i, keyID, ss.ID, want)
 				}
 			}
 			var rows []struct {
@@ -241,7 +258,7 @@ func TestSchemaRegistryIDHeader(t *testing.T) {
 	for _, r := range rows {
 		mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload, headers) VALUES ($1, $2, $3::jsonb)`, f.Table), r.key, r.payload, r.headers)
 	}
-	recs := consumeDecoded(t, url, "avro", f.Topic, 3)
+	recs := consumeDecoded(t, url, "avro", "", f.Topic, 3)
 	want := []decoded{
 		{Key: "k-0", SchemaID: v1.ID, Value: map[string]any{"id": float64(0)}},
 		{Key: "k-1", SchemaID: v2.ID, Value: map[string]any{"id": float64(1), "qty": float64(5)}},

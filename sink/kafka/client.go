@@ -148,8 +148,13 @@ func ConfigFrom(c *config.Config) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
+	keySchema, err := KeySchemaFrom(c.Schema)
+	if err != nil {
+		return Config{}, err
+	}
 	return Config{
 		Schema:             schema,
+		KeySchema:          keySchema,
 		Brokers:            c.Kafka.Brokers,
 		DefaultTopic:       c.Kafka.Topic,
 		ClientID:           c.Kafka.ClientID,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -60,6 +61,7 @@ type Schema struct {
 	refresh  time.Duration
 
 	idHeader string
+	key      bool // frames keys: subject <topic>-key, the key text as a JSON string
 
 	mu       sync.Mutex
 	subjects map[string]*subjectSchema // by subject, refreshed
@@ -75,11 +77,22 @@ type subjectSchema struct {
 	index   []int                                // the Protobuf message index
 }
 
-// SchemaFrom is the framing of the configuration's schema_registry keys;
-// nil when schema_registry.value_format is none. An unreadable CA,
+// SchemaFrom is the value framing of the configuration's schema_registry
+// keys; nil when schema_registry.value_format is none. An unreadable CA,
 // certificate or key file is an error naming its key.
 func SchemaFrom(c config.Schema) (*Schema, error) {
-	if c.ValueFormat == "" || c.ValueFormat == config.SchemaNone {
+	return newSchema(c, c.ValueFormat, false)
+}
+
+// KeySchemaFrom is the key framing (schema_registry.key_format): the key
+// text as a string value, framed with the latest schema of subject
+// <topic>-key; nil when the key format is none.
+func KeySchemaFrom(c config.Schema) (*Schema, error) {
+	return newSchema(c, c.KeyFormat, true)
+}
+
+func newSchema(c config.Schema, format string, key bool) (*Schema, error) {
+	if format == "" || format == config.SchemaNone {
 		return nil, nil
 	}
 	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.UserAgent("walpost")}
@@ -114,8 +127,12 @@ func SchemaFrom(c config.Schema) (*Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema_registry.url: %w", err)
 	}
-	return &Schema{cl: cl, format: c.ValueFormat, strategy: c.SubjectStrategy, timeout: c.Timeout, refresh: c.RefreshInterval,
-		idHeader: c.SchemaIDHeader, subjects: map[string]*subjectSchema{}, ids: map[int]*subjectSchema{}}, nil
+	s := &Schema{cl: cl, format: format, strategy: c.SubjectStrategy, timeout: c.Timeout, refresh: c.RefreshInterval,
+		idHeader: c.SchemaIDHeader, key: key, subjects: map[string]*subjectSchema{}, ids: map[int]*subjectSchema{}}
+	if key {
+		s.strategy, s.idHeader = config.SubjectTopicName, ""
+	}
+	return s, nil
 }
 
 // Subject is the subject of a record on topic whose row has eventType,
@@ -132,6 +149,9 @@ func (s *Schema) Subject(topic, eventType string) (string, error) {
 		}
 		return topic + "-" + eventType, nil
 	}
+	if s.key {
+		return topic + "-key", nil
+	}
 	return topic + "-value", nil
 }
 
@@ -146,6 +166,9 @@ func (s *Schema) Frame(topic, eventType string, headers []kgo.RecordHeader, payl
 	ss, where, err := s.schemaOf(topic, eventType, headers)
 	if err != nil {
 		return nil, err
+	}
+	if s.key {
+		payload, _ = json.Marshal(string(payload)) // the key text as a string value
 	}
 	body, err := ss.encode(payload)
 	if err != nil {

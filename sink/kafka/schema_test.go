@@ -227,3 +227,41 @@ func TestSchemaIDHeader(t *testing.T) {
 		}
 	}
 }
+
+// Keys are framed as string values with the latest schema of <topic>-key.
+func TestSchemaKeys(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	reg.SeedSchema("orders-key", 1, 3, sr.Schema{Schema: `"string"`, Type: sr.TypeAvro})
+	reg.SeedSchema("people-key", 1, 4, sr.Schema{Schema: `{"type":"string","pattern":"^k-"}`, Type: sr.TypeJSON})
+	keys := func(format string) *kafka.Schema {
+		s, err := kafka.KeySchemaFrom(config.Schema{KeyFormat: format, ValueFormat: config.SchemaNone, URL: reg.URL(),
+			SubjectStrategy: config.SubjectRecordName, SchemaIDHeader: "schema_id", Timeout: 5 * time.Second, RefreshInterval: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	out, err := keys(config.SchemaAvro).Frame("orders", "shop.Order", nil, []byte("k-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Avro string: zigzag length 3 (6), then the bytes.
+	if id, body := header(t, out); id != 3 || !bytes.Equal(body, []byte{6, 'k', '-', '1'}) {
+		t.Errorf("avro key: id %d body % x", id, body)
+	}
+	js := keys(config.SchemaJSONSchema)
+	out, err = js.Frame("people", "", nil, []byte("k-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, body := header(t, out); id != 4 || string(body) != `"k-2"` {
+		t.Errorf("json_schema key: id %d body %s", id, body)
+	}
+	if _, err := js.Frame("people", "", nil, []byte("other")); !errors.Is(err, kafka.ErrSchema) {
+		t.Errorf("a key the schema refuses: %v, want ErrSchema", err)
+	}
+	if s, _ := kafka.KeySchemaFrom(config.Schema{KeyFormat: config.SchemaNone, ValueFormat: config.SchemaAvro, URL: reg.URL()}); s != nil {
+		t.Error("key_format none frames keys")
+	}
+}

@@ -62,6 +62,9 @@ type Config struct {
 	// (config schema_registry.*, SchemaFrom) after Layout built it; nil
 	// sends the value as built.
 	Schema *Schema
+	// KeySchema frames each record key (config schema_registry.key_format,
+	// KeySchemaFrom); nil sends the key as built.
+	KeySchema *Schema
 	// TransactionalID makes the producer transactional (exactly-once
 	// mode; TransactionalID builds it): records are produced inside the
 	// transactions of BeginTxn/CommitTxn/AbortTxn. Empty: idempotent only.
@@ -487,10 +490,17 @@ func (k *Sink) build(r *kgo.Record, hs []kgo.RecordHeader, ev *outbox.Event) err
 	} else {
 		err = k.lay.build(r, hs, ev, k.cfg.DefaultTopic, k.types.Load())
 	}
-	if err != nil || k.cfg.Schema == nil || r.Value == nil {
-		return err // a tombstone stays a tombstone
+	if err != nil {
+		return err
 	}
-	r.Value, err = k.cfg.Schema.Frame(r.Topic, ev.EventType, r.Headers, r.Value)
+	if k.cfg.Schema != nil && r.Value != nil { // a tombstone stays a tombstone
+		if r.Value, err = k.cfg.Schema.Frame(r.Topic, ev.EventType, r.Headers, r.Value); err != nil {
+			return err
+		}
+	}
+	if k.cfg.KeySchema != nil && r.Key != nil {
+		r.Key, err = k.cfg.KeySchema.Frame(r.Topic, ev.EventType, nil, r.Key)
+	}
 	return err
 }
 

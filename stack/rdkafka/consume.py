@@ -15,14 +15,16 @@ decoded by confluent-kafka's own Schema Registry deserializer
 (AvroDeserializer, JSONDeserializer, ProtobufDeserializer), which reads
 the Confluent wire format's schema id and fetches that schema from the
 registry; "value" is then the decoded record as JSON and "schema_id" the
-id the record carries. A value the deserializer refuses stops the
-consumer with an error (exit 2). The Protobuf deserializer takes a
+id the record carries. --key-format avro|json_schema decodes keys the
+same way ("key" the decoded string, "key_schema_id" its id). A record a
+deserializer refuses stops the consumer with an error (exit 2). The Protobuf deserializer takes a
 generated message class: the registry's .proto text of the first
 record's schema id is compiled with grpcio-tools' protoc.
 
 Usage: consume.py --brokers HOST:PORT --topic T [--isolation read_committed]
                   [--expect N] [--linger S] [--idle S] [--timeout S]
                   [--registry URL --format avro|json_schema|protobuf]
+                  [--key-format avro|json_schema]
 """
 
 import argparse
@@ -59,12 +61,12 @@ def protobuf_class(registry, schema_id):
 
 
 class Decoder:
-    """Decodes values with confluent-kafka's Schema Registry deserializers."""
+    """Decodes keys or values with confluent-kafka's Schema Registry deserializers."""
 
-    def __init__(self, url, fmt):
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-        self.registry = SchemaRegistryClient({"url": url})
+    def __init__(self, registry, fmt, field):
+        self.registry = registry
         self.fmt = fmt
+        self.field = field
         self.des = None
         if fmt == "avro":
             from confluent_kafka.schema_registry.avro import AvroDeserializer
@@ -73,10 +75,9 @@ class Decoder:
             from confluent_kafka.schema_registry.json_schema import JSONDeserializer
             self.des = JSONDeserializer(None, schema_registry_client=self.registry)
 
-    def decode(self, msg):
-        from confluent_kafka.serialization import MessageField, SerializationContext
+    def decode(self, msg, v):
+        from confluent_kafka.serialization import SerializationContext
         from google.protobuf.json_format import MessageToDict
-        v = msg.value()
         if v is None:
             return None, None
         schema_id = struct.unpack(">bI", v[:5])[1] if len(v) >= 5 else None
@@ -84,7 +85,7 @@ class Decoder:
             from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
             self.des = ProtobufDeserializer(protobuf_class(self.registry, schema_id),
                                             {"use.deprecated.format": False})
-        obj = self.des(v, SerializationContext(msg.topic(), MessageField.VALUE, msg.headers()))
+        obj = self.des(v, SerializationContext(msg.topic(), self.field, msg.headers()))
         if self.fmt == "protobuf":
             obj = MessageToDict(obj, preserving_proto_field_name=True)
         return obj, schema_id
@@ -102,8 +103,17 @@ def main():
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--registry", default="")
     ap.add_argument("--format", default="", choices=["", "avro", "json_schema", "protobuf"])
+    ap.add_argument("--key-format", default="", choices=["", "avro", "json_schema"])
     a = ap.parse_args()
-    dec = Decoder(a.registry, a.format) if a.registry else None
+    dec = kdec = None
+    if a.registry:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+        from confluent_kafka.serialization import MessageField
+        registry = SchemaRegistryClient({"url": a.registry})
+        if a.format:
+            dec = Decoder(registry, a.format, MessageField.VALUE)
+        if a.key_format:
+            kdec = Decoder(registry, a.key_format, MessageField.KEY)
 
     c = Consumer({
         "bootstrap.servers": a.brokers,
@@ -137,14 +147,15 @@ def main():
                 "topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
                 "key": text(m.key()), "headers": headers, "value": text(m.value()),
             }
-            if dec is not None:
-                try:
-                    obj, out["schema_id"] = dec.decode(m)
-                except Exception as e:  # the deserializer refused the value
-                    print(f"rdkafka-consume: {a.format} deserializer refused offset {m.offset()}: {e!r}",
-                          file=sys.stderr)
-                    return 2
-                out["value"] = None if obj is None else json.dumps(obj, sort_keys=True)
+            try:
+                if dec is not None:
+                    obj, out["schema_id"] = dec.decode(m, m.value())
+                    out["value"] = None if obj is None else json.dumps(obj, sort_keys=True)
+                if kdec is not None:
+                    out["key"], out["key_schema_id"] = kdec.decode(m, m.key())
+            except Exception as e:  # a deserializer refused the record
+                print(f"rdkafka-consume: deserializer refused offset {m.offset()}: {e!r}", file=sys.stderr)
+                return 2
             print(json.dumps(out), flush=True)
     finally:
         c.close()
