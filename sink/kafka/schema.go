@@ -230,6 +230,9 @@ func (s *Schema) byID(id int) (*subjectSchema, error) {
 	defer cancel()
 	got, err := s.cl.SchemaByID(ctx, id)
 	if err != nil {
+		if registryRefused(err) {
+			return nil, fmt.Errorf("%w: schema id %d: the registry refused walpost (%v): check schema_registry.username and schema_registry.password (or password_file)", ErrSchemaSubject, id, err)
+		}
 		var re *sr.ResponseError
 		if errors.As(err, &re) && re.StatusCode >= 400 && re.StatusCode < 500 {
 			return nil, fmt.Errorf("%w: header %s names schema id %d: %v", ErrSchema, s.idHeader, id, err)
@@ -273,6 +276,9 @@ func (s *Schema) fetch(subject string) (*subjectSchema, error) {
 	defer cancel()
 	got, err := s.cl.SchemaByVersion(ctx, subject, -1)
 	if err != nil {
+		if registryRefused(err) {
+			return nil, fmt.Errorf("%w: subject %s: the registry refused walpost (%v): check schema_registry.username and schema_registry.password (or password_file)", ErrSchemaSubject, subject, err)
+		}
 		var re *sr.ResponseError
 		if errors.As(err, &re) && re.StatusCode >= 400 && re.StatusCode < 500 {
 			return nil, fmt.Errorf("%w: subject %s: %v: register the subject's schema, or fix schema_registry.subject_strategy", ErrSchemaSubject, subject, err)
@@ -288,6 +294,13 @@ func (s *Schema) fetch(subject string) (*subjectSchema, error) {
 	}
 	ss.id, ss.version, ss.at = got.ID, got.Version, time.Now()
 	return ss, nil
+}
+
+// registryRefused says whether the registry refused walpost's credentials (401,
+// 403): a destination failure to fix, never the row's.
+func registryRefused(err error) bool {
+	var re *sr.ResponseError
+	return errors.As(err, &re) && (re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden)
 }
 
 // errUnusable: a schema walpost cannot frame with (another type, references,

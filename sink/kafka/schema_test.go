@@ -2,9 +2,14 @@ package kafka_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/binary"
+	"encoding/pem"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -263,5 +268,54 @@ func TestSchemaKeys(t *testing.T) {
 	}
 	if s, _ := kafka.KeySchemaFrom(config.Schema{KeyFormat: config.SchemaNone, ValueFormat: config.SchemaAvro, URL: reg.URL()}); s != nil {
 		t.Error("key_format none frames keys")
+	}
+}
+
+// The registry's TLS (a CA file) and basic auth (a password file read by
+// ReadSecretFiles) reach the registry; wrong credentials are a destination
+// failure that names the keys to check, never the row's.
+func TestSchemaTLSAndBasicAuth(t *testing.T) {
+	reg := srfake.New(srfake.WithAuth("Basic " + base64.StdEncoding.EncodeToString([]byte("walpost:s3cret"))))
+	defer reg.Close()
+	reg.SeedSchema("orders-value", 1, 7, sr.Schema{Schema: avroOrder, Type: sr.TypeAvro})
+	srv := httptest.NewTLSServer(reg.Handler())
+	defer srv.Close()
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	pw := filepath.Join(dir, "password")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	frame := func(password string) error {
+		if err := os.WriteFile(pw, []byte(password+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c := config.Config{Schema: config.Schema{ValueFormat: config.SchemaAvro, URL: srv.URL, SubjectStrategy: config.SubjectTopicName,
+			Username: "walpost", PasswordFile: pw, TLSCAFile: ca, Timeout: 5 * time.Second, RefreshInterval: time.Minute}}
+		if err := c.ReadSecretFiles(); err != nil {
+			t.Fatal(err)
+		}
+		s, err := kafka.SchemaFrom(c.Schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Frame("orders", "", nil, []byte(`{"id": 1, "note": null}`))
+		return err
+	}
+	if err := frame("s3cret"); err != nil {
+		t.Fatalf("over TLS with the password file: %v", err)
+	}
+	err := frame("wrong")
+	if kind, _ := kafka.Classify(err); kind != sink.Destination || !strings.Contains(err.Error(), "schema_registry.password") {
+		t.Fatalf("with a wrong password: %v (%v), want a destination failure naming schema_registry.password", err, kind)
+	}
+	// Without the CA the registry's certificate is not trusted.
+	s, err := kafka.SchemaFrom(config.Schema{ValueFormat: config.SchemaAvro, URL: srv.URL, SubjectStrategy: config.SubjectTopicName,
+		Username: "walpost", Password: "s3cret", Timeout: 5 * time.Second, RefreshInterval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Frame("orders", "", nil, []byte(`{"id": 1, "note": null}`)); !errors.Is(err, kafka.ErrSchemaRegistry) {
+		t.Fatalf("without schema_registry.tls_ca_file: %v, want ErrSchemaRegistry (untrusted certificate)", err)
 	}
 }
