@@ -18,6 +18,7 @@ import (
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/sink"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
 // ErrBreaker: too many events were quarantined within the window; a
@@ -32,8 +33,12 @@ type DestinationError struct {
 }
 
 func (e *DestinationError) Error() string {
-	return fmt.Sprintf("kafka refuses topic %q (%s) for event %q; nothing is quarantined and the slot does not move past it: %v",
-		e.Topic, e.Class, e.Key, e.Err)
+	who := fmt.Sprintf("kafka refuses topic %q", e.Topic)
+	if e.Class == kafka.ClassSchemaSubject {
+		who = fmt.Sprintf("the schema registry has no usable schema for topic %q", e.Topic)
+	}
+	return fmt.Sprintf("%s (%s) for event %q; nothing is quarantined and the slot does not move past it: %v",
+		who, e.Class, e.Key, e.Err)
 }
 
 func (e *DestinationError) Unwrap() error { return e.Err }

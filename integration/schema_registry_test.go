@@ -285,3 +285,48 @@ func TestSchemaRegistryIDHeader(t *testing.T) {
 		t.Fatalf("poison rows %+v, want k-bad with class schema", poisoned)
 	}
 }
+
+// TestSchemaRegistrySubjectMissing: a record whose subject has no schema
+// stops forwarding with an error that says to register it; nothing is
+// quarantined and the slot stays before the record; once the schema is
+// registered walpost goes on and the records decode.
+func TestSchemaRegistrySubjectMissing(t *testing.T) {
+	t.Parallel()
+	url := registryURL(t)
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	ctx := context.Background()
+	p := f.start("WALPOST_SCHEMA_REGISTRY_VALUE_FORMAT=json_schema", "WALPOST_SCHEMA_REGISTRY_URL="+url)
+	if !p.waitLog("msg=streaming", 30*time.Second) {
+		t.Fatal("walpost did not stream")
+	}
+	mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ('s-1', '{"id": 1}'), ('s-2', '{"id": 2}')`, f.Table))
+	stuckEnd := f.currentWAL()
+	if !p.waitLog("the schema registry has no usable schema for topic", 60*time.Second) || !p.waitLog("register the subject's schema", time.Second) {
+		t.Fatal("forwarding did not stop with an error saying to register the subject's schema")
+	}
+	if held, _, _ := f.slotState(); held >= stuckEnd {
+		t.Fatalf("slot confirmed %s past the unframed records (end %s)", held, stuckEnd)
+	}
+	var n int
+	if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s`, f.PoisonTable)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("poison rows %d (%v), want 0", n, err)
+	}
+	cl, err := sr.NewClient(sr.URLs(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := cl.CreateSchema(ctx, f.Topic+"-value", sr.Schema{Type: sr.TypeJSON,
+		Schema: `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"id":{"type":"integer"}},"required":["id"]}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := consumeDecoded(t, url, "json_schema", "", f.Topic, 2)
+	want := []decoded{{Key: "s-1", SchemaID: ss.ID, Value: map[string]any{"id": float64(1)}}, {Key: "s-2", SchemaID: ss.ID, Value: map[string]any{"id": float64(2)}}}
+	if fmt.Sprint(recs) != fmt.Sprint(want) {
+		t.Fatalf("decoded %+v\nwant %+v", recs, want)
+	}
+	waitFor(t, 60*time.Second, "slot past the records", func() bool {
+		lsn, _, _ := f.slotState()
+		return lsn >= stuckEnd
+	})
+}

@@ -46,9 +46,9 @@ func Classify(err error) (sink.Kind, string) {
 	case errors.Is(err, ErrSchema):
 		return sink.Record, ClassSchema
 	case errors.Is(err, ErrSchemaRegistry):
-		return sink.Transient, "SCHEMA_REGISTRY"
+		return sink.Transient, ClassSchemaRegistry
 	case errors.Is(err, ErrSchemaSubject):
-		return sink.Destination, "SCHEMA_SUBJECT"
+		return sink.Destination, ClassSchemaSubject
 	case errors.Is(err, ErrHeldBehind):
 		return sink.Transient, "HELD_BEHIND"
 	case errors.Is(err, ErrLimitUnknown) && !refusesDescribe(err):

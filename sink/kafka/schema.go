@@ -46,8 +46,14 @@ var ErrSchemaSubject = errors.New("no usable schema in the registry")
 // confluent writes the Confluent wire format's header.
 var confluent sr.ConfluentHeader
 
-// ClassSchema is the error class of a payload its schema refuses.
-const ClassSchema = "schema"
+// Error classes of the schema registry framing: a payload (or key) its
+// schema refuses (record), a subject without a usable schema or refused
+// credentials (destination), a registry that does not answer (transient).
+const (
+	ClassSchema         = "schema"
+	ClassSchemaSubject  = "SCHEMA_SUBJECT"
+	ClassSchemaRegistry = "SCHEMA_REGISTRY"
+)
 
 // Schema frames record values in the Confluent wire format with the latest
 // schema of each record's subject, looked up in a Confluent-compatible
