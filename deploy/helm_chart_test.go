@@ -807,7 +807,7 @@ func TestChartLint(t *testing.T) {
 
 // secretConfigKeys are the config keys values cannot set: the secrets come
 // from the Secret as files, http.listen from port.
-var secretConfigKeys = []string{"postgres.url", "kafka.sasl.password", "kafka.sasl.oauth_token", "kafka.sasl.aws_secret_access_key", "kafka.sasl.aws_session_token", "kafka.tls.key_password", "kafka.tls.keystore_password", "http.listen"}
+var secretConfigKeys = []string{"postgres.url", "kafka.sasl.password", "kafka.sasl.oauth_token", "kafka.sasl.aws_secret_access_key", "kafka.sasl.aws_session_token", "kafka.tls.key_password", "kafka.tls.keystore_password", "schema_registry.password", "http.listen"}
 
 // TestChartSchemaConfigKeys: values.schema.json accepts under config
 // exactly walpost's config keys but the secrets and http.listen, so a
