@@ -80,7 +80,8 @@ func (r Result) WriteText(w io.Writer) error {
 	return nil
 }
 
-// Run runs every check, PostgreSQL's then Kafka's, and returns their
+// Run runs every check, PostgreSQL's, Kafka's, then the schema registry's
+// (when a registry format is set), and returns their
 // results. When w is not nil each check's line is written to it as soon as
 // the check is done, so a slow broker does not hold back PostgreSQL's
 // results.
@@ -88,6 +89,7 @@ func Run(ctx context.Context, cfg *config.Config, w io.Writer) Result {
 	r := &runner{w: w}
 	checkPostgres(ctx, cfg, r)
 	checkKafka(ctx, cfg, r)
+	checkSchemaRegistry(cfg, r)
 	return Result{Checks: r.checks}
 }
 
@@ -421,6 +423,32 @@ func checkKafka(ctx context.Context, cfg *config.Config, r *runner) {
 	checkTopic(cctx, cl, cfg.Kafka, r)
 	if cfg.Delivery.Mode == config.ExactlyOnce {
 		checkCheckpointTopic(cctx, cl, cfg.Kafka, r)
+	}
+}
+
+// checkSchemaRegistry checks the registry of schema_registry.value_format
+// and key_format (no line when both are none): the default topic's
+// subjects must hold a usable schema under the topic strategy.
+func checkSchemaRegistry(cfg *config.Config, r *runner) {
+	var details []string
+	for _, from := range []func(config.Schema) (*kafka.Schema, error){kafka.SchemaFrom, kafka.KeySchemaFrom} {
+		s, err := from(cfg.Schema)
+		if err != nil {
+			r.fail("schema_registry", err)
+			return
+		}
+		if s == nil {
+			continue
+		}
+		d, err := s.Check(cfg.Kafka.Topic)
+		if err != nil {
+			r.fail("schema_registry", fmt.Errorf("%s: %w", cfg.Schema.URL, err))
+			return
+		}
+		details = append(details, d)
+	}
+	if len(details) > 0 {
+		r.ok("schema_registry", strings.Join(details, "; "))
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/replication"
@@ -193,5 +195,48 @@ func TestFailKeepsChain(t *testing.T) {
 	}
 	if strings.Contains(c.Detail, "hunter2") || strings.Contains(c.Err.Error(), "hunter2") {
 		t.Errorf("password shown: %q", c.Detail)
+	}
+}
+
+// TestCheckSchemaRegistry: walpost check looks at the default topic's
+// subjects (value and key) in the registry; none of its lines without a
+// registry format.
+func TestCheckSchemaRegistry(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	reg.SeedSchema("orders-value", 1, 7, sr.Schema{Schema: `{"type":"record","name":"O","fields":[{"name":"id","type":"long"}]}`, Type: sr.TypeAvro})
+	reg.SeedSchema("orders-key", 1, 3, sr.Schema{Schema: `"string"`, Type: sr.TypeAvro})
+	run := func(mod func(c *config.Config)) []Check {
+		cfg := config.Default()
+		cfg.Kafka.Topic = "orders"
+		cfg.Schema.URL = reg.URL()
+		mod(cfg)
+		r := &runner{}
+		checkSchemaRegistry(cfg, r)
+		return r.checks
+	}
+	if got := run(func(*config.Config) {}); len(got) != 0 {
+		t.Errorf("without a registry format: %+v, want no check", got)
+	}
+	got := run(func(c *config.Config) {
+		c.Schema.ValueFormat, c.Schema.KeyFormat = config.SchemaAvro, config.SchemaAvro
+	})
+	if len(got) != 1 || got[0].Status != OK || !strings.Contains(got[0].Detail, "subject orders-value: avro schema id 7") ||
+		!strings.Contains(got[0].Detail, "subject orders-key: avro schema id 3") {
+		t.Errorf("both subjects registered: %+v", got)
+	}
+	got = run(func(c *config.Config) { c.Kafka.Topic, c.Schema.ValueFormat = "missing", config.SchemaAvro })
+	if len(got) != 1 || got[0].Status != Fail || !strings.Contains(got[0].Detail, "register the subject's schema") {
+		t.Errorf("subject missing: %+v", got)
+	}
+	got = run(func(c *config.Config) { c.Schema.ValueFormat = config.SchemaJSONSchema })
+	if len(got) != 1 || got[0].Status != Fail || !strings.Contains(got[0].Detail, "AVRO schema") {
+		t.Errorf("a schema of another format: %+v", got)
+	}
+	got = run(func(c *config.Config) {
+		c.Schema.ValueFormat, c.Schema.SubjectStrategy, c.Schema.URL = config.SchemaAvro, config.SubjectRecordName, "http://"+closedAddr(t)
+	})
+	if len(got) != 1 || got[0].Status != Fail || !strings.Contains(got[0].Detail, "schema registry unreachable") {
+		t.Errorf("registry down: %+v", got)
 	}
 }

@@ -255,6 +255,31 @@ func (s *Schema) byID(id int) (*subjectSchema, error) {
 	return ss, nil
 }
 
+// Check is walpost check's look at the registry: under the topic strategy
+// the latest schema of topic's subject must be usable (the default topic's:
+// other topics are named by rows); under the record strategies, whose
+// subjects rows name, the registry must answer.
+func (s *Schema) Check(topic string) (string, error) {
+	if s.strategy == config.SubjectTopicName {
+		subject, _ := s.Subject(topic, "")
+		ss, err := s.fetch(subject)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("subject %s: %s schema id %d (version %d)", subject, s.format, ss.id, ss.version), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	subjects, err := s.cl.Subjects(ctx)
+	if err != nil {
+		if registryRefused(err) {
+			return "", fmt.Errorf("%w: the registry refused walpost (%v): check schema_registry.username and schema_registry.password (or password_file)", ErrSchemaSubject, err)
+		}
+		return "", fmt.Errorf("%w: %v", ErrSchemaRegistry, err)
+	}
+	return fmt.Sprintf("the registry answers (%d subjects); %s subjects are named by each row's event_type", len(subjects), s.strategy), nil
+}
+
 // lookup returns subject's schema, looked up again when older than the
 // refresh interval (a failed refresh keeps the one in use).
 func (s *Schema) lookup(subject string) (*subjectSchema, error) {
