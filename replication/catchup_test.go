@@ -50,3 +50,41 @@ func TestFirstStatusNotBehindSlotReadAfterStart(t *testing.T) {
 		t.Fatalf("first status update flushes %s: behind the slot's %s re-read after START_REPLICATION (the tracker started at %s)", flush, ahead, read)
 	}
 }
+
+// TestIdleAfterKeepalive: a keepalive that comes between transactions with
+// nothing after it tells the observer the stream has read all the server
+// sent.
+func TestIdleAfterKeepalive(t *testing.T) {
+	srv := replicationtest.NewServer(t, replicationtest.Config{Start: 0x1000})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := ConnectReplication(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tracker := checkpoint.New(0x1000, checkpoint.Limits{})
+	idle := make(chan struct{}, 16)
+	commits := make(chan pglogrepl.LSN, 16)
+	cfg := Config{Slot: "walpost", Publication: "walpost_outbox", StatusInterval: 10 * time.Second, DrainTimeout: 100 * time.Millisecond}
+	st := NewStream(cfg, conn, TableName{Schema: "public", Name: "outbox"}, tracker,
+		HandlerFuncs{EmitFunc: func(_ *outbox.Event, k checkpoint.Ticket) { tracker.Done(k) }, CommitFunc: func(end pglogrepl.LSN) { commits <- end }},
+		Observer{Idle: func() { idle <- struct{}{} }})
+	sctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- st.Run(sctx) }()
+	defer func() { stop(); <-done }()
+
+	srv.Append(replicationtest.Row("id-1", "k-1", "{}"))
+	select {
+	case <-commits:
+	case <-ctx.Done():
+		t.Fatal("no transaction end")
+	}
+	srv.Keepalive(false)
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		t.Fatal("a keepalive after the transaction, nothing after it: Idle not called")
+	}
+}
