@@ -103,7 +103,7 @@
 # Java 21 or later: WALPOST_STACK_REGISTRY_JAVA, else the newest
 # /usr/lib/jvm/*/bin/java of 21 or later. Its JVM takes about 15 s to
 # start, so the default `up` leaves it out. `up` records the choice in
-# .stack/registry; .stack/env then sets WALPOST_STACK_REGISTRY_URL, the
+# .stack/registry-on; .stack/env then sets WALPOST_STACK_REGISTRY_URL, the
 # Confluent API's base URL (http://127.0.0.1:PORT/apis/ccompat/v7).
 # `down` stops it; its schemas live in memory and are gone after a stop.
 #
@@ -178,7 +178,7 @@ REG_HOME=$CACHE/registry/$REG_VERSION
 REG_PORT=${WALPOST_STACK_REGISTRY_PORT:-18081}
 REG_PID=$STATE/registry.pid
 REG_LOG=$STATE/registry.log
-REG_FILE=$STATE/registry # 1 when up started the registry last
+REG_FILE=$STATE/registry-on # 1 when up started the registry last
 REG_TIMEOUT=${WALPOST_STACK_REGISTRY_TIMEOUT:-120}
 REG_ON=0
 
