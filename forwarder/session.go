@@ -219,12 +219,7 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 		defer spans.close()
 		h, status = spans.handler(h), spans.status(status)
 	}
-	var idle func()
-	if tx != nil {
-		idle = tx.Idle
-	}
 	stream := replication.NewStream(rcfg, conn, table, tracker, h, replication.Observer{
-		Idle:      idle,
 		Status:    status,
 		Received:  f.m.onReceived,
 		Streaming: func() { f.m.setState(stateStreaming) },

@@ -260,9 +260,8 @@ func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 type queuedCall struct {
 	ev  *outbox.Event
 	tk  checkpoint.Ticket
-	end pglogrepl.LSN // a Commit(end) when ev is nil and end is not 0
-	// idle: at that Commit the stream had read all the server had sent;
-	// with neither ev nor end, an Idle.
+	end pglogrepl.LSN // a Commit(end) when ev is nil
+	// idle: at that Commit the stream had read all the server had sent.
 	idle bool
 }
 
@@ -433,23 +432,6 @@ func (t *transactor) Commit(end pglogrepl.LSN) {
 	t.commitMarkLocked(end, idle)
 }
 
-// Idle notes that the stream, between transactions, has read all the
-// server sent (a keepalive came after the last commit, with nothing
-// after it): a live transaction commits now.
-func (t *transactor) Idle() {
-	if t.queued(queuedCall{idle: true}) {
-		return
-	}
-	defer t.mu.Unlock()
-	t.idleLocked()
-}
-
-func (t *transactor) idleLocked() {
-	if t.err == nil && t.open && t.live && t.cur == 0 {
-		t.requestCommitLocked()
-	}
-}
-
 func (t *transactor) commitMarkLocked(end pglogrepl.LSN, idle bool) {
 	t.lsn, t.cur, t.ord = end, 0, 0
 	if t.seen != 0 {
@@ -534,13 +516,10 @@ func (t *transactor) commitPaused() {
 	t.qmu.Lock()
 	t.mu.Lock()
 	for _, c := range t.queue {
-		switch {
-		case c.ev != nil:
+		if c.ev != nil {
 			t.emitLocked(c.ev, c.tk)
-		case c.end != 0:
+		} else {
 			t.commitMarkLocked(c.end, c.idle)
-		default:
-			t.idleLocked()
 		}
 	}
 	t.queue, t.committing = nil, false

@@ -474,37 +474,3 @@ func TestTransactorQueuedCommitKeepsItsIdle(t *testing.T) {
 		t.Fatalf("after the queued calls: commit asked %v, transaction open %v, %d commits; want false, true, 1", due, open, len(s.commits))
 	}
 }
-
-// TestTransactorIdleCommitsLive: Idle (a keepalive after the last
-// transaction, nothing after it) commits a live open transaction at once;
-// not one draining a backlog, and nothing when no transaction is open.
-func TestTransactorIdleCommitsLive(t *testing.T) {
-	committed := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	at := func(key string, commit pglogrepl.LSN, behind time.Duration) *outbox.Event {
-		e := ev(key, commit)
-		e.CommitTime, e.SentAt = committed, committed.Add(behind)
-		return e
-	}
-	s, tr := &fakeTxnSink{}, &countTracker{}
-	x := newTestTransactor(s, tr, 1000, kafka.Checkpoint{LSN: 0x100}) // interval 1 h; caughtUp nil: never idle at Commit
-	x.Idle()
-	x.sync()
-	x.Emit(at("backlog", 0x200, time.Hour), checkpoint.Ticket{})
-	x.Commit(0x280)
-	x.Idle()
-	x.sync()
-	if len(s.commits) != 0 {
-		t.Fatalf("backlog: %d commits after Idle, want 0", len(s.commits))
-	}
-	x.Emit(at("live", 0x300, time.Millisecond), checkpoint.Ticket{})
-	x.Commit(0x380)
-	x.sync()
-	if len(s.commits) != 0 {
-		t.Fatalf("live, before Idle: %d commits, want 0", len(s.commits))
-	}
-	x.Idle()
-	x.sync()
-	if len(s.commits) != 1 || s.commits[0].LSN != 0x380 || tr.n() != 2 {
-		t.Fatalf("live, after Idle: commits %+v, %d done; want one at 0/380, 2 done", s.commits, tr.n())
-	}
-}

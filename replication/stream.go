@@ -55,11 +55,6 @@ type Observer struct {
 	Backpressured func(bool)
 	// Streaming is called once replication has started.
 	Streaming func()
-	// Idle is called, on the stream's goroutine, when a keepalive comes
-	// between transactions and nothing else waits to be read: the server
-	// has sent all it had (a walsender that catches up sends a keepalive
-	// right after the last transaction's commit).
-	Idle func()
 }
 
 // Stream reads one replication session. Create it with NewStream; Run it
@@ -273,9 +268,6 @@ func (s *Stream) Run(ctx context.Context) error {
 				moved := s.tracker.Idle(pkm.ServerWALEnd)
 				if pkm.ReplyRequested || (moved && now.Sub(s.lastSent) >= statusTick) {
 					nextStatus = now
-				}
-				if s.obs.Idle != nil && s.txn == nil && s.CaughtUp() {
-					s.obs.Idle()
 				}
 			case pglogrepl.XLogDataByteID:
 				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
