@@ -441,36 +441,3 @@ func TestTransactorCommitsAtOnceWhenLive(t *testing.T) {
 		t.Fatalf("live again: commits %+v, %d done; want a second commit at 0/680 and 7 done", s.commits, tr.n())
 	}
 }
-
-// TestTransactorQueuedCommitKeepsItsIdle: a transaction end that comes
-// while a Kafka commit runs is queued with what the stream said then;
-// replayed after the commit, one with more to read asks for no commit.
-func TestTransactorQueuedCommitKeepsItsIdle(t *testing.T) {
-	committed := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	live := func(key string, commit pglogrepl.LSN) *outbox.Event {
-		e := ev(key, commit)
-		e.CommitTime, e.SentAt = committed, committed.Add(time.Millisecond)
-		return e
-	}
-	s := &fakeTxnSink{committing: make(chan struct{}), release: make(chan struct{})}
-	tr := &countTracker{}
-	x := newTestTransactor(s, tr, 1000, kafka.Checkpoint{LSN: 0x100})
-	caughtUp := false
-	x.caughtUp = func() bool { return caughtUp }
-	x.Emit(live("a", 0x200), checkpoint.Ticket{})
-	x.Commit(0x280)
-	done := make(chan struct{})
-	go func() { x.commitPaused(); close(done) }() // as Run does on the interval
-	<-s.committing
-	x.Emit(live("b", 0x300), checkpoint.Ticket{}) // queued
-	x.Commit(0x380)                               // queued, with more to read
-	caughtUp = true                               // what the stream says later must not count
-	close(s.release)
-	<-done
-	x.mu.Lock()
-	due, open := x.due, x.open
-	x.mu.Unlock()
-	if due || !open || len(s.commits) != 1 {
-		t.Fatalf("after the queued calls: commit asked %v, transaction open %v, %d commits; want false, true, 1", due, open, len(s.commits))
-	}
-}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
@@ -331,11 +330,12 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 	// the socket, read it in large chunks rather than pgproto3's 8 KiB.
 	// Under it, lowatReader batches reads while a backlog drains.
 	var lr *lowatReader
-	var probe *readProbe
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		var fe *pgproto3.Frontend
-		fe, lr, probe = buildFrontend(r, w)
-		return fe
+		var rd io.Reader = r
+		if lr = newLowatReader(r, w); lr != nil {
+			rd = lr
+		}
+		return pgproto3.NewFrontend(bufio.NewReaderSize(rd, replicationReadBuffer), w)
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	for err != nil && dropUnknownSetting(err, cfg.RuntimeParams) {
@@ -347,68 +347,5 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 	if lr != nil {
 		conn.CustomData()[lowatKey] = lr
 	}
-	if probe != nil {
-		conn.CustomData()[probeKey] = probe
-	}
 	return conn, nil
-}
-
-// buildFrontend is a replication connection's reader: the socket, read
-// through a lowatReader on TCP, a readProbe on TCP and Unix sockets, and
-// a bufio.Reader of replicationReadBuffer under pgproto3's own buffer.
-func buildFrontend(r io.Reader, w io.Writer) (*pgproto3.Frontend, *lowatReader, *readProbe) {
-	var rd io.Reader = r
-	lr := newLowatReader(r, w)
-	if lr != nil {
-		rd = lr
-	}
-	var probe *readProbe
-	switch w.(type) {
-	case *net.TCPConn, *net.UnixConn:
-		probe = &readProbe{r: rd}
-		rd = probe
-	}
-	buf := bufio.NewReaderSize(rd, replicationReadBuffer)
-	fe := pgproto3.NewFrontend(buf, w)
-	if probe != nil {
-		probe.buf, probe.fe = buf, fe
-	}
-	return fe, lr, probe
-}
-
-// readProbe tells whether the connection has handed over all it has
-// received: it sees every read from the socket and remembers whether the
-// last one filled its buffer (then the socket may hold more). Over TLS
-// there is none: the TLS layer keeps records of its own that a read does
-// not show, so whether more is waiting cannot be told.
-type readProbe struct {
-	r    io.Reader
-	full bool
-	buf  *bufio.Reader
-	fe   *pgproto3.Frontend
-}
-
-func (p *readProbe) Read(b []byte) (int, error) {
-	n, err := p.r.Read(b)
-	p.full = n == len(b)
-	return n, err
-}
-
-// caughtUp: nothing left in pgproto3's buffer or the bufio.Reader under
-// it, and the last read from the socket took all it held. False without
-// a probe (TLS).
-func (p *readProbe) caughtUp() bool {
-	return p != nil && p.fe.ReadBufferLen() == 0 && p.buf.Buffered() == 0 && !p.full
-}
-
-// probeKey is where ConnectReplication leaves the connection's readProbe
-// (pgconn's CustomData).
-const probeKey = "walpost.probe"
-
-func probeOf(conn *pgconn.PgConn) *readProbe {
-	if conn == nil {
-		return nil
-	}
-	p, _ := conn.CustomData()[probeKey].(*readProbe)
-	return p
 }

@@ -81,7 +81,6 @@ type Stream struct {
 	rdl        time.Time // read deadline set on the connection; zero: none or unknown
 	recvAt     time.Time // when the message being handled was received
 	lowat      *lowatReader
-	probe      *readProbe
 	warned     map[pglogrepl.MessageType]bool
 	stopBy     time.Time // the drain's deadline once ctx ended (stopDeadline)
 }
@@ -97,7 +96,6 @@ func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkp
 		cfg: cfg, conn: conn, table: table, tracker: tracker, h: h, obs: obs, layout: cfg.Columns.resolve(),
 		rels: map[uint32]*relation{}, warned: map[pglogrepl.MessageType]bool{},
 		lowat: lowatOf(conn),
-		probe: probeOf(conn),
 	}
 }
 
@@ -289,11 +287,12 @@ func (s *Stream) Run(ctx context.Context) error {
 }
 
 // CaughtUp reports whether the stream has read everything the server
-// has sent so far: nothing is left in the connection's buffers and the
-// last read from the socket took all it held. Over TLS it cannot be told
-// (false). Call it only from the Handler's methods, on the stream's
-// goroutine.
-func (s *Stream) CaughtUp() bool { return s.probe.caughtUp() }
+// has sent so far: nothing is left in the connection's buffer and the
+// last read from the socket took all it held. Call it only from the
+// Handler's methods, on the stream's goroutine.
+func (s *Stream) CaughtUp() bool {
+	return s.conn != nil && s.conn.Frontend().ReadBufferLen() == 0 && s.lowat.drained()
+}
 
 // catchUp re-reads the slot once replication has started (the slot is now
 // ours, so it stays where it is) and moves the tracker's start forward to
