@@ -241,7 +241,6 @@ func (f *Forwarder) session(ctx context.Context, stop *stopClock) error {
 	g.Go(func() error { return watchLoss(gctx) })
 	if tx != nil {
 		tx.ctx = ictx
-		tx.caughtUp = stream.CaughtUp
 		g.Go(func() error { return tx.Run(ictx) })
 	} else {
 		g.Go(func() error { return iso.Run(ictx) })

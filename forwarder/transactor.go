@@ -148,17 +148,7 @@ type transactor struct {
 	// of the transaction being emitted, of the last one with events seen
 	// (emitted or skipped) since the last Commit, and of the last whole
 	// one with events.
-	curTime time.Time
-	// live: the last event emitted was sent by the server less than
-	// delivery.transaction_interval after its commit (the stream is
-	// caught up, not draining a backlog): the transaction commits at the
-	// next PostgreSQL transaction boundary instead of waiting out the
-	// interval.
-	live bool
-	// caughtUp, set before the stream starts, says on the stream's
-	// goroutine whether it has read all the server sent
-	// (replication.Stream.CaughtUp); nil: never.
-	caughtUp   func() bool
+	curTime    time.Time
 	seen       pglogrepl.LSN
 	seenTime   time.Time
 	anchor     pglogrepl.LSN
@@ -261,8 +251,6 @@ type queuedCall struct {
 	ev  *outbox.Event
 	tk  checkpoint.Ticket
 	end pglogrepl.LSN // a Commit(end) when ev is nil
-	// idle: at that Commit the stream had read all the server had sent.
-	idle bool
 }
 
 // queued queues c when Run is committing (true), so the stream never
@@ -284,7 +272,6 @@ func (t *transactor) emitLocked(ev *outbox.Event, tk checkpoint.Ticket) {
 		return // the session ends; the event is not confirmed, the next session reads it again
 	}
 	t.seen, t.seenTime = ev.CommitLSN, ev.CommitTime
-	t.live = !ev.SentAt.IsZero() && !ev.CommitTime.IsZero() && ev.SentAt.Sub(ev.CommitTime) < t.cfg.Interval
 	if ev.CommitLSN != t.cur {
 		t.cur, t.ord, t.curTime = ev.CommitLSN, 0, ev.CommitTime
 		if ev.CommitLSN == t.cfg.Resume.PartialCommitLSN {
@@ -424,28 +411,19 @@ func (t *transactor) stop(err error) {
 // Commit notes the end of a PostgreSQL transaction: its events are all
 // emitted, so a checkpoint may name its end.
 func (t *transactor) Commit(end pglogrepl.LSN) {
-	idle := t.caughtUp != nil && t.caughtUp() // on the stream's goroutine
-	if t.queued(queuedCall{end: end, idle: idle}) {
+	if t.queued(queuedCall{end: end}) {
 		return
 	}
 	defer t.mu.Unlock()
-	t.commitMarkLocked(end, idle)
+	t.commitMarkLocked(end)
 }
 
-func (t *transactor) commitMarkLocked(end pglogrepl.LSN, idle bool) {
+func (t *transactor) commitMarkLocked(end pglogrepl.LSN) {
 	t.lsn, t.cur, t.ord = end, 0, 0
 	if t.seen != 0 {
 		t.anchor, t.anchorTime, t.seen = t.seen, t.seenTime, 0
 	}
-	// A stream that is caught up (live: its events were sent less than
-	// delivery.transaction_interval after their commit; idle: it has read
-	// all the server sent) commits at that transaction boundary: a
-	// read_committed consumer sees the events about one Kafka commit
-	// after the broker has them, and what arrives during a commit makes
-	// the next transaction. A stream draining a backlog commits by
-	// delivery.transaction_interval and the size bounds, in large
-	// transactions.
-	if t.err == nil && t.open && ((t.live && idle) || time.Since(t.began) >= t.cfg.Interval) {
+	if t.err == nil && t.open && time.Since(t.began) >= t.cfg.Interval {
 		t.requestCommitLocked()
 	}
 }
@@ -519,7 +497,7 @@ func (t *transactor) commitPaused() {
 		if c.ev != nil {
 			t.emitLocked(c.ev, c.tk)
 		} else {
-			t.commitMarkLocked(c.end, c.idle)
+			t.commitMarkLocked(c.end)
 		}
 	}
 	t.queue, t.committing = nil, false

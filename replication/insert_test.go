@@ -335,28 +335,3 @@ func TestRelationDroppedOptionalColumnLoggedOnce(t *testing.T) {
 		t.Fatalf("insert after the drops = %+v, %v", ev, err)
 	}
 }
-
-// TestEventSentAt: an event carries the send time of the replication
-// message that held it (the server's clock, as its commit time), which
-// the exactly-once transactor compares with the commit time to tell a
-// caught-up stream from one draining a backlog.
-func TestEventSentAt(t *testing.T) {
-	var got *outbox.Event
-	s := testStream()
-	s.h = HandlerFuncs{EmitFunc: func(ev *outbox.Event, _ checkpoint.Ticket) { got = ev }}
-	s.tracker = checkpoint.New(0x100, checkpoint.Limits{})
-	txn, err := s.tracker.OpenAt(s.begin.CommitTime)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.txn = txn
-	sent := time.Unix(1700000000, 2_000_000).UTC()
-	data := buildInsert(7, []byte("0b6f9c1e-0000-4000-8000-000000000001"), []byte("key-1"), []byte(`{}`),
-		[]byte("2026-11-29 22:50:51.123456+00"), nil, []byte("0"), nil, nil, nil, nil, nil, nil)
-	if err := s.handle(pglogrepl.XLogData{WALStart: 0x16B3700, ServerTime: sent, WALData: data}); err != nil {
-		t.Fatal(err)
-	}
-	if got == nil || !got.SentAt.Equal(sent) || got.SentAt.Sub(got.CommitTime) != 2*time.Millisecond {
-		t.Fatalf("event %+v: want SentAt %v, 2 ms after its commit", got, sent)
-	}
-}

@@ -27,7 +27,6 @@ type lowatReader struct {
 	rc       syscall.RawConn
 	on       bool
 	timedOut bool // the last read ended with an error (the deadline)
-	full     bool // the last read filled the buffer: the socket may hold more
 	broken   bool // the socket refused the option: stay off
 }
 
@@ -54,7 +53,6 @@ func newLowatReader(r io.Reader, conn any) *lowatReader {
 
 func (l *lowatReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
-	l.full = n == len(p)
 	switch {
 	case err != nil:
 		l.timedOut = true
@@ -67,11 +65,6 @@ func (l *lowatReader) Read(p []byte) (int, error) {
 	l.timedOut = false
 	return n, err
 }
-
-// drained reports whether the last read took all the socket held (it
-// did not fill the buffer); true without a lowatReader (TLS, a Unix
-// socket), where only pgconn's buffer is looked at.
-func (l *lowatReader) drained() bool { return l == nil || !l.full }
 
 // batching reports whether reads wait for lowatBytes; the stream then
 // keeps its read deadline within lowatWait.

@@ -286,14 +286,6 @@ func (s *Stream) Run(ctx context.Context) error {
 	}
 }
 
-// CaughtUp reports whether the stream has read everything the server
-// has sent so far: nothing is left in the connection's buffer and the
-// last read from the socket took all it held. Call it only from the
-// Handler's methods, on the stream's goroutine.
-func (s *Stream) CaughtUp() bool {
-	return s.conn != nil && s.conn.Frontend().ReadBufferLen() == 0 && s.lowat.drained()
-}
-
 // catchUp re-reads the slot once replication has started (the slot is now
 // ours, so it stays where it is) and moves the tracker's start forward to
 // it. INV-4: a standby that confirmed between the read the tracker started
@@ -350,7 +342,6 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		if err != nil {
 			return err
 		}
-		ev.SentAt = xld.ServerTime
 		// INV-2: every event gets a ticket; only Done releases it.
 		t := s.tracker.Add(s.txn, ev.Size())
 		if s.obs.Received != nil {
