@@ -50,6 +50,20 @@ func schemaPool(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
+// creditMember is a member of in's group crediting each new record's key.
+func creditMember(t *testing.T, pool *pgxpool.Pool, in *Inbox) *Consumer {
+	t.Helper()
+	c, err := NewConsumer(ConsumerConfig{Inbox: in, DB: pool, Topics: []string{topic},
+		Handle: func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
+			_, err := tx.Exec(ctx, `INSERT INTO credits VALUES ($1)`, string(r.Key))
+			return err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // Two members of one group: each batch of the first after its first goes
 // the cached way (two round trips); when the second wrote the watermark
 // meanwhile (a rebalance), the first's BEGIN finds it changed, nothing is
@@ -59,18 +73,7 @@ func TestConsumerCachedWatermark(t *testing.T) {
 	pool := schemaPool(t)
 	ctx := context.Background()
 	in, _ := New(Config{Group: "clearing"})
-	member := func() *Consumer {
-		c, err := NewConsumer(ConsumerConfig{Inbox: in, DB: pool, Topics: []string{topic},
-			Handle: func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-				_, err := tx.Exec(ctx, `INSERT INTO credits VALUES ($1)`, string(r.Key))
-				return err
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	a, b := member(), member()
+	a, b := creditMember(t, pool, in), creditMember(t, pool, in)
 	var log []*kgo.Record
 	for i := range 60 {
 		log = append(log, rec(int32(i%2), int64(i/2), fmt.Sprintf("k%02d", i), fmt.Sprintf("0/%X", 0x100+i/3*0x10)))
@@ -119,18 +122,7 @@ func TestConsumerPartlyStaleRollsBack(t *testing.T) {
 	pool := schemaPool(t)
 	ctx := context.Background()
 	in, _ := New(Config{Group: "clearing"})
-	member := func() *Consumer {
-		c, err := NewConsumer(ConsumerConfig{Inbox: in, DB: pool, Topics: []string{topic},
-			Handle: func(ctx context.Context, tx pgx.Tx, r *kgo.Record) error {
-				_, err := tx.Exec(ctx, `INSERT INTO credits VALUES ($1)`, string(r.Key))
-				return err
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	a, b := member(), member()
+	a, b := creditMember(t, pool, in), creditMember(t, pool, in)
 	var log []*kgo.Record
 	for i := range 40 {
 		log = append(log, rec(int32(i%2), int64(i/2), fmt.Sprintf("k%02d", i), fmt.Sprintf("0/%X", 0x100+i/3*0x10)))

@@ -285,15 +285,7 @@ func (in *Inbox) finish(ctx context.Context, q querier, p *plan) ([]*kgo.Record,
 			return nil, err
 		}
 		inserted = make(map[topicKey]bool, len(p.cands))
-		err = q.queryEach(ctx, keysSQL, []any{in.cfg.Group, string(arg)}, func(scan func(...any) error) error {
-			var tk topicKey
-			if err := scan(&tk.topic, &tk.key); err != nil {
-				return err
-			}
-			inserted[tk] = true
-			return nil
-		})
-		if err != nil {
+		if err := q.queryEach(ctx, keysSQL, []any{in.cfg.Group, string(arg)}, keyRow(inserted)); err != nil {
 			return nil, fmt.Errorf("inbox: record %d keys: %w", len(p.cands), err)
 		}
 	}
@@ -334,16 +326,27 @@ func keysArg(p *plan) ([]byte, error) {
 	return json.Marshal(rows)
 }
 
+// keyRow reads one of keysSQL's rows, a key it inserted, into inserted.
+func keyRow(inserted map[topicKey]bool) func(scan func(...any) error) error {
+	return func(scan func(...any) error) error {
+		var tk topicKey
+		if err := scan(&tk.topic, &tk.key); err != nil {
+			return err
+		}
+		inserted[tk] = true
+		return nil
+	}
+}
+
 // scanKeys reads keysSQL's rows: the keys it inserted.
 func scanKeys(rs pgx.Rows) (map[topicKey]bool, error) {
 	defer rs.Close()
 	inserted := map[topicKey]bool{}
+	row := keyRow(inserted)
 	for rs.Next() {
-		var tk topicKey
-		if err := rs.Scan(&tk.topic, &tk.key); err != nil {
+		if err := row(rs.Scan); err != nil {
 			return nil, err
 		}
-		inserted[tk] = true
 	}
 	return inserted, rs.Err()
 }
