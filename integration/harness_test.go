@@ -524,8 +524,21 @@ func (p *proc) dumpGoroutines() {
 		if i := strings.Index(dump, "SIGQUIT"); i >= 0 {
 			dump = dump[i:]
 		}
-		p.t.Logf("walpost (pid %d) goroutines at the failure:\n%s", p.cmd.Process.Pid, dump)
+		p.t.Logf("walpost (pid %d) goroutines at the failure (walpost's own; the whole dump is in the log):\n%s", p.cmd.Process.Pid, ownGoroutines(dump))
 	}
+}
+
+// ownGoroutines keeps, of a goroutine dump, the goroutines with a frame
+// in walpost's own packages: the runtime's and the Kafka client's idle
+// ones would otherwise push the test's own messages out of a CI report.
+func ownGoroutines(dump string) string {
+	var keep []string
+	for _, g := range strings.Split(dump, "\n\n") {
+		if strings.HasPrefix(g, "goroutine ") && strings.Contains(g, "github.com/walpost/walpost/") {
+			keep = append(keep, g)
+		}
+	}
+	return fmt.Sprintf("%d goroutine(s)\n%s", len(keep), strings.Join(keep, "\n\n"))
 }
 
 // tailOwn is tail without the Kafka client's debug lines (every request

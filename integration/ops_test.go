@@ -197,7 +197,34 @@ func TestLeastPrivilegeRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := walpostOutput(t, append(f.env(), env), "poison", "replay", "--key", "lp-big")
+	// The broker applies a topic's new config after it answered the
+	// alter: wait until it describes the new limit, and replay again while
+	// its log still holds the old one (each failed replay keeps the row).
+	waitFor(t, 30*time.Second, "max.message.bytes 1048588 described", func() bool {
+		rc, err := f.Admin.DescribeTopicConfigs(ctx, f.Topic)
+		if err != nil {
+			return false
+		}
+		c, err := rc.On(f.Topic, nil)
+		if err != nil {
+			return false
+		}
+		for _, v := range c.Configs {
+			if v.Key == "max.message.bytes" {
+				return v.MaybeValue() == "1048588"
+			}
+		}
+		return false
+	})
+	var out string
+	waitFor(t, 30*time.Second, "lp-big replayed as the least-privilege role", func() bool {
+		out, err = walpostOutput(t, append(f.env(), env), "poison", "replay", "--key", "lp-big")
+		if err != nil && strings.Contains(out, "MESSAGE_TOO_LARGE") {
+			t.Logf("replay before the broker applied the new limit: %s", out)
+			return false
+		}
+		return true
+	})
 	if err != nil || !strings.Contains(out, "replayed 1, failed 0") {
 		t.Fatalf("replay as least-privilege role: %v\n%s", err, out)
 	}

@@ -75,7 +75,38 @@ report() {
 	if compgen -G "$REPORT_DIR/*.json" >/dev/null; then
 		printf '\n== the 20 slowest tests\n' >&2
 		cat "$REPORT_DIR"/*.json | $GO run gotest.tools/gotestsum tool slowest --threshold 0s --num 20 >&2 || true
+		failures
 	fi
+}
+# failures repeats, last, each failed test's own messages (its
+# file_test.go:line lines, not the logs and stacks it printed after them),
+# so that the end of a long output still says what failed.
+failures() {
+	command -v python3 >/dev/null || return 0
+	python3 - "$REPORT_DIR"/*.json >&2 <<'PY' || true
+import json, re, sys
+failed, out = [], {}
+for path in sys.argv[1:]:
+    for line in open(path, errors="replace"):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        t = e.get("Test")
+        if not t:
+            continue
+        if e.get("Action") == "fail":
+            failed.append(t)
+        elif e.get("Action") == "output":
+            out.setdefault(t, []).append(e.get("Output", ""))
+if failed:
+    print("\n== failed tests, their own messages")
+    for t in failed:
+        print("--- " + t)
+        keep = [l.rstrip() for l in out.get(t, []) if re.match(r"\s+\w+_test\.go:\d+: ", l)]
+        for l in keep[:8]:
+            print(l[:400])
+PY
 }
 stack_started=""
 # The PostgreSQL majors, the failover test and the three Kafka nodes run on a second
