@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/bufbuild/protocompile"
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/linkedin/goavro/v2"
-	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -385,30 +385,34 @@ func avroEncoder(schema string) (func([]byte) ([]byte, error), error) {
 	}, nil
 }
 
-// jsonSchemaEncoder validates a payload against the JSON Schema
-// (santhosh-tekuri/jsonschema, which passes the official test suite of
-// each draft) and writes it as it is.
+// jsonSchemaEncoder validates a payload against the JSON Schema (draft-07
+// or 2020-12, Google's jsonschema-go) and writes it as it is. A schema
+// that declares another draft is refused: its keywords would be read with
+// another draft's meaning.
 func jsonSchemaEncoder(schema string) (func([]byte) ([]byte, error), error) {
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
-	if err != nil {
+	var sch jsonschema.Schema
+	if err := json.Unmarshal([]byte(schema), &sch); err != nil {
 		return nil, fmt.Errorf("json schema: %w", err)
 	}
-	c := jsonschema.NewCompiler()
-	const name = "urn:walpost:registry-schema"
-	if err := c.AddResource(name, doc); err != nil {
-		return nil, fmt.Errorf("json schema: %w", err)
+	switch strings.TrimSuffix(strings.Replace(sch.Schema, "https://", "http://", 1), "#") {
+	case "", "http://json-schema.org/draft-07/schema", "http://json-schema.org/draft/2020-12/schema":
+	default:
+		return nil, fmt.Errorf("json schema: $schema %q: walpost validates drafts 07 and 2020-12; register the subject's schema in one of them", sch.Schema)
 	}
-	sch, err := c.Compile(name)
+	rs, err := sch.Resolve(nil)
 	if err != nil {
 		return nil, fmt.Errorf("json schema: %w", err)
 	}
 	return func(payload []byte) ([]byte, error) {
-		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
-		if err != nil {
-			return nil, err
+		var v any
+		d := json.NewDecoder(bytes.NewReader(payload))
+		if err := d.Decode(&v); err != nil {
+			return nil, fmt.Errorf("not JSON: %w", err)
 		}
-		if err := sch.Validate(v); err != nil {
-			// One line: "jsonschema validation failed with …; - at '/x': …".
+		if len(bytes.TrimSpace(payload[d.InputOffset():])) > 0 {
+			return nil, errors.New("not JSON: data after the document")
+		}
+		if err := rs.Validate(v); err != nil {
 			return nil, errors.New(strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
 		}
 		return payload, nil

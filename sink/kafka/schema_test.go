@@ -109,6 +109,8 @@ func TestSchemaRefuses(t *testing.T) {
 	reg.SeedSchema("orders-value", 1, 7, sr.Schema{Schema: avroOrder, Type: sr.TypeAvro})
 	reg.SeedSchema("people-value", 1, 8, sr.Schema{Schema: jsonOrder, Type: sr.TypeJSON})
 	reg.SeedSchema("things-value", 1, 9, sr.Schema{Schema: protoOrder, Type: sr.TypeProtobuf})
+	reg.SeedSchema("draft4-value", 1, 10, sr.Schema{Schema: `{"$schema":"http://json-schema.org/draft-04/schema#","type":"object"}`, Type: sr.TypeJSON})
+	reg.SeedSchema("draft7-value", 1, 11, sr.Schema{Schema: `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"n":{"type":"integer","exclusiveMaximum":3}}}`, Type: sr.TypeJSON})
 	avro := newSchema(t, reg, config.SchemaAvro, config.SubjectTopicName)
 	js := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectTopicName)
 	pb := newSchema(t, reg, config.SchemaProtobuf, config.SubjectTopicName)
@@ -126,6 +128,10 @@ func TestSchemaRefuses(t *testing.T) {
 		{"avro field missing", avro, "orders", `{"note": null}`, kafka.ErrSchema, kafka.ClassSchema},
 		{"avro not json", avro, "orders", `not json`, kafka.ErrSchema, kafka.ClassSchema},
 		{"json schema breaks required", js, "people", `{"name": "x"}`, kafka.ErrSchema, kafka.ClassSchema},
+		{"json schema data after the document", js, "people", `{"id": 1} {"id": 2}`, kafka.ErrSchema, kafka.ClassSchema},
+		{"json schema not json", js, "people", `{"id": 1`, kafka.ErrSchema, kafka.ClassSchema},
+		{"json schema draft-07 exclusiveMaximum", js, "draft7", `{"n": 3}`, kafka.ErrSchema, kafka.ClassSchema},
+		{"json schema of a draft walpost does not validate", js, "draft4", `{}`, kafka.ErrSchemaSubject, "SCHEMA_SUBJECT"},
 		{"protobuf unknown field", pb, "things", `{"id": 1, "colour": "red"}`, kafka.ErrSchema, kafka.ClassSchema},
 		{"record strategy without event type", byName, "orders", `{"id": 1, "note": null}`, kafka.ErrSchema, kafka.ClassSchema},
 		{"no such subject", avro, "missing", `{"id": 1, "note": null}`, kafka.ErrSchemaSubject, "SCHEMA_SUBJECT"},

@@ -1,0 +1,3 @@
+package main
+import _ "github.com/pganalyze/pg_query_go/v6"
+func main(){}

@@ -1,0 +1,3 @@
+package main
+import _ "google.golang.org/grpc"
+func main(){}
