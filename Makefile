@@ -40,7 +40,8 @@ run: build stack-up
 	. .stack/env && ./$(BIN) migrate && \
 	  WALPOST_KAFKA_CREATE_TOPIC_PARTITIONS=$${WALPOST_KAFKA_CREATE_TOPIC_PARTITIONS:-3} ./$(BIN) run
 
-# The whole suite: vet, staticcheck, unit tests with -race, short fuzz runs,
+# The whole suite: vet, staticcheck, unit tests with -race and the
+# allocation gates without it (scripts/allocs.sh), short fuzz runs,
 # lint of our own migrations, then the integration tests against the real
 # stack. The stack is stopped at the end, also on failure.
 test:
@@ -65,8 +66,10 @@ staticcheck:
 
 lint: vet staticcheck
 
+# Unit tests with -race, then the allocation gates, which skip under it.
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /integration)
+	GO=$(GO) scripts/allocs.sh
 
 integration:
 	. .stack/env && WALPOST_REQUIRE_STACK=1 $(GO) test -count=1 -timeout 40m ./integration

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite (make test, .ci/run). Starts the local stack, runs
-# static checks, unit tests with the race detector, short fuzz runs and the
+# static checks, unit tests with the race detector and the allocation
+# gates without it (scripts/allocs.sh), short fuzz runs and the
 # integration tests on PostgreSQL 15 (with Debezium's and a schema
 # registry's: WALPOST_STACK_REGISTRY=1); beside those, on a
 # second stack (scripts/stack.sh with WALPOST_STACK_DIR=.stack/second and
@@ -153,6 +154,9 @@ $GO run honnef.co/go/tools/cmd/staticcheck ./...
 step "unit tests (-race)"
 # shellcheck disable=SC2046
 gotest unit -race -count=1 $($GO list ./... | grep -v /integration)
+step "allocation gates (without -race)"
+# They skip under the race detector, so the run above does not gate them.
+ALLOCS_JSON="$REPORT_DIR/allocs.json" GO="$GO" scripts/allocs.sh
 
 step "fuzz (short)"
 scripts/fuzz.sh "$FUZZ_EXECS"
