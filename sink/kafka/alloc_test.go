@@ -37,9 +37,9 @@ const (
 	// limit was read (Sink.checkSize): none.
 	maxCheckSizeAllocs = 0
 	// maxPartitionAllocs: the partitioner with a partition key
-	// (topicPartitioner.Partition): a record holding the key, and the
-	// key's bytes.
-	maxPartitionAllocs = 2
+	// (topicPartitioner.Partition): none, the record carrying the key to
+	// the hash is the topic partitioner's own.
+	maxPartitionAllocs = 0
 )
 
 // allocEvent is an event of a realistic outbox row, as the stream

@@ -590,16 +590,26 @@ func (k *Sink) Close() {
 type partitioner struct{ inner kgo.Partitioner }
 
 func (p partitioner) ForTopic(t string) kgo.TopicPartitioner {
-	return topicPartitioner{p.inner.ForTopic(t)}
+	return &topicPartitioner{inner: p.inner.ForTopic(t)}
 }
 
-type topicPartitioner struct{ inner kgo.TopicPartitioner }
+// topicPartitioner partitions one topic. franz-go partitions one record
+// of a topic at a time (kgo.Partitioner.ForTopic), so the record that
+// carries a partition key to the hash is reused, its key a view of the
+// event's string (hashes only read it).
+type topicPartitioner struct {
+	inner kgo.TopicPartitioner
+	byKey kgo.Record
+}
 
-func (t topicPartitioner) RequiresConsistency(*kgo.Record) bool { return true }
+func (t *topicPartitioner) RequiresConsistency(*kgo.Record) bool { return true }
 
-func (t topicPartitioner) Partition(r *kgo.Record, n int) int {
+func (t *topicPartitioner) Partition(r *kgo.Record, n int) int {
 	if p, ok := producedOf(r); ok && p.hasPK {
-		return t.inner.Partition(&kgo.Record{Key: []byte(p.pk)}, n)
+		t.byKey.Key = view(p.pk)
+		i := t.inner.Partition(&t.byKey, n)
+		t.byKey.Key = nil // keeps no event's bytes reachable
+		return i
 	}
 	return t.inner.Partition(r, n)
 }
