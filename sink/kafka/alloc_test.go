@@ -30,9 +30,8 @@ const (
 	// header column, the topic template's cached topic: none.
 	maxRecordAllocsDebezium = 0
 	// maxRecordAllocsDebeziumJSON: the same in the json formats: the
-	// key's and the value's JSON strings (encode), each grown from
-	// nothing by append.
-	maxRecordAllocsDebeziumJSON = 7
+	// key's and the value's JSON strings (encode).
+	maxRecordAllocsDebeziumJSON = 2
 	// maxCheckSizeAllocs: the size pre-check of a record whose topic's
 	// limit was read (Sink.checkSize): none.
 	maxCheckSizeAllocs = 0

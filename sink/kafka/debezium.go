@@ -210,7 +210,8 @@ func orDefault(c ColumnType) ColumnType {
 func encode(format string, c ColumnType, text []byte) []byte {
 	switch format {
 	case config.FormatJSON:
-		return appendJSON(nil, orDefault(c), text)
+		// Sized as json_schema's below: the quotes and a few escapes.
+		return appendJSON(make([]byte, 0, len(text)+32), orDefault(c), text)
 	case config.FormatJSONSchema:
 		c = orDefault(c)
 		b := make([]byte, 0, len(text)+len(c.Schema)+32)
