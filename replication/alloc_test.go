@@ -27,9 +27,8 @@ const (
 	maxInsertAllocsDebezium = 5
 	// maxTxnAllocs: a transaction of one event, Begin, Insert, Commit:
 	// the Insert's two, pglogrepl's BeginMessage and CommitMessage, and
-	// the commit LSN's text (FinalLSN.String: fmt.Sprintf's string and
-	// the boxed low half of the LSN).
-	maxTxnAllocs = 6
+	// the commit LSN's text (lsnText).
+	maxTxnAllocs = 5
 )
 
 // outboxColumns are the columns of walpost's outbox table
@@ -237,5 +236,14 @@ func BenchmarkTxn(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.run(b, s)
+	}
+}
+
+// TestLSNText: lsnText writes what pglogrepl's LSN.String writes.
+func TestLSNText(t *testing.T) {
+	for _, lsn := range []pglogrepl.LSN{0, 1, 0xA, 0x16_B374D848, 0xFFFFFFFF, 0x1_00000000, 0xABCDEF01_23456789, ^pglogrepl.LSN(0)} {
+		if got, want := lsnText(lsn), lsn.String(); got != want {
+			t.Errorf("lsnText(%#x) = %q, want %q", uint64(lsn), got, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -365,7 +366,7 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 			return err
 		}
 		s.txn, s.begin, s.seq = txn, *m, 0
-		s.commitText = m.FinalLSN.String()
+		s.commitText = lsnText(m.FinalLSN)
 	case *pglogrepl.RelationMessage:
 		r := newRelationFor(m, s.lay())
 		if r.namespace != s.table.Schema || r.name != s.table.Name {
@@ -411,6 +412,28 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		s.cfg.Logger.Warn("ignoring pgoutput message", "message", msg.Type().String(), "lsn", xld.WALStart.String())
 	}
 	return nil
+}
+
+// lsnText is lsn as PostgreSQL writes it, X/X in upper-case hex, as
+// pglogrepl.LSN.String does with fmt, which also boxes the low half:
+// one allocation, the string, instead of two.
+func lsnText(lsn pglogrepl.LSN) string {
+	var b [17]byte
+	out := appendHexUpper(b[:0], uint32(lsn>>32))
+	out = append(out, '/')
+	return string(appendHexUpper(out, uint32(lsn)))
+}
+
+// appendHexUpper appends v in upper-case hex without leading zeros.
+func appendHexUpper(dst []byte, v uint32) []byte {
+	start := len(dst)
+	dst = strconv.AppendUint(dst, uint64(v), 16)
+	for i := start; i < len(dst); i++ {
+		if c := dst[i]; c >= 'a' {
+			dst[i] = c - 'a' + 'A'
+		}
+	}
+	return dst
 }
 
 // droppedEffect is what events lose when an optional column is dropped.
