@@ -19,7 +19,8 @@
 // every reader decodes the same WAL. The report (Markdown, also written to
 // bench/results/bench-<date>.md) gives medians per reader, ratios to each
 // baseline, CPU seconds per million events, peak RSS and where the issue's
-// targets stand. See bench/README.md.
+// targets stand; SVG charts beside it draw events/s per reader and round and
+// the CDF of commit→visible latency (charts.go). See bench/README.md.
 //
 // It is a benchmark, not a test: it needs the local stack (scripts/stack.sh
 // up; . .stack/env) and is run by scripts/bench.sh.
@@ -372,15 +373,16 @@ func run(ctx context.Context, o options) error {
 		loadBefore: loadBefore, loadAfter: loadAvg(), ncpu: runtime.NumCPU(),
 		produce: e.produce, dbzSkip: e.dbzSkip,
 	}
-	md := rep.markdown()
-	fmt.Println(md)
-	if o.outDir != "" {
-		path, err := writeResult(o.outDir, md)
-		if err != nil {
-			return err
-		}
-		logf("wrote %s", path)
+	if o.outDir == "" {
+		fmt.Println(rep.markdown())
+		return nil
 	}
+	path, md, err := writeResult(o.outDir, rep)
+	fmt.Println(md)
+	if err != nil {
+		return err
+	}
+	logf("wrote %s", path)
 	return nil
 }
 

@@ -220,12 +220,37 @@ func gitCommit() string {
 	return c
 }
 
-// writeResult writes md to dir/bench-<date>.md, or bench-<date>-N.md when
-// that file exists.
-func writeResult(dir, md string) (string, error) {
+// writeResult writes r to dir/bench-<date>.md, or bench-<date>-N.md when
+// that file exists, and its charts beside it (writeCharts), linked from the
+// Markdown. It returns the Markdown's path and text. A chart that cannot be
+// drawn is left out with a warning: the numbers are worth keeping without
+// it.
+func writeResult(dir string, r report) (path, md string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		return "", r.markdown(), err
 	}
+	fh, path, err := createResultFile(dir)
+	if err != nil {
+		return "", r.markdown(), err
+	}
+	base := strings.TrimSuffix(filepath.Base(path), ".md")
+	r.charts, err = writeCharts(dir, base, r.cases)
+	if err != nil {
+		logf("WARNING: %v", err)
+	}
+	for _, name := range []string{r.charts.throughput, r.charts.latency} {
+		if name != "" {
+			logf("wrote %s", filepath.Join(dir, name))
+		}
+	}
+	md = r.markdown()
+	_, err = fh.WriteString(md)
+	return path, md, errors.Join(err, fh.Close())
+}
+
+// createResultFile creates dir/bench-<date>.md, or bench-<date>-N.md when
+// that file exists.
+func createResultFile(dir string) (*os.File, string, error) {
 	date := time.Now().UTC().Format("2006-01-02")
 	path := filepath.Join(dir, "bench-"+date+".md")
 	for i := 2; ; i++ {
@@ -234,10 +259,6 @@ func writeResult(dir, md string) (string, error) {
 			path = filepath.Join(dir, fmt.Sprintf("bench-%s-%d.md", date, i))
 			continue
 		}
-		if err != nil {
-			return "", err
-		}
-		_, err = fh.WriteString(md)
-		return path, errors.Join(err, fh.Close())
+		return fh, path, err
 	}
 }

@@ -17,6 +17,7 @@ type report struct {
 	ncpu       int
 	produce    string // producerSettings of this run
 	dbzSkip    string
+	charts     chartFiles // drawn beside the results file, linked at its top
 }
 
 func median(v []float64) float64 {
@@ -276,6 +277,7 @@ func (r report) markdown() string {
 		fmt.Fprintf(&b, "Steady: %d s per rate, %d paced writers, %d events per transaction, walpost live on a fresh slot.", o.steadySeconds, o.steadyWriters, o.steadyTxnSize)
 	}
 	b.WriteString("\n")
+	r.linkCharts(&b)
 
 	for _, c := range r.cases {
 		fmt.Fprintf(&b, "\n## %s\n\n", c.title())
@@ -341,6 +343,16 @@ func (r report) markdown() string {
 	fmt.Fprintf(&b, "- load average (1/5/15 min) before the first workload %s, after the last %s (well above 0 before means other processes shared the CPUs)\n", r.loadBefore, r.loadAfter)
 	fmt.Fprintf(&b, "- walpost commit %s; harness built with %s\n", m.commit, m.goVer)
 	return b.String()
+}
+
+// linkCharts links the charts drawn beside this file, as images.
+func (r report) linkCharts(b *strings.Builder) {
+	if r.charts.throughput != "" {
+		fmt.Fprintf(b, "\nEvents/s of every reader in every round (the rounds tables below):\n\n![events/s per reader and round](%s)\n", r.charts.throughput)
+	}
+	if r.charts.latency != "" {
+		fmt.Fprintf(b, "\nCommit→visible latency of the steady workload, empirical CDF per delivery mode and rate:\n\n![commit→visible latency CDF per delivery mode and rate](%s)\n", r.charts.latency)
+	}
 }
 
 func joinInts(v []int, sep string) string {

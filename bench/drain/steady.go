@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/config"
 )
 
 type latency struct {
@@ -27,9 +29,17 @@ type latency struct {
 	p50, p99, max time.Duration
 	min           time.Duration
 	dups          int
+	// cdf[i] is the nearest-rank quantile i/cdfSteps of the samples
+	// (cdf[0] their minimum): the empirical CDF the latency chart draws,
+	// in cdfSteps+1 values whatever the number of events.
+	cdf []time.Duration
 }
 
+// cdfSteps is how finely latency keeps its distribution for the chart.
+const cdfSteps = 1000
+
 type steadyResult struct {
+	mode       string        // walpost's delivery mode (config.AtLeastOnce or config.ExactlyOnce)
 	rate       int           // offered events/s
 	events     int           // written (= offered rate × seconds)
 	writeDur   time.Duration // clock start → last commit returned
@@ -104,7 +114,7 @@ func (e *env) runSteadyCase(ctx context.Context, payloadSize int) (*caseResult, 
 
 func (e *env) runSteadyRate(ctx context.Context, table, pub, slot, topic, insert string, rate, payloadSize int) (steadyResult, error) {
 	f, o := e.f, e.o
-	res := steadyResult{rate: rate, events: rate * o.steadySeconds, walsndSecs: -1}
+	res := steadyResult{mode: deliveryMode(), rate: rate, events: rate * o.steadySeconds, walsndSecs: -1}
 	env, _ := f.walpostEnv(table, pub, slot, topic)
 	p, err := startWalpost(e.walpostBin, env, "")
 	if err != nil {
@@ -196,7 +206,15 @@ func (e *env) runSteadyRate(ctx context.Context, table, pub, slot, topic, insert
 }
 
 // exactlyOnce reports whether walpost runs with delivery.mode exactly-once.
-func exactlyOnce() bool { return os.Getenv("WALPOST_DELIVERY_MODE") == "exactly-once" }
+func exactlyOnce() bool { return os.Getenv("WALPOST_DELIVERY_MODE") == config.ExactlyOnce }
+
+// deliveryMode is walpost's delivery mode in this run.
+func deliveryMode() string {
+	if exactlyOnce() {
+		return config.ExactlyOnce
+	}
+	return config.AtLeastOnce
+}
 
 // visibleWatch is a live read_committed consumer of a steady rate's topic:
 // seenAt[i] is the wall clock in µs when event i first arrived.
@@ -438,7 +456,8 @@ func (f *fixture) consumeLatencies(ctx context.Context, topic, prefix string, co
 	return summarize(us, lat), nil
 }
 
-// summarize sets lat's count and percentiles (nearest rank) from us, in µs.
+// summarize sets lat's count, percentiles (nearest rank) and CDF from us,
+// in µs.
 func summarize(us []int64, lat latency) latency {
 	slices.Sort(us)
 	pct := func(p float64) time.Duration {
@@ -448,6 +467,10 @@ func summarize(us []int64, lat latency) latency {
 	lat.n = len(us)
 	if lat.n > 0 {
 		lat.p50, lat.p99, lat.min, lat.max = pct(0.50), pct(0.99), time.Duration(us[0])*time.Microsecond, time.Duration(us[len(us)-1])*time.Microsecond
+		lat.cdf = make([]time.Duration, cdfSteps+1)
+		for i := range lat.cdf {
+			lat.cdf[i] = pct(float64(i) / cdfSteps)
+		}
 	}
 	return lat
 }
