@@ -2,7 +2,7 @@
 # Runs every fuzz target of walpost with one budget each.
 #
 # Usage: scripts/fuzz.sh BUDGET
-#   BUDGET is go test's -fuzztime: a count such as 300000x (what make test
+#   BUDGET is go test's -fuzztime: a count such as 100000x (what make test
 #   uses) or a duration such as 10m (make fuzz FUZZTIME=10m).
 #
 # A count budget has no wall-clock deadline, so its outcome does not depend
@@ -16,14 +16,14 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 GO="${GO:-go}"
-BUDGET="${1:?usage: scripts/fuzz.sh BUDGET (e.g. 300000x or 10m)}"
+BUDGET="${1:?usage: scripts/fuzz.sh BUDGET (e.g. 100000x or 10m)}"
 if ! [[ $BUDGET =~ ^[0-9]+x$ || $BUDGET =~ ^[0-9]+(ns|us|ms|s|m|h)$ ]]; then
-	echo "fuzz: budget \"$BUDGET\" is neither a count (e.g. 300000x) nor a duration (e.g. 10m)" >&2
+	echo "fuzz: budget \"$BUDGET\" is neither a count (e.g. 100000x) nor a duration (e.g. 10m)" >&2
 	exit 2
 fi
 
 # A count budget that hangs must still end the run (20 minutes is far above
-# what 300000x takes on a loaded 2-core machine); a deliberate duration run
+# what 100000x takes on a loaded 2-core machine); a deliberate duration run
 # has no test timeout, since go test's default (10m) would fail it at its end.
 TIMEOUT=20m
 [[ $BUDGET =~ x$ ]] || TIMEOUT=0

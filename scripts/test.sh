@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# The whole test suite (make test, .ci/run). Starts the local stack, runs
-# static checks, unit tests with the race detector and the allocation
+# The whole test suite (make test, .ci/run). Starts the local stack (in
+# the background, while the static checks run), runs static checks, unit
+# tests with the race detector (lint's without it) and the allocation
 # gates without it (scripts/allocs.sh), short fuzz runs and the
 # integration tests on PostgreSQL 15 (with Debezium's and a schema
-# registry's: WALPOST_STACK_REGISTRY=1); beside those, on a
-# second stack (scripts/stack.sh with WALPOST_STACK_DIR=.stack/second and
-# its own ports, 25439-25440 and 29192-29203, WALPOST_TEST_SECOND_*_PORT
-# to move them), the TestKafkaCluster* tests and a slice of the seeded
-# nemesis (TestNemesisCluster: NEMESIS_SEED, 1; make nemesis runs the whole)
-# on three Kafka nodes (KAFKA_NODES=3), the core integration tests on
-# each of WALPOST_TEST_PG_VERSIONS (14 16 17 18; empty skips them) and the
-# failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it). It
-# stops both stacks even when a step fails. At the end, also on failure, it
-# prints each step's time and the 20 slowest tests of the steps that run
-# through gotestsum (their go test -json in TEST_REPORT_DIR,
-# .test-report/ by default). TEST_PARALLEL (6) is go test's -parallel.
+# registry's: WALPOST_STACK_REGISTRY=1). Beside those, three lanes, each on
+# a stack of its own (scripts/stack.sh with WALPOST_STACK_DIR=.stack/NAME
+# and its own ports; WALPOST_TEST_{SECOND,THIRD,FOURTH}_{PG,KAFKA}_PORT
+# move them): "second" (25439-25440, 29192-29195) runs the core
+# integration tests on each of WALPOST_TEST_PG_VERSIONS (14 16 17 18;
+# empty skips them); "third" (25449-25450, 29292-29303) the failover test
+# on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it), then the
+# TestKafkaCluster* tests and a slice of the seeded nemesis
+# (TestNemesisCluster: NEMESIS_SEED, 1; make nemesis runs the whole) on
+# three Kafka nodes (KAFKA_NODES=3); "fourth" (25459, 29392-29395) the
+# main suite's serial tests (SERIAL_TESTS below), which stop and restart
+# their stack's servers. It stops every stack even when a step fails. At
+# the end, also on failure, it prints each step's time, the 20 slowest
+# tests of the steps that run through gotestsum (their go test -json in
+# TEST_REPORT_DIR, .test-report/ by default) and each failed test's own
+# messages. TEST_PARALLEL (6) is go test's -parallel.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 GO="${GO:-go}"
 # A count per fuzz target, never a duration (scripts/fuzz.sh says why).
-FUZZ_EXECS="${FUZZ_EXECS:-300000x}"
+FUZZ_EXECS="${FUZZ_EXECS:-100000x}"
 PG_VERSIONS="${WALPOST_TEST_PG_VERSIONS-14 16 17 18}"
 FAILOVER_VERSION="${WALPOST_TEST_FAILOVER_VERSION-17}"
 # How many integration tests run at once. The tests that stop, restart or
@@ -30,7 +35,7 @@ FAILOVER_VERSION="${WALPOST_TEST_FAILOVER_VERSION-17}"
 PARALLEL="${TEST_PARALLEL:-6}"
 export TEST_PARALLEL="$PARALLEL"
 if ! [[ $FUZZ_EXECS =~ ^[0-9]+x$ ]]; then
-	echo "test: FUZZ_EXECS=\"$FUZZ_EXECS\" must be a count such as 300000x; a duration makes the fuzz runs fail at random (use make fuzz FUZZTIME=… for timed runs)" >&2
+	echo "test: FUZZ_EXECS=\"$FUZZ_EXECS\" must be a count such as 100000x; a duration makes the fuzz runs fail at random (use make fuzz FUZZTIME=… for timed runs)" >&2
 	exit 2
 fi
 
@@ -110,41 +115,64 @@ if failed:
 PY
 }
 stack_started=""
-# The PostgreSQL majors, the failover test and the three Kafka nodes run on a second
-# stack (WALPOST_STACK_DIR, other ports) beside the main integration tests:
-# they stop and restart their own PostgreSQL and Kafka, never the main
-# ones. Its ports are below the kernel's ephemeral range (32768-60999), so
-# no test's freePort takes one while its server is down. (The main stack
-# is the one in .stack: a WALPOST_STACK_DIR from a sourced second env must
-# not redirect it.)
+# Beside the main integration run, three more stacks (WALPOST_STACK_DIR,
+# other ports), each a lane of its own: "second" runs the core tests on
+# the other PostgreSQL majors, "third" the failover test and the
+# three-node Kafka tests with a slice of the nemesis, "fourth" the main
+# suite's serial tests (they stop and restart their stack's Kafka or
+# PostgreSQL, so on the main stack they ran one at a time while nothing
+# else did). A lane stops and restarts only its own servers. Their ports
+# are below the kernel's ephemeral range (32768-60999), so no test's
+# freePort takes one while its server is down. (The main stack is the one
+# in .stack: a WALPOST_STACK_DIR from a sourced lane env must not redirect
+# it.)
 unset WALPOST_STACK_DIR
-SECOND_STACK="$ROOT/.stack/second"
-second_env=(
-	WALPOST_STACK_DIR="$SECOND_STACK"
-	WALPOST_STACK_PG_PORT="${WALPOST_TEST_SECOND_PG_PORT:-25439}"
-	WALPOST_STACK_KAFKA_PORT="${WALPOST_TEST_SECOND_KAFKA_PORT:-29192}"
-	WALPOST_STACK_KAFKA_CONTROLLER_PORT="${WALPOST_TEST_SECOND_KAFKA_CONTROLLER_PORT:-29193}"
-	WALPOST_STACK_KAFKA_PROXIED_PORT="${WALPOST_TEST_SECOND_KAFKA_PROXIED_PORT:-29194}"
-	WALPOST_STACK_KAFKA_PROXY_PORT="${WALPOST_TEST_SECOND_KAFKA_PROXY_PORT:-29195}"
-)
-second_pid=""
+# lane_env NAME PG_PORT KAFKA_PORT: a lane's stack variables (Kafka's
+# controller, proxied and proxy ports follow its port; a three-node
+# cluster's nodes take the next blocks of four).
+lane_env() {
+	printf '%s\n' "WALPOST_STACK_DIR=$ROOT/.stack/$1" "WALPOST_STACK_PG_PORT=$2" \
+		"WALPOST_STACK_KAFKA_PORT=$3" "WALPOST_STACK_KAFKA_CONTROLLER_PORT=$(($3 + 1))" \
+		"WALPOST_STACK_KAFKA_PROXIED_PORT=$(($3 + 2))" "WALPOST_STACK_KAFKA_PROXY_PORT=$(($3 + 3))"
+}
+mapfile -t second_env < <(lane_env second "${WALPOST_TEST_SECOND_PG_PORT:-25439}" "${WALPOST_TEST_SECOND_KAFKA_PORT:-29192}")
+mapfile -t third_env < <(lane_env third "${WALPOST_TEST_THIRD_PG_PORT:-25449}" "${WALPOST_TEST_THIRD_KAFKA_PORT:-29292}")
+mapfile -t fourth_env < <(lane_env fourth "${WALPOST_TEST_FOURTH_PG_PORT:-25459}" "${WALPOST_TEST_FOURTH_KAFKA_PORT:-29392}")
+# The main suite's serial tests that need no Debezium (those stay on the
+# main stack, which runs Kafka Connect): the fourth lane runs them, the
+# main run skips them. A serial test missing here still runs, on the main
+# stack, alone.
+SERIAL_TESTS='TestExactlyOnceEveryFault|TestEmptyTransactionsDuringKafkaOutage|TestExactlyOnceKafkaRestart|TestBrokerDownLongerThanWalSenderTimeout|TestMetricsAndReadiness|TestStopDrainsWithinFlushTimeout|TestPostgresFastShutdownWhileKafkaUnreachable|TestStopDuringIsolation|TestSIGTERMMidStream|TestCheckRDSReplicationRole|TestFailoverSlot|TestCheck'
+lane_pids=()
+lane_names=()
 on_exit() {
 	local rc=$?
-	if [[ -n $second_pid ]]; then
-		# The job runs in its own process group: stop all of it (go test,
+	local pid
+	# A stack still starting finishes before it is stopped.
+	if [[ -n ${stack_up_pid:-} ]]; then wait "$stack_up_pid" 2>/dev/null || true; fi
+	for pid in "${lane_pids[@]}"; do
+		# A lane runs in its own process group: stop all of it (go test,
 		# test-pg.sh's loop) before its stack goes down.
-		kill -TERM -- "-$second_pid" 2>/dev/null || true
-		wait "$second_pid" 2>/dev/null || true
-	fi
+		kill -TERM -- "-$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
 	if [[ -n $stack_started ]]; then
 		step "stack down"
 		scripts/stack.sh down || true
 		env "${second_env[@]}" scripts/stack.sh down || true
+		env "${third_env[@]}" scripts/stack.sh down || true
+		env "${fourth_env[@]}" scripts/stack.sh down || true
 	fi
 	report
 	exit "$rc"
 }
 trap on_exit EXIT
+
+# The main stack boots in the background while the steps before the
+# integration tests run (its JVMs take most of a minute to start).
+stack_started=1
+WALPOST_STACK_REGISTRY=1 scripts/stack.sh up >"$REPORT_DIR/stack-up.log" 2>&1 &
+stack_up_pid=$!
 
 step "go vet"
 $GO vet ./...
@@ -152,10 +180,14 @@ step "staticcheck"
 $GO run honnef.co/go/tools/cmd/staticcheck ./...
 
 step "unit tests (-race)"
+# lint's tests run below without the race detector: the linter runs no
+# goroutines of its own, and its parser (WebAssembly under wazero) is
+# four times slower with -race.
 # shellcheck disable=SC2046
-gotest unit -race -count=1 $($GO list ./... | grep -v /integration)
-step "allocation gates (without -race)"
-# They skip under the race detector, so the run above does not gate them.
+gotest unit -race -count=1 $($GO list ./... | grep -v -e /integration -e /lint$)
+step "lint's tests and the allocation gates (without -race)"
+gotest unit-lint -count=1 ./lint
+# The gates skip under the race detector, so the run above does not gate them.
 ALLOCS_JSON="$REPORT_DIR/allocs.json" GO="$GO" scripts/allocs.sh
 
 step "fuzz (short)"
@@ -163,11 +195,14 @@ scripts/fuzz.sh "$FUZZ_EXECS"
 step "walpost lint migrations/"
 $GO run ./cmd/walpost lint migrations/
 
-step "stack up"
-stack_started=1
+step "stack up (waiting for the background start)"
 # With the schema registry (TestSchemaRegistryFormats): its JVM boots
 # while PostgreSQL and Kafka start.
-WALPOST_STACK_REGISTRY=1 scripts/stack.sh up
+stack_up_rc=0
+wait "$stack_up_pid" || stack_up_rc=$?
+stack_up_pid=""
+cat "$REPORT_DIR/stack-up.log" >&2
+((stack_up_rc == 0)) || { echo "test: scripts/stack.sh up failed (exit $stack_up_rc)" >&2; exit 1; }
 # shellcheck disable=SC1091
 . .stack/env
 
@@ -184,49 +219,80 @@ step "deploy: Helm chart, plain manifests, image, alert rules, release workflow 
 # shellcheck when it is installed).
 (cd deploy && $GO tool actionlint)
 
-step "integration tests with Debezium's (PostgreSQL 15); beside them on a second stack the core tests on PostgreSQL ${PG_VERSIONS:-(none)}, the failover test on ${FAILOVER_VERSION:-(none)}, the three-node Kafka tests and a slice of the nemesis"
-second_log="$REPORT_DIR/second-stack.log"
-# Its own process group (job control on for the launch), so on_exit can
-# stop the whole job; at a lower priority than the main run, whose serial
-# tests have timing bounds.
-set -m
-(
-	renice -n 10 -p "$BASHPID" >/dev/null || true
-	export "${second_env[@]}"
-	rc=0
-	t0=$SECONDS
-	if [[ -n $PG_VERSIONS ]]; then
-		# shellcheck disable=SC2086
-		scripts/test-pg.sh $PG_VERSIONS || rc=1
-	fi
+step "integration tests with Debezium's (PostgreSQL 15); beside them on three more stacks the core tests on PostgreSQL ${PG_VERSIONS:-(none)}; the failover test on ${FAILOVER_VERSION:-(none)}, the three-node Kafka tests and a slice of the nemesis; the serial tests"
+# lane NAME NICE ENV-ARRAY-NAME FUNCTION: FUNCTION in the background, in
+# its own process group (job control on for the launch, so on_exit can
+# stop all of it), with the lane's stack variables, its output in
+# $REPORT_DIR/NAME-lane.log.
+lane() {
+	local name=$1 nice=$2 envname=$3[@] fn=$4
+	local -a lenv=("${!envname}")
+	set -m
+	(
+		renice -n "$nice" -p "$BASHPID" >/dev/null || true
+		export "${lenv[@]}"
+		t0=$SECONDS
+		rc=0
+		"$fn" || rc=$?
+		printf '== %s lane took %ss (exit %s)\n' "$name" $((SECONDS - t0)) "$rc" >&2
+		exit "$rc"
+	) >"$REPORT_DIR/$name-lane.log" 2>&1 &
+	lane_pids+=($!)
+	lane_names+=("$name")
+	set +m
+}
+# The second lane: the core tests on each other PostgreSQL major.
+second_lane() {
+	[[ -z $PG_VERSIONS ]] && return 0
+	# shellcheck disable=SC2086
+	scripts/test-pg.sh $PG_VERSIONS
+}
+# The third lane: the failover test, then the guarantees on three brokers
+# (KAFKA_NODES=3): a partition leader and the transaction coordinator
+# killed under load, then a slice of the seeded nemesis (make nemesis runs
+# the whole): one seed in each delivery mode, three faults each, the
+# writers at a quarter of make nemesis's pace (the other lanes share the
+# CPUs).
+third_lane() {
+	local rc=0
 	if [[ -n $FAILOVER_VERSION ]]; then
 		scripts/test-failover.sh "$FAILOVER_VERSION" || rc=1
 	fi
-	# The guarantees on three brokers (KAFKA_NODES=3): a partition leader
-	# and the transaction coordinator killed under load, then a slice of
-	# the seeded nemesis (make nemesis runs the whole): one seed in each
-	# delivery mode, three faults each, the writers at a quarter of make
-	# nemesis's pace (the main run shares the CPUs).
 	scripts/stack.sh down || true
-	KAFKA_NODES=3 scripts/stack.sh up
+	KAFKA_NODES=3 scripts/stack.sh up || return 1
 	# shellcheck disable=SC1091
-	. "$SECOND_STACK/env"
+	. "$WALPOST_STACK_DIR/env"
 	WALPOST_REQUIRE_STACK=1 WALPOST_NEMESIS_SEED="${NEMESIS_SEED:-1}" WALPOST_NEMESIS_SCHEDULES=1 WALPOST_NEMESIS_FAULTS=3 WALPOST_NEMESIS_EVENTS=5000 WALPOST_NEMESIS_PAUSE=400ms \
 		gotest kafka3 -count=1 -timeout 15m -run '^(TestKafkaCluster.*|TestNemesisCluster)$' ./integration || rc=1
 	scripts/stack.sh down || true
-	printf '== second stack: PostgreSQL %s, failover on %s, three Kafka nodes and the nemesis slice took %ss (exit %s)\n' "${PG_VERSIONS:-(none)}" "${FAILOVER_VERSION:-(none)}" $((SECONDS - t0)) "$rc" >&2
-	exit "$rc"
-) >"$second_log" 2>&1 &
-second_pid=$!
-set +m
+	return "$rc"
+}
+# The fourth lane: the main suite's serial tests, on PostgreSQL 15 and one
+# broker of their own.
+fourth_lane() {
+	local rc=0
+	scripts/stack.sh up || return 1
+	# shellcheck disable=SC1091
+	. "$WALPOST_STACK_DIR/env"
+	WALPOST_REQUIRE_STACK=1 gotest serial -count=1 -timeout 30m -run "^($SERIAL_TESTS)\$" ./integration || rc=1
+	scripts/stack.sh down || true
+	return "$rc"
+}
+lane second 10 second_env second_lane
+lane third 10 third_env third_lane
+lane fourth 0 fourth_env fourth_lane
 main_rc=0
-WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 WALPOST_REQUIRE_REGISTRY=1 gotest integration -count=1 -parallel "$PARALLEL" -timeout 45m -skip '^TestNemesis$' ./integration || main_rc=$?
-second_rc=0
-wait "$second_pid" || second_rc=$?
-second_pid=""
-printf '\n== the second stack (%s)\n' "$second_log" >&2
-cat "$second_log" >&2
-if ((main_rc != 0 || second_rc != 0)); then
-	echo "test: integration tests failed (main stack exit $main_rc, second stack exit $second_rc)" >&2
+WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 WALPOST_REQUIRE_REGISTRY=1 gotest integration -count=1 -parallel "$PARALLEL" -timeout 45m -skip "^(TestNemesis|$SERIAL_TESTS)\$" ./integration || main_rc=$?
+failed_lanes=()
+for i in "${!lane_pids[@]}"; do
+	lane_rc=0
+	wait "${lane_pids[$i]}" || lane_rc=$?
+	printf '\n== the %s lane (%s)\n' "${lane_names[$i]}" "$REPORT_DIR/${lane_names[$i]}-lane.log" >&2
+	cat "$REPORT_DIR/${lane_names[$i]}-lane.log" >&2
+	((lane_rc == 0)) || failed_lanes+=("${lane_names[$i]} (exit $lane_rc)")
+done
+lane_pids=()
+if ((main_rc != 0 || ${#failed_lanes[@]} > 0)); then
+	echo "test: integration tests failed (main stack exit $main_rc; lanes failed: ${failed_lanes[*]:-none})" >&2
 	exit 1
 fi
