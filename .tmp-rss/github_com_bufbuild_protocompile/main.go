@@ -1,3 +1,0 @@
-package main
-import _ "github.com/bufbuild/protocompile"
-func main(){}

@@ -1,3 +1,0 @@
-package main
-import _ "google.golang.org/grpc"
-func main(){}
