@@ -52,6 +52,10 @@ var allowed = map[string][]string{
 	// running walpost, as recover produces a gap.
 	"resend": {"config", "replication", "position", "sink", "sink/kafka", "outbox", "internal/redact"},
 
+	// walpost's OTLP/HTTP trace client (otel.enabled): the protobuf
+	// runtime and the OTLP messages, no gRPC.
+	"internal/otlphttp": {},
+
 	// A test helper: a fake PostgreSQL speaking the wire protocol, which
 	// replication's own tests import.
 	"replication/replicationtest": {},
