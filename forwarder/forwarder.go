@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,9 @@ type Forwarder struct {
 	m    *metrics
 	sink sink.Sink
 	own  bool // the sink is the forwarder's own (closed when Run returns)
+	// version is walpost's (Deps.Build, else the binary's), in the
+	// OTLP exporter's User-Agent.
+	version string
 
 	store *poison.Store
 	pool  *pgxpool.Pool
@@ -117,6 +121,7 @@ func New(cfg *config.Config, deps Deps) (*Forwarder, error) {
 func (f *Forwarder) registerMetrics(reg prometheus.Registerer, build Build) {
 	f.m = newMetrics(reg)
 	b := buildinfo.Resolve(build.Version, build.Commit, "")
+	f.version = b.Version
 	registerBuildInfo(reg, b.Version, b.Commit, b.GoVersion)
 	registerReady(reg, f.ready)
 }
@@ -143,7 +148,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		return err
 	}
 	if f.cfg.OTel.Enabled {
-		tp, err := newTracerProvider(ctx, f.cfg.OTel)
+		tp, err := newTracerProvider(ctx, f.cfg.OTel, os.Getenv, f.version, f.log)
 		if err != nil {
 			return err
 		}

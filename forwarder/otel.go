@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -12,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/otlphttp"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
@@ -36,9 +38,17 @@ import (
 const spanName = "walpost forward"
 
 // newTracerProvider builds the tracer provider of cfg: OTLP/HTTP to the
-// endpoint of the OTEL_EXPORTER_OTLP_* variables, batched.
-func newTracerProvider(ctx context.Context, cfg config.OTel) (*sdktrace.TracerProvider, error) {
-	exp, err := otlptracehttp.New(ctx)
+// endpoint of the OTEL_EXPORTER_OTLP_* variables (otlphttp.FromEnv, read
+// through getenv), batched. A variable it cannot use is an error naming
+// it. The User-Agent names walpost's version; log receives what the
+// receiver reports as a partial success.
+func newTracerProvider(ctx context.Context, cfg config.OTel, getenv func(string) string, version string, log *slog.Logger) (*sdktrace.TracerProvider, error) {
+	ccfg, err := otlphttp.FromEnv(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("otel.enabled: the OTLP/HTTP exporter: %w", err)
+	}
+	ccfg.UserAgent = "walpost/" + version
+	exp, err := otlptrace.New(ctx, otlphttp.New(ccfg, log))
 	if err != nil {
 		return nil, fmt.Errorf("otel.enabled: the OTLP/HTTP exporter: %w", err)
 	}

@@ -35,7 +35,7 @@ var allowed = map[string][]string{
 	// mode, as forwarder does (recovery/exactly.go).
 	"recovery":        {"config", "replication", "position", "sink", "sink/kafka", "outbox", "internal/redact"},
 	"prune":           {"config", "replication", "position", "internal/redact"},
-	"forwarder":       {"config", "replication", "checkpoint", "sink", "sink/kafka", "poison", "position", "prune", "outbox", "internal/redact", "internal/buildinfo"},
+	"forwarder":       {"config", "replication", "checkpoint", "sink", "sink/kafka", "poison", "position", "prune", "outbox", "internal/redact", "internal/buildinfo", "internal/otlphttp"},
 	"status":          {"config", "replication", "sink/kafka", "internal/redact", "poison", "checkpoint", "outbox"},
 	"preflight":       {"config", "replication", "sink/kafka", "internal/redact", "poison", "position", "outbox"},
 	"verify":          {"config", "replication", "sink/kafka", "internal/redact", "outbox"},
@@ -118,5 +118,25 @@ func TestImportEdges(t *testing.T) {
 	}
 	if seen < 10 {
 		t.Fatalf("go list saw %d packages, want the whole module", seen)
+	}
+}
+
+// TestNoGRPC: walpost speaks no gRPC, so the binary links none (the OTLP
+// exporter of otel.enabled is internal/otlphttp, not otlptracehttp, whose
+// collector package pulls gRPC and grpc-gateway in: megabytes of binary
+// and of resident memory).
+func TestNoGRPC(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", module+"/cmd/walpost")
+	cmd.Dir = "../.."
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "google.golang.org/grpc") || strings.HasPrefix(pkg, "github.com/grpc-ecosystem/") {
+			t.Errorf("cmd/walpost links %s", pkg)
+		}
 	}
 }
