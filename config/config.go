@@ -52,7 +52,7 @@ type Config struct {
 // OTEL_EXPORTER_OTLP_* variables. Off, no tracer exists.
 type OTel struct {
 	// Enabled starts the tracer and its exporter.
-	Enabled bool `mapstructure:"enabled" doc:"Export a span per forwarded transaction, linked to the trace contexts of its rows (docs/tracing.md), over OTLP/HTTP to the standard OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (default http://localhost:4318), with OTEL_EXPORTER_OTLP_HEADERS and the other OTEL_EXPORTER_OTLP_* variables; false: no tracer, no cost." default:"false"`
+	Enabled bool `mapstructure:"enabled" doc:"Export a span per forwarded transaction, linked to the trace contexts of its rows (docs/tracing.md), as OTLP/HTTP protobuf to OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as is) or OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces (default http://localhost:4318/v1/traces), configured by OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, TIMEOUT, COMPRESSION, CERTIFICATE, CLIENT_CERTIFICATE, CLIENT_KEY and PROTOCOL (docs/tracing.md); an invalid value stops walpost at start, naming the variable; false: no tracer, no cost." default:"false"`
 	// ServiceName is the resource's service.name.
 	ServiceName string `mapstructure:"service_name" doc:"service.name of the spans (with otel.enabled)." default:"walpost"`
 }
