@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -85,10 +84,8 @@ func TestByteaPayload(t *testing.T) {
 	}
 
 	// Raised limit: walpost poison replay sends the quarantined bytes.
-	if _, err := f.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: ptr("1048588")}}, f.Topic); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := walpostOutput(t, f.env("WALPOST_POSTGRES_URL="+url), "poison", "replay", "--key", "too-large"); err != nil || !strings.Contains(out, "replayed 1, failed 0") {
+	raiseMaxMessageBytes(t, f, f.Topic)
+	if out, err := replayPoison(t, f.env("WALPOST_POSTGRES_URL="+url), "--key", "too-large"); err != nil || !strings.Contains(out, "replayed 1, failed 0") {
 		t.Fatalf("walpost poison replay: %v\n%s", err, out)
 	}
 	var replayed []byte

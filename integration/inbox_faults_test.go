@@ -175,10 +175,8 @@ func TestInboxEndToEndFaults(t *testing.T) {
 		_ = f.Pool.QueryRow(ctx, `SELECT count(DISTINCT idempotency_key) FROM `+f.PoisonTable).Scan(&n)
 		return n >= load.oversized.Load()
 	})
-	if _, err := f.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: ptr("1048588")}}, f.Topic); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := walpostOutput(t, f.env(env...), "poison", "replay", "--all"); err != nil {
+	raiseMaxMessageBytes(t, f, f.Topic)
+	if out, err := replayPoison(t, f.env(env...), "--all"); err != nil {
 		t.Fatalf("poison replay: %v\n%s", err, out)
 	}
 	t.Logf("%d quarantined debits replayed", load.oversized.Load())

@@ -135,14 +135,8 @@ func TestInboxEndToEnd(t *testing.T) {
 		_ = f.Pool.QueryRow(ctx, `SELECT count(DISTINCT idempotency_key) FROM `+f.PoisonTable).Scan(&n)
 		return n >= oversized.Load()
 	})
-	resp, err := f.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: ptr("1048588")}}, f.Topic)
-	if err == nil {
-		_, err = resp.On(f.Topic, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := walpostOutput(t, f.env(), "poison", "replay", "--all"); err != nil {
+	raiseMaxMessageBytes(t, f, f.Topic)
+	if out, err := replayPoison(t, f.env(), "--all"); err != nil {
 		t.Fatalf("poison replay: %v\n%s", err, out)
 	}
 

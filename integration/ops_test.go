@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
 	"github.com/walpost/walpost/verify"
 )
 
@@ -190,41 +188,8 @@ func TestLeastPrivilegeRole(t *testing.T) {
 	if rep := verify.Validate(exp, observed(recs)); !rep.OK() {
 		t.Fatalf("as least-privilege role: %s", rep)
 	}
-	resp, err := f.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: ptr("1048588")}}, f.Topic)
-	if err == nil {
-		_, err = resp.On(f.Topic, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The broker applies a topic's new config after it answered the
-	// alter: wait until it describes the new limit, and replay again while
-	// its log still holds the old one (each failed replay keeps the row).
-	waitFor(t, 30*time.Second, "max.message.bytes 1048588 described", func() bool {
-		rc, err := f.Admin.DescribeTopicConfigs(ctx, f.Topic)
-		if err != nil {
-			return false
-		}
-		c, err := rc.On(f.Topic, nil)
-		if err != nil {
-			return false
-		}
-		for _, v := range c.Configs {
-			if v.Key == "max.message.bytes" {
-				return v.MaybeValue() == "1048588"
-			}
-		}
-		return false
-	})
-	var out string
-	waitFor(t, 30*time.Second, "lp-big replayed as the least-privilege role", func() bool {
-		out, err = walpostOutput(t, append(f.env(), env), "poison", "replay", "--key", "lp-big")
-		if err != nil && strings.Contains(out, "MESSAGE_TOO_LARGE") {
-			t.Logf("replay before the broker applied the new limit: %s", out)
-			return false
-		}
-		return true
-	})
+	raiseMaxMessageBytes(t, f, f.Topic)
+	out, err := replayPoison(t, append(f.env(), env), "--key", "lp-big")
 	if err != nil || !strings.Contains(out, "replayed 1, failed 0") {
 		t.Fatalf("replay as least-privilege role: %v\n%s", err, out)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver goose needs
 	"github.com/pressly/goose/v3"
-	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // poisonListRow is the part of `walpost poison list --json` these tests read.
@@ -92,14 +91,8 @@ func TestPoisonTwoEventsOneKey(t *testing.T) {
 		t.Fatalf("poison rows %+v, want two rows of %s with distinct outbox ids in created_at order", rows, key)
 	}
 
-	resp, err := f.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: ptr("1048588")}}, f.Topic)
-	if err == nil {
-		_, err = resp.On(f.Topic, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := walpostOutput(t, f.env(), "poison", "replay", "--key", key)
+	raiseMaxMessageBytes(t, f, f.Topic)
+	out, err := replayPoison(t, f.env(), "--key", key)
 	if err != nil {
 		t.Fatalf("replay --key: %v\n%s", err, out)
 	}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
 	"github.com/walpost/walpost/verify"
 )
 
@@ -102,14 +100,8 @@ func TestPoisonOversizedAndReplay(t *testing.T) {
 		}
 	}
 	// Fix the cause, then replay.
-	resp, err := f.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: ptr("1048588")}}, f.Topic)
-	if err == nil {
-		_, err = resp.On(f.Topic, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := walpostOutput(t, f.env(), "poison", "replay", "--all")
+	raiseMaxMessageBytes(t, f, f.Topic)
+	out, err := replayPoison(t, f.env(), "--all")
 	if err != nil {
 		t.Fatalf("replay: %v\n%s", err, out)
 	}

@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
 )
 
 // TestNullPayloadTombstone: mapping.tombstone_on_empty_payload in the
@@ -160,16 +158,8 @@ func TestDebeziumReplayNullAggregateType(t *testing.T) {
 	if _, err := p.signal(syscall.SIGTERM, 60*time.Second); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	for _, topic := range []string{f.Topic, typed} {
-		ar, err := f.Admin.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: ptr("1048588")}}, topic)
-		if err == nil {
-			_, err = ar.On(topic, nil)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	out, err := walpostOutput(t, f.env(env...), "poison", "replay", "--all")
+	raiseMaxMessageBytes(t, f, f.Topic, typed)
+	out, err := replayPoison(t, f.env(env...), "--all")
 	if err != nil || !strings.Contains(out, "replayed "+ids["agg-untyped"]+" to kafka.topic") {
 		t.Fatalf("poison replay: %v, want agg-untyped's row replayed to kafka.topic:\n%s", err, out)
 	}

@@ -728,6 +728,9 @@ transaction.state.log.min.isr=$K_MINISR
 transaction.state.log.num.partitions=10
 share.coordinator.state.topic.replication.factor=$K_RF
 share.coordinator.state.topic.min.isr=$K_MINISR
+# Three nodes booting on a busy machine may take minutes to elect a
+# controller; the default (60 s) shuts a broker down that is only slow.
+initial.broker.registration.timeout.ms=300000
 EOF
 	if [[ -n $K_EXTRA ]]; then
 		printf '\n# From %s (a later key replaces an earlier one)\n' "$K_EXTRA" >>"$K_PROPS.tmp"

@@ -102,16 +102,28 @@ for path in sys.argv[1:]:
         if not t:
             continue
         if e.get("Action") == "fail":
-            failed.append(t)
+            failed.append((path, t))
         elif e.get("Action") == "output":
-            out.setdefault(t, []).append(e.get("Output", ""))
+            out.setdefault((path, t), []).append(e.get("Output", ""))
 if failed:
     print("\n== failed tests, their own messages")
-    for t in failed:
-        print("--- " + t)
-        keep = [l.rstrip() for l in out.get(t, []) if re.match(r"\s+\w+_test\.go:\d+: ", l)]
-        for l in keep[:8]:
-            print(l[:400])
+    for path, t in failed:
+        print("--- %s (%s)" % (t, path.rsplit("/", 1)[-1]))
+        shown, follow = 0, 0
+        for l in out.get((path, t), []):
+            if re.match(r"\s+\w+_test\.go:\d+: ", l):
+                # the harness's walpost log and goroutines are not the message
+                follow = 0 if re.match(r"\s+harness_test\.go:", l) else 3
+                if follow:
+                    print(l.rstrip()[:400])
+                    shown += 1
+            elif follow > 0 and l.startswith("        "):
+                print(l.rstrip()[:400])
+                follow -= 1
+            else:
+                follow = 0
+            if shown >= 8:
+                break
 PY
 }
 stack_started=""
@@ -259,7 +271,10 @@ third_lane() {
 		scripts/test-failover.sh "$FAILOVER_VERSION" || rc=1
 	fi
 	scripts/stack.sh down || true
-	KAFKA_NODES=3 scripts/stack.sh up || return 1
+	if ! KAFKA_NODES=3 scripts/stack.sh up; then
+		scripts/stack.sh down || true # the nodes that did start
+		return 1
+	fi
 	# shellcheck disable=SC1091
 	. "$WALPOST_STACK_DIR/env"
 	WALPOST_REQUIRE_STACK=1 WALPOST_NEMESIS_SEED="${NEMESIS_SEED:-1}" WALPOST_NEMESIS_SCHEDULES=1 WALPOST_NEMESIS_FAULTS=3 WALPOST_NEMESIS_EVENTS=5000 WALPOST_NEMESIS_PAUSE=400ms \
@@ -271,7 +286,10 @@ third_lane() {
 # broker of their own.
 fourth_lane() {
 	local rc=0
-	scripts/stack.sh up || return 1
+	if ! scripts/stack.sh up; then
+		scripts/stack.sh down || true
+		return 1
+	fi
 	# shellcheck disable=SC1091
 	. "$WALPOST_STACK_DIR/env"
 	WALPOST_REQUIRE_STACK=1 gotest serial -count=1 -timeout 30m -run "^($SERIAL_TESTS)\$" ./integration || rc=1
