@@ -21,23 +21,26 @@ type caseResult struct {
 	rounds   []roundResult
 	dbz      *debeziumResult
 	dbzNote  string // why there are no Debezium numbers
+	ceilNote string // why there is no decode ceiling
 	steady   []steadyResult
 }
 
 // Reader names, as the rounds record their order.
 const (
 	rdRecvlogical = "pg_recvlogical"
+	rdCeiling     = "decode ceiling"
 	rdRaw         = "raw produce"
 	rdStream      = "stream alone"
 	rdWalpost     = "walpost"
 )
 
 type roundResult struct {
-	order  []string // readers in the order they ran
-	base   baseResult
-	raw    *rawResult    // nil when the raw baseline is off
-	stream *streamResult // nil when the stream-alone baseline is off
-	wp     walpostResult
+	order   []string // readers in the order they ran
+	base    baseResult
+	ceiling *baseResult   // nil when the decode ceiling did not run
+	raw     *rawResult    // nil when the raw baseline is off
+	stream  *streamResult // nil when the stream-alone baseline is off
+	wp      walpostResult
 }
 
 // runBacklogCase runs the drain or bigtxn workload with one payload size.
@@ -47,13 +50,17 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 	c := &caseResult{workload: wl, payload: payloadSize}
 	table, pub := "outbox_"+f.id+"_"+tag, "pub_"+f.id+"_"+tag
 	withDbz := e.dbzLibs != ""
+	withCeil := e.ceilSkip == ""
+	c.ceilNote = e.ceilSkip
+	ceilPub := "ceilpub_" + f.id + "_" + tag
 	dbzPub, dbzSlot, dbzTopic := "dbzpub_"+f.id+"_"+tag, "slot_"+f.id+"_"+tag+"_debezium", "topic_"+f.id+"_"+tag+"_debezium"
-	type names struct{ slotBase, slotWalpost, slotStream, topic, rawTopic string }
+	type names struct{ slotBase, slotCeil, slotWalpost, slotStream, topic, rawTopic string }
 	rounds := make([]names, o.rounds)
 	for i := range rounds {
 		n := strconv.Itoa(i + 1)
 		rounds[i] = names{
 			slotBase:    "slot_" + f.id + "_" + tag + "_recvlogical_" + n,
+			slotCeil:    "slot_" + f.id + "_" + tag + "_ceiling_" + n,
 			slotWalpost: "slot_" + f.id + "_" + tag + "_walpost_" + n,
 			slotStream:  "slot_" + f.id + "_" + tag + "_stream_" + n,
 			topic:       "topic_" + f.id + "_" + tag + "_walpost_" + n,
@@ -63,7 +70,8 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 
 	// --- objects: every slot exists before the first event is written
 	// (and after its publication), so every reader decodes the same
-	// backlog. Debezium has its own publication on the same table.
+	// backlog. Debezium has its own publication on the same table, and so
+	// has the decode ceiling: one whose row filter is never true.
 	var objs []object
 	defer func() {
 		if !o.keep {
@@ -82,6 +90,11 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 	if err := add(f.createPublication(ctx, pub, table)); err != nil {
 		return nil, err
 	}
+	if withCeil {
+		if err := add(f.createFilteredPublication(ctx, ceilPub, table, emptyRowFilter)); err != nil {
+			return nil, err
+		}
+	}
 	if withDbz {
 		if err := add(f.createPublication(ctx, dbzPub, table)); err != nil {
 			return nil, err
@@ -96,6 +109,11 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 	for _, rn := range rounds {
 		if err := add(f.createSlot(ctx, rn.slotBase)); err != nil {
 			return nil, err
+		}
+		if withCeil {
+			if err := add(f.createSlot(ctx, rn.slotCeil)); err != nil {
+				return nil, err
+			}
 		}
 		if err := add(f.createSlot(ctx, rn.slotWalpost)); err != nil {
 			return nil, err
@@ -114,8 +132,9 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 			}
 		}
 	}
-	logf("%s %d B: table %s, publication %s, %d rounds of slots and topics (%d partitions)%s",
-		wl, payloadSize, table, pub, o.rounds, o.partitions, map[bool]string{true: ", Debezium slot " + dbzSlot, false: ""}[withDbz])
+	logf("%s %d B: table %s, publication %s, %d rounds of slots and topics (%d partitions)%s%s",
+		wl, payloadSize, table, pub, o.rounds, o.partitions, map[bool]string{true: ", decode ceiling publication " + ceilPub, false: ""}[withCeil],
+		map[bool]string{true: ", Debezium slot " + dbzSlot, false: ""}[withDbz])
 
 	// --- backlog ------------------------------------------------------
 	events, writers, txnSize := o.events, o.writers, o.txnSize
@@ -153,6 +172,9 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 
 	// --- rounds: each reader drains its own slot / topic ----------------
 	readers := []string{rdRecvlogical}
+	if withCeil {
+		readers = append(readers, rdCeiling)
+	}
 	if o.raw {
 		readers = append(readers, rdRaw)
 	}
@@ -174,6 +196,14 @@ func (e *env) runBacklogCase(ctx context.Context, wl string, payloadSize int) (*
 					return nil, fmt.Errorf("round %d: pg_recvlogical: %w", i+1, err)
 				}
 				logf("%s %d B round %d: pg_recvlogical drained in %s (%.0f events/s)", wl, payloadSize, i+1, res.base.wall.Round(time.Millisecond), n/res.base.wall.Seconds())
+			case rdCeiling:
+				logf("%s %d B round %d: pg_recvlogical --endpos=%s on %s, publication %s (row filter %s: decodes, emits nothing)", wl, payloadSize, i+1, bl.endLSN, rn.slotCeil, ceilPub, emptyRowFilter)
+				r, err := f.runRecvlogical(ctx, e.recvlogical, rn.slotCeil, ceilPub, bl.endLSN)
+				if err != nil {
+					return nil, fmt.Errorf("round %d: decode ceiling: %w", i+1, err)
+				}
+				res.ceiling = &r
+				logf("%s %d B round %d: decode ceiling reached the end LSN in %s (%.0f events/s)", wl, payloadSize, i+1, r.wall.Round(time.Millisecond), n/r.wall.Seconds())
 			case rdRaw:
 				logf("%s %d B round %d: raw produce of %d events to %s", wl, payloadSize, i+1, events, rn.rawTopic)
 				r, err := e.runRawProduce(ctx, rowsFile, rn.rawTopic, bl.endLSN, int64(events))

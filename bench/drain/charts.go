@@ -88,6 +88,12 @@ type chartReader struct {
 // chartReaders are the readers of the rounds table, in its column order.
 var chartReaders = []chartReader{
 	{rdRecvlogical, func(x roundResult) (time.Duration, bool) { return x.base.wall, true }},
+	{rdCeiling, func(x roundResult) (time.Duration, bool) {
+		if x.ceiling == nil {
+			return 0, false
+		}
+		return x.ceiling.wall, true
+	}},
 	{rdRaw, func(x roundResult) (time.Duration, bool) {
 		if x.raw == nil {
 			return 0, false

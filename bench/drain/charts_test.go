@@ -19,11 +19,12 @@ func syntheticDrain() *caseResult {
 	for i := range 2 {
 		d := time.Duration(i) * 50 * time.Millisecond
 		c.rounds = append(c.rounds, roundResult{
-			order:  []string{rdRecvlogical, rdRaw, rdStream, rdWalpost},
-			base:   baseResult{wall: 900*time.Millisecond + d},
-			raw:    &rawResult{wall: 200*time.Millisecond + d},
-			stream: &streamResult{wall: 800*time.Millisecond + d},
-			wp:     walpostResult{wall: time.Second + d, acked: time.Second},
+			order:   []string{rdRecvlogical, rdCeiling, rdRaw, rdStream, rdWalpost},
+			base:    baseResult{wall: 900*time.Millisecond + d},
+			ceiling: &baseResult{wall: 500*time.Millisecond + d},
+			raw:     &rawResult{wall: 200*time.Millisecond + d},
+			stream:  &streamResult{wall: 800*time.Millisecond + d},
+			wp:      walpostResult{wall: time.Second + d, acked: time.Second},
 		})
 	}
 	return c
@@ -92,7 +93,7 @@ func TestWriteResultDrawsAndLinksCharts(t *testing.T) {
 	}
 	base := strings.TrimSuffix(filepath.Base(path), ".md")
 	charts := map[string][]string{
-		base + "-throughput.svg": {rdRecvlogical, rdRaw, rdStream, rdWalpost, "round 1", "round 2", "events/s"},
+		base + "-throughput.svg": {rdRecvlogical, rdCeiling, rdRaw, rdStream, rdWalpost, "round 1", "round 2", "events/s"},
 		base + "-latency.svg":    {config.AtLeastOnce + ", 2000 events/s", config.AtLeastOnce + ", 10000 events/s", "fraction of events"},
 	}
 	for name, labels := range charts {

@@ -90,6 +90,31 @@ func (f *fixture) createPublication(ctx context.Context, name, table string) (ob
 	return f.create(ctx, objPublication, name, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WITH (publish = 'insert')`, name, table))
 }
 
+// emptyRowFilter is the row filter of the decode ceiling's publication:
+// never true, as idempotency_key is NOT NULL, so pgoutput decodes every
+// insert and sends none (PostgreSQL 15+ also sends no empty transaction).
+const emptyRowFilter = "idempotency_key IS NULL"
+
+// createFilteredPublication creates a publication of table's inserts with
+// the row filter where (PostgreSQL 15+).
+func (f *fixture) createFilteredPublication(ctx context.Context, name, table, where string) (object, error) {
+	return f.create(ctx, objPublication, name, fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s WHERE (%s) WITH (publish = 'insert')`, name, table, where))
+}
+
+// rowFilterSkip returns why publications cannot have row filters on this
+// server ("" when they can: PostgreSQL 15+).
+func (f *fixture) rowFilterSkip(ctx context.Context) (string, error) {
+	var num int
+	var version string
+	if err := f.pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, current_setting('server_version')`).Scan(&num, &version); err != nil {
+		return "", fmt.Errorf("server version: %w", err)
+	}
+	if num < 150000 {
+		return fmt.Sprintf("PostgreSQL %s has no publication row filters (15+)", version), nil
+	}
+	return "", nil
+}
+
 func (f *fixture) createSlot(ctx context.Context, name string) (object, error) {
 	return f.create(ctx, objSlot, name, fmt.Sprintf(`SELECT pg_create_logical_replication_slot('%s', 'pgoutput')`, name))
 }

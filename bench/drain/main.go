@@ -6,11 +6,14 @@
 //   - drain: a backlog of N outbox events written while nothing reads fresh
 //     logical slots, then drained by pg_recvlogical (the floor: the
 //     walsender decoding pgoutput for a client that discards the bytes), by
-//     a raw producer (the same records through walpost's sink with no
-//     PostgreSQL in the loop), by walpost's stream alone (read, decode and
-//     checkpoint, no Kafka), by `walpost run` to Kafka, each round on its
-//     own slot and topic, and once by Debezium (Kafka Connect standalone
-//     with the Outbox Event Router) on its own slot and publication;
+//     pg_recvlogical through a publication whose row filter is never true
+//     (the decode ceiling: what the walsender costs at least, decoding
+//     every insert and sending none; PostgreSQL 15+), by a raw producer
+//     (the same records through walpost's sink with no PostgreSQL in the
+//     loop), by walpost's stream alone (read, decode and checkpoint, no
+//     Kafka), by `walpost run` to Kafka, each round on its own slot and
+//     topic, and once by Debezium (Kafka Connect standalone with the
+//     Outbox Event Router) on its own slot and publication;
 //   - bigtxn: the same readers on one transaction of 200,000 rows;
 //   - steady: walpost running live while paced writers insert at fixed
 //     rates, reporting commit→broker-append latency.
@@ -253,6 +256,7 @@ type env struct {
 	produce     string // producerSettings of this run
 	dbzLibs     string // "" when Debezium does not run
 	dbzSkip     string // why Debezium does not run
+	ceilSkip    string // why the decode ceiling does not run
 }
 
 func run(ctx context.Context, o options) error {
@@ -313,6 +317,15 @@ func run(ctx context.Context, o options) error {
 		defer os.RemoveAll(f.workDir)
 	}
 
+	// The decode ceiling needs publication row filters (PostgreSQL 15+).
+	if needsBacklog {
+		if e.ceilSkip, err = f.rowFilterSkip(ctx); err != nil {
+			return err
+		}
+		if e.ceilSkip != "" {
+			logf("WARNING: no decode ceiling: %s", e.ceilSkip)
+		}
+	}
 	// The raw producer uses walpost's effective producer settings (its
 	// defaults plus any WALPOST_* override in the environment), the
 	// stream alone its in-flight bounds.
@@ -371,7 +384,7 @@ func run(ctx context.Context, o options) error {
 	rep := report{
 		opts: o, machine: describeMachine(ctx, f), cases: cases, passEnv: passEnv,
 		loadBefore: loadBefore, loadAfter: loadAvg(), ncpu: runtime.NumCPU(),
-		produce: e.produce, dbzSkip: e.dbzSkip,
+		produce: e.produce, dbzSkip: e.dbzSkip, ceilSkip: e.ceilSkip,
 	}
 	if o.outDir == "" {
 		fmt.Println(rep.markdown())

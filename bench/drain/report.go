@@ -17,6 +17,7 @@ type report struct {
 	ncpu       int
 	produce    string // producerSettings of this run
 	dbzSkip    string
+	ceilSkip   string     // why the decode ceiling did not run
 	charts     chartFiles // drawn beside the results file, linked at its top
 }
 
@@ -49,6 +50,8 @@ func (c *caseResult) med(pick func(roundResult) float64) float64 {
 
 func (c *caseResult) hasRaw() bool { return len(c.rounds) > 0 && c.rounds[0].raw != nil }
 
+func (c *caseResult) hasCeiling() bool { return len(c.rounds) > 0 && c.rounds[0].ceiling != nil }
+
 func (c *caseResult) hasStream() bool { return len(c.rounds) > 0 && c.rounds[0].stream != nil }
 
 // streamCPU is the stream-alone baseline's median CPU seconds, -1 when off.
@@ -70,6 +73,12 @@ func (c *caseResult) rawCPU() float64 {
 // Medians of the drain cases.
 func (c *caseResult) baseWall() float64 {
 	return c.med(func(x roundResult) float64 { return x.base.wall.Seconds() })
+}
+func (c *caseResult) ceilWall() float64 {
+	if !c.hasCeiling() {
+		return -1
+	}
+	return c.med(func(x roundResult) float64 { return x.ceiling.wall.Seconds() })
 }
 func (c *caseResult) wpWall() float64 {
 	return c.med(func(x roundResult) float64 { return x.wp.wall.Seconds() })
@@ -144,12 +153,15 @@ func (c *caseResult) summary() string {
 	if c.workload == wlSteady {
 		c.writeSteady(&b)
 	} else {
-		c.writeBacklogTable(&b, "")
+		c.writeBacklogTable(&b, "", "")
 	}
 	return b.String()
 }
 
-func (c *caseResult) writeBacklogTable(b *strings.Builder, globalSkip string) {
+// writeBacklogTable writes the medians table; a case's reason for not
+// running Debezium or the decode ceiling is left out when it is the run's
+// (globalSkip, globalCeilSkip), which the notes state once.
+func (c *caseResult) writeBacklogTable(b *strings.Builder, globalSkip, globalCeilSkip string) {
 	bl := c.backlog
 	n := bl.events
 	nf := float64(n)
@@ -180,6 +192,13 @@ func (c *caseResult) writeBacklogTable(b *strings.Builder, globalSkip string) {
 		baseWall, rateS(baseWall), mbps(baseWall), ratio(wpRate, rate(baseWall)),
 		perM(c.med(func(x roundResult) float64 { return x.base.cpuSecs }), n),
 		perM(c.med(func(x roundResult) float64 { return x.base.walsndSecs }), n))
+	if c.hasCeiling() {
+		w := c.ceilWall()
+		fmt.Fprintf(b, "| decode ceiling: pg_recvlogical, row filter emits nothing | %.2f s | %s | %s | %s | %s | %s | – | – |\n",
+			w, rateS(w), mbps(w), ratio(wpRate, rate(w)),
+			perM(c.med(func(x roundResult) float64 { return x.ceiling.cpuSecs }), n),
+			perM(c.med(func(x roundResult) float64 { return x.ceiling.walsndSecs }), n))
+	}
 	if c.hasRaw() {
 		rawWall := c.rawWall()
 		var hwm, ready int64
@@ -213,6 +232,9 @@ func (c *caseResult) writeBacklogTable(b *strings.Builder, globalSkip string) {
 		wpWall, rateS(wpWall), mbps(wpWall), perMSplit(c.wpCPU(), c.med(func(x roundResult) float64 { return x.wp.userSecs }), n),
 		perM(c.med(func(x roundResult) float64 { return x.wp.walsndSecs }), n),
 		perM(c.med(func(x roundResult) float64 { return x.wp.kafkaSecs }), n), mib(c.wpPeakKiB()))
+	if !c.hasCeiling() && c.ceilNote != "" && c.ceilNote != globalCeilSkip {
+		fmt.Fprintf(b, "\nDecode ceiling: not run (%s).\n", c.ceilNote)
+	}
 	if c.dbz == nil && c.dbzNote != "" && c.dbzNote != globalSkip {
 		fmt.Fprintf(b, "\nDebezium: %s.\n", c.dbzNote)
 	}
@@ -220,9 +242,15 @@ func (c *caseResult) writeBacklogTable(b *strings.Builder, globalSkip string) {
 
 func (c *caseResult) writeRounds(b *strings.Builder) {
 	n := c.backlog.events
-	b.WriteString("| round | order | pg_recvlogical | raw produce | stream alone, CPU s / 1M | walpost confirmed (all in Kafka) | walpost ÷ pg_recvlogical | walpost CPU s / 1M | walpost peak RSS | other processes, cores: pg_recvlogical / raw / stream / walpost |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| round | order | pg_recvlogical | decode ceiling | raw produce | stream alone, CPU s / 1M | walpost confirmed (all in Kafka) | walpost ÷ pg_recvlogical | walpost ÷ decode ceiling | walpost CPU s / 1M | walpost peak RSS | other processes, cores: pg_recvlogical / ceiling / raw / stream / walpost |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i, x := range c.rounds {
+		ceil, ceilRatio, ceilOthers := "–", "–", "–"
+		if y := x.ceiling; y != nil {
+			ceil = fmt.Sprintf("%.2f s", y.wall.Seconds())
+			ceilRatio = ratio(y.wall.Seconds(), x.wp.wall.Seconds())
+			ceilOthers = others(y.busySecs, y.wall, y.cpuSecs, y.walsndSecs, y.kafkaSecs)
+		}
 		raw, rawOthers := "–", "–"
 		if x.raw != nil {
 			raw = fmt.Sprintf("%.2f s", x.raw.wall.Seconds())
@@ -233,10 +261,10 @@ func (c *caseResult) writeRounds(b *strings.Builder) {
 			stream = fmt.Sprintf("%.2f s, %s", s.wall.Seconds(), perMSplit(s.cpuSecs, s.userSecs, n))
 			streamOthers = others(s.busySecs, s.wall, s.cpuSecs, s.walsndSecs, s.kafkaSecs)
 		}
-		fmt.Fprintf(b, "| %d | %s | %.2f s | %s | %s | %.2f s (≈%.2f s) | %.2f | %s | %s | %s / %s / %s / %s |\n",
-			i+1, strings.Join(x.order, " → "), x.base.wall.Seconds(), raw, stream, x.wp.wall.Seconds(), x.wp.acked.Seconds(),
-			x.base.wall.Seconds()/x.wp.wall.Seconds(), perMSplit(x.wp.cpuSecs, x.wp.userSecs, n), mib(x.wp.hwmKiB),
-			others(x.base.busySecs, x.base.wall, x.base.cpuSecs, x.base.walsndSecs, x.base.kafkaSecs), rawOthers, streamOthers,
+		fmt.Fprintf(b, "| %d | %s | %.2f s | %s | %s | %s | %.2f s (≈%.2f s) | %.2f | %s | %s | %s | %s / %s / %s / %s / %s |\n",
+			i+1, strings.Join(x.order, " → "), x.base.wall.Seconds(), ceil, raw, stream, x.wp.wall.Seconds(), x.wp.acked.Seconds(),
+			x.base.wall.Seconds()/x.wp.wall.Seconds(), ceilRatio, perMSplit(x.wp.cpuSecs, x.wp.userSecs, n), mib(x.wp.hwmKiB),
+			others(x.base.busySecs, x.base.wall, x.base.cpuSecs, x.base.walsndSecs, x.base.kafkaSecs), ceilOthers, rawOthers, streamOthers,
 			others(x.wp.busySecs, x.wp.wall, x.wp.cpuSecs, x.wp.walsndSecs, x.wp.kafkaSecs))
 	}
 }
@@ -290,7 +318,7 @@ func (r report) markdown() string {
 			}
 			fmt.Fprintf(&b, "%d events in %s, avg payload %.0f bytes, %.1f MiB of WAL, written in %.1f s before any slot was read (WAL %s → %s).\n\n",
 				bl.events, shape, bl.avgPayload, float64(bl.walBytes)/(1<<20), bl.writeDur.Seconds(), bl.startLSN, bl.endLSN)
-			c.writeBacklogTable(&b, r.dbzSkip)
+			c.writeBacklogTable(&b, r.dbzSkip, r.ceilSkip)
 			if d := c.dbz; d != nil {
 				fmt.Fprintf(&b, "\nDebezium: JVM start → first record in Kafka %.1f s; its peak RSS is the Connect JVM's (-Xmx2G); walpost ÷ Debezium on peak RSS: %s.\n",
 					d.startup.Seconds(), ratio(float64(c.wpPeakKiB()), float64(d.peakRSSKiB)))
@@ -311,6 +339,11 @@ func (r report) markdown() string {
 	if backlogs {
 		b.WriteString("- walpost: time from process start (start-up included, ~0.1 s) until the slot's confirmed_flush_lsn ≥ the backlog's end LSN (polled every 50 ms): every event produced, acknowledged by Kafka and confirmed to PostgreSQL; \"all in Kafka\" is when the topic's end offsets first summed to N (polled every 250 ms). Every round ended with exactly N records in the topic and walpost exiting 0 after SIGTERM.\n")
 		b.WriteString("- pg_recvlogical: `--start --plugin=pgoutput -o proto_version=1 -o publication_names=… -f /dev/null --no-loop --endpos=<end LSN>` on its own slot; it exits by itself at the end LSN.\n")
+		if r.ceilSkip != "" {
+			fmt.Fprintf(&b, "- decode ceiling: not run (%s).\n", r.ceilSkip)
+		} else {
+			fmt.Fprintf(&b, "- decode ceiling: pg_recvlogical as above on its own slot, created with the others before the backlog, through a second publication of the same table `WHERE (%s)`, never true: its walsender reads and decodes the same WAL and sends no change (nor, on PostgreSQL 15+, an empty transaction). Its time is what the walsender costs at least, whatever the reader; walpost ÷ decode ceiling (its time ÷ walpost's, as for pg_recvlogical) is how close walpost comes to it.\n", emptyRowFilter)
+		}
 	}
 	if o.raw && backlogs {
 		fmt.Fprintf(&b, "- raw produce: a child process loads the backlog's rows (read once from the table, in key order), builds the outbox events in memory, then, clock started, produces them through `kafka.New` built from walpost's effective configuration (%s) and the same in-flight bounds, to a fresh topic, until the last acknowledgement. No PostgreSQL in the loop: the ceiling of walpost's Kafka side on this machine. Its CPU counts from the first produce; its peak RSS includes the pre-built events.\n", r.produce)
