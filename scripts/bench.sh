@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # walpost's benchmark on the local stack: backlog drain, one big transaction
 # and steady rates, each with ~200-byte and ~2 KB payloads, against
-# pg_recvlogical, a raw producer (walpost's sink, no PostgreSQL), walpost's
-# stream alone (no Kafka) and Debezium, in one run. Run by `make bench`
-# (which builds bin/walpost and starts the stack first). See
-# bench/README.md for what is measured.
+# pg_recvlogical, the decode ceiling (pg_recvlogical through a publication
+# whose row filter emits nothing), a raw producer (walpost's sink, no
+# PostgreSQL), walpost's stream alone (no Kafka) and Debezium, in one run.
+# Run by `make bench` (which builds bin/walpost and starts the stack
+# first). See bench/README.md for what is measured.
 #
 # Environment (defaults in parentheses; `go run ./bench/drain -h` lists the
 # matching flags):
