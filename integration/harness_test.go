@@ -260,15 +260,18 @@ func stackCtlErr(args ...string) error {
 	return nil
 }
 
-// stackScript runs scripts/stack.sh with args (at most 3 minutes, env
-// added to its environment) and returns its combined output.
+// stackScript runs scripts/stack.sh with args (at most 6 minutes: on a
+// clean clone the first scratch cluster of a major extracts its binaries,
+// perhaps behind another stack's extraction, on a machine the whole suite
+// keeps busy; env added to its environment) and returns its combined
+// output.
 func stackScript(env []string, args ...string) (string, error) {
 	out, errOut, err := stackScriptSplit(env, args...)
 	return out + errOut, err
 }
 
 func stackScriptSplit(env []string, args ...string) (stdout, stderr string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "scripts", "stack.sh"), args...)
 	cmd.Dir = repoRoot

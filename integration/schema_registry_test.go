@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,14 @@ func registryURL(t testing.TB) string {
 		t.Skip(msg)
 	}
 	return u
+}
+
+// registryClient is the tests' own client of the registry: a minute per
+// request, since the registry's first Protobuf schema compiles in a JVM
+// that shares the CPUs with the rest of the suite (franz-go's default is
+// shorter).
+func registryClient(url string) (*sr.Client, error) {
+	return sr.NewClient(sr.URLs(url), sr.HTTPClient(&http.Client{Timeout: time.Minute}))
 }
 
 // decoded is a record read back by confluent-kafka's own deserializer.
@@ -142,7 +151,7 @@ func TestSchemaRegistryFormats(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, fixtureOpts{partitions: 1})
 			ctx := context.Background()
-			cl, err := sr.NewClient(sr.URLs(url))
+			cl, err := registryClient(url)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -230,7 +239,7 @@ func TestSchemaRegistryIDHeader(t *testing.T) {
 	url := registryURL(t)
 	f := newFixture(t, fixtureOpts{partitions: 1})
 	ctx := context.Background()
-	cl, err := sr.NewClient(sr.URLs(url))
+	cl, err := registryClient(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +320,7 @@ func TestSchemaRegistrySubjectMissing(t *testing.T) {
 	if err := f.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s`, f.PoisonTable)).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("poison rows %d (%v), want 0", n, err)
 	}
-	cl, err := sr.NewClient(sr.URLs(url))
+	cl, err := registryClient(url)
 	if err != nil {
 		t.Fatal(err)
 	}
