@@ -79,14 +79,7 @@ var banned = map[string][]string{
 }
 
 func TestImportEdges(t *testing.T) {
-	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...")
-	cmd.Dir = "../.."
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.String())
-	}
+	out := goList(t, "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...")
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 1<<20)
 	seen := 0
@@ -126,7 +119,19 @@ func TestImportEdges(t *testing.T) {
 // collector package pulls gRPC and grpc-gateway in: megabytes of binary
 // and of resident memory).
 func TestNoGRPC(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", module+"/cmd/walpost")
+	out := goList(t, "-deps", module+"/cmd/walpost")
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "google.golang.org/grpc") || strings.HasPrefix(pkg, "github.com/grpc-ecosystem/") {
+			t.Errorf("cmd/walpost links %s", pkg)
+		}
+	}
+}
+
+// goList runs go list with args at the module's root and returns its
+// standard output.
+func goList(t *testing.T, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
 	cmd.Dir = "../.."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -134,9 +139,5 @@ func TestNoGRPC(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, stderr.String())
 	}
-	for _, pkg := range strings.Fields(string(out)) {
-		if strings.HasPrefix(pkg, "google.golang.org/grpc") || strings.HasPrefix(pkg, "github.com/grpc-ecosystem/") {
-			t.Errorf("cmd/walpost links %s", pkg)
-		}
-	}
+	return out
 }
