@@ -44,8 +44,10 @@ public class KafkaAdmin {
         }
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
-        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "5000");
-        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "10000");
+        // Generous: the stack's brokers share a busy machine with the whole
+        // test suite, where a 5 s request timeout failed kafka-leader.
+        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "30000");
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "60000");
         p.put(AdminClientConfig.CLIENT_ID_CONFIG, "walpost-stack-admin");
         int rc;
         try (Admin admin = Admin.create(p)) {
@@ -94,7 +96,7 @@ public class KafkaAdmin {
     }
 
     static TopicPartitionInfo describe(Admin admin, TopicPartition tp) throws Exception {
-        Map<String, TopicDescription> d = admin.describeTopics(Set.of(tp.topic())).allTopicNames().get(10, TimeUnit.SECONDS);
+        Map<String, TopicDescription> d = admin.describeTopics(Set.of(tp.topic())).allTopicNames().get(TIMEOUT_S, TimeUnit.SECONDS);
         for (TopicPartitionInfo i : d.get(tp.topic()).partitions()) {
             if (i.partition() == tp.partition()) {
                 return i;
@@ -114,10 +116,10 @@ public class KafkaAdmin {
     }
 
     static int reassign(Admin admin, TopicPartition tp, List<Integer> nodes) throws Exception {
-        admin.alterPartitionReassignments(Map.of(tp, Optional.of(new NewPartitionReassignment(nodes)))).all().get(10, TimeUnit.SECONDS);
+        admin.alterPartitionReassignments(Map.of(tp, Optional.of(new NewPartitionReassignment(nodes)))).all().get(TIMEOUT_S, TimeUnit.SECONDS);
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(TIMEOUT_S);
         while (System.nanoTime() < deadline) {
-            boolean ongoing = admin.listPartitionReassignments(Set.of(tp)).reassignments().get(10, TimeUnit.SECONDS).containsKey(tp);
+            boolean ongoing = admin.listPartitionReassignments(Set.of(tp)).reassignments().get(TIMEOUT_S, TimeUnit.SECONDS).containsKey(tp);
             TopicPartitionInfo i = describe(admin, tp);
             List<Integer> now = i.replicas().stream().map(Node::id).collect(Collectors.toList());
             if (!ongoing && now.equals(nodes)) {
@@ -147,7 +149,7 @@ public class KafkaAdmin {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(TIMEOUT_S);
         while (System.nanoTime() < deadline) {
             try {
-                admin.electLeaders(ElectionType.PREFERRED, Set.of(tp)).all().get(10, TimeUnit.SECONDS);
+                admin.electLeaders(ElectionType.PREFERRED, Set.of(tp)).all().get(TIMEOUT_S, TimeUnit.SECONDS);
             } catch (Exception e) {
                 // ELECTION_NOT_NEEDED once it leads; anything else is retried.
             }
@@ -163,7 +165,7 @@ public class KafkaAdmin {
     }
 
     static int coordinator(Admin admin, String txnID) throws Exception {
-        TransactionDescription d = admin.describeTransactions(Set.of(txnID)).description(txnID).get(10, TimeUnit.SECONDS);
+        TransactionDescription d = admin.describeTransactions(Set.of(txnID)).description(txnID).get(TIMEOUT_S, TimeUnit.SECONDS);
         System.out.println(d.coordinatorId() + " state=" + d.state() + " producer_id=" + d.producerId() + " epoch=" + d.producerEpoch());
         return 0;
     }
