@@ -4,17 +4,17 @@
 # tests with the race detector (lint's without it) and the allocation
 # gates without it (scripts/allocs.sh), short fuzz runs and the
 # integration tests on PostgreSQL 15 (with Debezium's and a schema
-# registry's: WALPOST_STACK_REGISTRY=1). Beside those, three lanes, each on
+# registry's: WALPOST_STACK_REGISTRY=1). Beside those, two lanes, each on
 # a stack of its own (scripts/stack.sh with WALPOST_STACK_DIR=.stack/NAME
-# and its own ports; WALPOST_TEST_{SECOND,THIRD,FOURTH}_{PG,KAFKA}_PORT
-# move them): "second" (25439-25440, 29192-29195) runs the core
-# integration tests on each of WALPOST_TEST_PG_VERSIONS (14 16 17 18;
-# empty skips them); "third" (25449-25450, 29292-29303) the failover test
-# on WALPOST_TEST_FAILOVER_VERSION (17; empty skips it), then the
-# TestKafkaCluster* tests and a slice of the seeded nemesis
-# (TestNemesisCluster: NEMESIS_SEED, 1; make nemesis runs the whole) on
-# three Kafka nodes (KAFKA_NODES=3); "fourth" (25459, 29392-29395) the
-# main suite's serial tests (SERIAL_TESTS below), which stop and restart
+# and its own ports; WALPOST_TEST_{SECOND,FOURTH}_{PG,KAFKA}_PORT move
+# them): "second" (25439-25440, 29192-29203) runs the core integration
+# tests on each of WALPOST_TEST_PG_VERSIONS (14 16 17 18; empty skips
+# them), the failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty
+# skips it), then the TestKafkaCluster* tests and a slice of the seeded
+# nemesis (TestNemesisCluster: NEMESIS_SEED, 1; make nemesis runs the
+# whole) on three Kafka nodes (KAFKA_NODES=3); "fourth" (25459,
+# 29392-29395) the main suite's serial tests (SERIAL_TESTS below), which
+# stop and restart
 # their stack's servers. It stops every stack even when a step fails. At
 # the end, also on failure, it prints each step's time, the 20 slowest
 # tests of the steps that run through gotestsum (their go test -json in
@@ -127,10 +127,10 @@ if failed:
 PY
 }
 stack_started=""
-# Beside the main integration run, three more stacks (WALPOST_STACK_DIR,
+# Beside the main integration run, two more stacks (WALPOST_STACK_DIR,
 # other ports), each a lane of its own: "second" runs the core tests on
-# the other PostgreSQL majors, "third" the failover test and the
-# three-node Kafka tests with a slice of the nemesis, "fourth" the main
+# the other PostgreSQL majors, then the failover test and the three-node
+# Kafka tests with a slice of the nemesis ("third", in its stack), "fourth" the main
 # suite's serial tests (they stop and restart their stack's Kafka or
 # PostgreSQL, so on the main stack they ran one at a time while nothing
 # else did). A lane stops and restarts only its own servers. Their ports
@@ -231,7 +231,7 @@ step "deploy: Helm chart, plain manifests, image, alert rules, release workflow 
 # shellcheck when it is installed).
 (cd deploy && $GO tool actionlint)
 
-step "integration tests with Debezium's (PostgreSQL 15); beside them on three more stacks the core tests on PostgreSQL ${PG_VERSIONS:-(none)}; the failover test on ${FAILOVER_VERSION:-(none)}, the three-node Kafka tests and a slice of the nemesis; the serial tests"
+step "integration tests with Debezium's (PostgreSQL 15); beside them on two more stacks the core tests on PostgreSQL ${PG_VERSIONS:-(none)}, the failover test on ${FAILOVER_VERSION:-(none)}, the three-node Kafka tests and a slice of the nemesis; the serial tests"
 # lane NAME NICE ENV-ARRAY-NAME FUNCTION: FUNCTION in the background, in
 # its own process group (job control on for the launch, so on_exit can
 # stop all of it), with the lane's stack variables, its output in
@@ -253,11 +253,17 @@ lane() {
 	lane_names+=("$name")
 	set +m
 }
-# The second lane: the core tests on each other PostgreSQL major.
+# The second lane: the core tests on each other PostgreSQL major, then the
+# third lane's tests (on this lane's stack: three Kafka JVMs restarting
+# beside every other lane overloaded two cores).
 second_lane() {
-	[[ -z $PG_VERSIONS ]] && return 0
-	# shellcheck disable=SC2086
-	scripts/test-pg.sh $PG_VERSIONS
+	local rc=0
+	if [[ -n $PG_VERSIONS ]]; then
+		# shellcheck disable=SC2086
+		scripts/test-pg.sh $PG_VERSIONS || rc=1
+	fi
+	third_lane || rc=1
+	return "$rc"
 }
 # The third lane: the failover test, then the guarantees on three brokers
 # (KAFKA_NODES=3): a partition leader and the transaction coordinator
@@ -297,7 +303,6 @@ fourth_lane() {
 	return "$rc"
 }
 lane second 10 second_env second_lane
-lane third 10 third_env third_lane
 lane fourth 0 fourth_env fourth_lane
 main_rc=0
 WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 WALPOST_REQUIRE_REGISTRY=1 gotest integration -count=1 -parallel "$PARALLEL" -timeout 45m -skip "^(TestNemesis|$SERIAL_TESTS)\$" ./integration || main_rc=$?
