@@ -12,9 +12,9 @@
 # them), the failover test on WALPOST_TEST_FAILOVER_VERSION (17; empty
 # skips it), then the TestKafkaCluster* tests and a slice of the seeded
 # nemesis (TestNemesisCluster: NEMESIS_SEED, 1; make nemesis runs the
-# whole) on three Kafka nodes (KAFKA_NODES=3); "fourth" (25459,
-# 29392-29395) the main suite's serial tests (SERIAL_TESTS below), which
-# stop and restart
+# whole) on three Kafka nodes (KAFKA_NODES=3); with
+# WALPOST_TEST_SERIAL_LANE=1, "fourth" (25459, 29392-29395) the main
+# suite's serial tests (SERIAL_TESTS below), which stop and restart
 # their stack's servers. It stops every stack even when a step fails. At
 # the end, also on failure, it prints each step's time, the 20 slowest
 # tests of the steps that run through gotestsum (their go test -json in
@@ -303,9 +303,15 @@ fourth_lane() {
 	return "$rc"
 }
 lane second 10 second_env second_lane
-lane fourth 0 fourth_env fourth_lane
+# The fourth lane only with WALPOST_TEST_SERIAL_LANE=1: on two busy cores
+# a third set of servers made the timing-bound tests of every lane flaky.
+main_skip="TestNemesis"
+if [[ ${WALPOST_TEST_SERIAL_LANE:-0} == 1 ]]; then
+	lane fourth 0 fourth_env fourth_lane
+	main_skip="TestNemesis|$SERIAL_TESTS"
+fi
 main_rc=0
-WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 WALPOST_REQUIRE_REGISTRY=1 gotest integration -count=1 -parallel "$PARALLEL" -timeout 45m -skip "^(TestNemesis|$SERIAL_TESTS)\$" ./integration || main_rc=$?
+WALPOST_DEBEZIUM=1 WALPOST_REQUIRE_STACK=1 WALPOST_REQUIRE_REGISTRY=1 gotest integration -count=1 -parallel "$PARALLEL" -timeout 45m -skip "^($main_skip)\$" ./integration || main_rc=$?
 # The main stack's JVMs (Kafka, Connect, the registry) would go on taking
 # CPU from the lanes still running.
 scripts/stack.sh down >"$REPORT_DIR/main-stack-down.log" 2>&1 || true
