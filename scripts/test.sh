@@ -227,8 +227,8 @@ WALPOST_REQUIRE_STACK=1 $GO test -count=1 ./writer ./poison
 
 step "deploy: Helm chart, plain manifests, image, alert rules, release workflow (module deploy/)"
 (cd deploy && $GO test -count=1 ./...)
-# The release workflow, checked as GitHub runs it (actionlint; with
-# shellcheck when it is installed).
+# The release workflow, checked as GitHub runs it (actionlint, which
+# also runs shellcheck on its steps when that is installed).
 (cd deploy && $GO tool actionlint)
 
 step "integration tests with Debezium's (PostgreSQL 15); beside them on two more stacks the core tests on PostgreSQL ${PG_VERSIONS:-(none)}, the failover test on ${FAILOVER_VERSION:-(none)}, the three-node Kafka tests and a slice of the nemesis; the serial tests"
@@ -237,7 +237,7 @@ step "integration tests with Debezium's (PostgreSQL 15); beside them on two more
 # stop all of it), with the lane's stack variables, its output in
 # $REPORT_DIR/NAME-lane.log.
 lane() {
-	local name=$1 nice=$2 envname=$3[@] fn=$4
+	local name=$1 nice=$2 envname="$3[@]" fn=$4
 	local -a lenv=("${!envname}")
 	set -m
 	(
