@@ -130,7 +130,7 @@ stack_started=""
 # Beside the main integration run, two more stacks (WALPOST_STACK_DIR,
 # other ports), each a lane of its own: "second" runs the core tests on
 # the other PostgreSQL majors, then the failover test and the three-node
-# Kafka tests with a slice of the nemesis ("third", in its stack), "fourth" the main
+# Kafka tests with a slice of the nemesis; "fourth" (WALPOST_TEST_SERIAL_LANE=1) the main
 # suite's serial tests (they stop and restart their stack's Kafka or
 # PostgreSQL, so on the main stack they ran one at a time while nothing
 # else did). A lane stops and restarts only its own servers. Their ports
@@ -148,7 +148,6 @@ lane_env() {
 		"WALPOST_STACK_KAFKA_PROXIED_PORT=$(($3 + 2))" "WALPOST_STACK_KAFKA_PROXY_PORT=$(($3 + 3))"
 }
 mapfile -t second_env < <(lane_env second "${WALPOST_TEST_SECOND_PG_PORT:-25439}" "${WALPOST_TEST_SECOND_KAFKA_PORT:-29192}")
-mapfile -t third_env < <(lane_env third "${WALPOST_TEST_THIRD_PG_PORT:-25449}" "${WALPOST_TEST_THIRD_KAFKA_PORT:-29292}")
 mapfile -t fourth_env < <(lane_env fourth "${WALPOST_TEST_FOURTH_PG_PORT:-25459}" "${WALPOST_TEST_FOURTH_KAFKA_PORT:-29392}")
 # The main suite's serial tests that need no Debezium (those stay on the
 # main stack, which runs Kafka Connect): the fourth lane runs them, the
@@ -172,7 +171,6 @@ on_exit() {
 		step "stack down"
 		scripts/stack.sh down || true
 		env "${second_env[@]}" scripts/stack.sh down || true
-		env "${third_env[@]}" scripts/stack.sh down || true
 		env "${fourth_env[@]}" scripts/stack.sh down || true
 	fi
 	report
@@ -253,25 +251,25 @@ lane() {
 	lane_names+=("$name")
 	set +m
 }
-# The second lane: the core tests on each other PostgreSQL major, then the
-# third lane's tests (on this lane's stack: three Kafka JVMs restarting
-# beside every other lane overloaded two cores).
+# The second lane: the core tests on each other PostgreSQL major, then
+# failover_and_cluster (in a lane of their own, three Kafka JVMs
+# restarting beside every other lane overloaded two cores).
 second_lane() {
 	local rc=0
 	if [[ -n $PG_VERSIONS ]]; then
 		# shellcheck disable=SC2086
 		scripts/test-pg.sh $PG_VERSIONS || rc=1
 	fi
-	third_lane || rc=1
+	failover_and_cluster || rc=1
 	return "$rc"
 }
-# The third lane: the failover test, then the guarantees on three brokers
+# failover_and_cluster: the failover test, then the guarantees on three brokers
 # (KAFKA_NODES=3): a partition leader and the transaction coordinator
 # killed under load, then a slice of the seeded nemesis (make nemesis runs
 # the whole): one seed in each delivery mode, three faults each, the
 # writers at a quarter of make nemesis's pace (the other lanes share the
 # CPUs).
-third_lane() {
+failover_and_cluster() {
 	local rc=0
 	if [[ -n $FAILOVER_VERSION ]]; then
 		scripts/test-failover.sh "$FAILOVER_VERSION" || rc=1

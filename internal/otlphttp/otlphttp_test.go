@@ -414,7 +414,9 @@ func TestTLS(t *testing.T) {
 
 func TestStop(t *testing.T) {
 	t.Parallel()
+	arrived := make(chan struct{})
 	rc := &receiver{replies: []func(http.ResponseWriter, *http.Request){func(_ http.ResponseWriter, r *http.Request) {
+		close(arrived)
 		select {
 		case <-r.Context().Done():
 		case <-time.After(3 * time.Second):
@@ -425,9 +427,7 @@ func TestStop(t *testing.T) {
 	c := client(t, srv, nil)
 	done := make(chan error, 1)
 	go func() { done <- c.UploadTraces(context.Background(), spans()) }()
-	for len(rc.got()) == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	<-arrived
 	_ = c.Stop(context.Background())
 	select {
 	case err := <-done:
