@@ -29,7 +29,8 @@ func TestEventAllocs(t *testing.T) {
 		t.Skip("the race detector adds allocations; scripts/test.sh runs the gates without it")
 	}
 	const events = 1000
-	tr := checkpoint.New(1, checkpoint.Limits{MaxEvents: 10000, MaxBytes: 64 << 20})
+	budget := checkpoint.NewBudget(checkpoint.Limits{MaxEvents: 10000, MaxBytes: 64 << 20})
+	tr := checkpoint.New(1, budget)
 	end := pglogrepl.LSN(0x16_B3740000)
 	txn := func(each func(x *checkpoint.Txn)) {
 		x, err := tr.OpenAt(time.Unix(1700000000, 0))
@@ -47,7 +48,7 @@ func TestEventAllocs(t *testing.T) {
 	}
 	event := func(x *checkpoint.Txn) {
 		tr.Done(tr.Add(x, 600))
-		if tr.Confirmed() > end || tr.Full() {
+		if tr.Confirmed() > end || budget.Full() {
 			t.Fatal("watermark past the open transaction, or the tracker full")
 		}
 	}
@@ -74,7 +75,7 @@ func TestTxnAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector adds allocations; scripts/test.sh runs the gates without it")
 	}
-	tr := checkpoint.New(1, checkpoint.Limits{MaxEvents: 10000, MaxBytes: 64 << 20})
+	tr := checkpoint.New(1, checkpoint.NewBudget(checkpoint.Limits{MaxEvents: 10000, MaxBytes: 64 << 20}))
 	end := pglogrepl.LSN(0x16_B3740000)
 	commit := time.Unix(1700000000, 0)
 	got := testing.AllocsPerRun(1000, func() {
@@ -101,15 +102,16 @@ func TestTxnAllocs(t *testing.T) {
 // BenchmarkEventInTxn is the tracker's work per event of a transaction of
 // many: Add, Done, Confirmed, Full.
 func BenchmarkEventInTxn(b *testing.B) {
-	tr := checkpoint.New(1, checkpoint.Limits{MaxEvents: 10000, MaxBytes: 64 << 20})
-	x, err := tr.Open()
+	budget := checkpoint.NewBudget(checkpoint.Limits{MaxEvents: 10000, MaxBytes: 64 << 20})
+	tr := checkpoint.New(1, budget)
+	x, err := tr.OpenAt(time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
 		tr.Done(tr.Add(x, 600))
-		if tr.Confirmed() != 1 || tr.Full() {
+		if tr.Confirmed() != 1 || budget.Full() {
 			b.Fatal("confirmed past the open transaction, or full")
 		}
 	}

@@ -2,6 +2,7 @@ package checkpoint_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -11,11 +12,11 @@ import (
 // BenchmarkTrackerEvent is the reader's and the acker's work per event:
 // one transaction of one event (Open, Add, Seal, Done, Confirmed).
 func BenchmarkTrackerEvent(b *testing.B) {
-	tr := checkpoint.New(1, checkpoint.Limits{})
+	tr := checkpoint.New(1, nil)
 	end := pglogrepl.LSN(1)
 	b.ReportAllocs()
 	for b.Loop() {
-		x, err := tr.Open()
+		x, err := tr.OpenAt(time.Time{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -35,8 +36,8 @@ func BenchmarkTrackerEvent(b *testing.B) {
 // empty Begin/Commit) behind a head transaction whose event waits for its
 // ack, as during a Kafka outage.
 func BenchmarkTrackerEmptyTxn(b *testing.B) {
-	tr := checkpoint.New(1, checkpoint.Limits{})
-	head, _ := tr.Open()
+	tr := checkpoint.New(1, nil)
+	head, _ := tr.OpenAt(time.Time{})
 	k := tr.Add(head, 100)
 	end := pglogrepl.LSN(0x40)
 	if err := tr.Seal(head, end); err != nil {
@@ -44,7 +45,7 @@ func BenchmarkTrackerEmptyTxn(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		x, err := tr.Open()
+		x, err := tr.OpenAt(time.Time{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 )
@@ -13,8 +14,8 @@ import (
 // watermark is the last empty transaction's end, never before.
 func TestTrackerEmptyTransactionsCoalesce(t *testing.T) {
 	const empties = 1_000_000
-	tr := New(0x100, Limits{})
-	head, err := tr.Open()
+	tr := New(0x100, nil)
+	head, err := tr.OpenAt(time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +26,7 @@ func TestTrackerEmptyTransactionsCoalesce(t *testing.T) {
 	}
 	maxQueued, maxCap := 0, 0
 	for i := 0; i < empties; i++ {
-		x, err := tr.Open()
+		x, err := tr.OpenAt(time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +48,7 @@ func TestTrackerEmptyTransactionsCoalesce(t *testing.T) {
 	}
 	// An empty transaction behind a sealed one with events merges into it
 	// too: it must not confirm the earlier one's end early.
-	x, _ := tr.Open()
+	x, _ := tr.OpenAt(time.Time{})
 	k2 := tr.Add(x, 10)
 	end += 0x30
 	if err := tr.Seal(x, end); err != nil {
@@ -57,7 +58,7 @@ func TestTrackerEmptyTransactionsCoalesce(t *testing.T) {
 	if c, want := tr.Confirmed(), end-0x30; c != want {
 		t.Fatalf("head acked: Confirmed() = %s, want %s (the last empty transaction's end)", c, want)
 	}
-	y, _ := tr.Open()
+	y, _ := tr.OpenAt(time.Time{})
 	end += 0x30
 	if err := tr.Seal(y, end); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"pgregory.net/rapid"
@@ -42,6 +43,7 @@ func (x *modelTxn) handled() bool {
 // model is the reference the tracker is checked against after every step.
 type model struct {
 	tr        *checkpoint.Tracker
+	budget    *checkpoint.Budget
 	txns      []*modelTxn
 	open      *modelTxn
 	openX     *checkpoint.Txn // the tracker's handle of open
@@ -122,7 +124,7 @@ func (m *model) check(t *rapid.T) {
 		events++
 		bytes += int64(e.bytes)
 	}
-	if ge, gb := m.tr.InFlight(); ge != events || gb != bytes {
+	if ge, gb := m.budget.InFlight(); ge != events || gb != bytes {
 		t.Fatalf("InFlight() = %d, %d, want %d, %d", ge, gb, events, bytes)
 	}
 	if got, want := m.tr.Pending(), !m.quiet(); got != want {
@@ -146,7 +148,8 @@ func TestTrackerModel(t *testing.T) {
 	defer leak.VerifyNone(t)
 	rapid.Check(t, func(t *rapid.T) {
 		start := pglogrepl.LSN(rapid.Uint64Range(0, 1<<40).Draw(t, "start"))
-		m := &model{tr: checkpoint.New(start, checkpoint.Limits{}), lastEnd: start, confirmed: start, seen: start}
+		budget := checkpoint.NewBudget(checkpoint.Limits{})
+		m := &model{tr: checkpoint.New(start, budget), budget: budget, lastEnd: start, confirmed: start, seen: start}
 		lsnStep := rapid.Uint64Range(1, 0x200)
 
 		t.Repeat(map[string]func(*rapid.T){
@@ -155,7 +158,7 @@ func TestTrackerModel(t *testing.T) {
 				if m.open != nil {
 					t.Skip("a transaction is open")
 				}
-				x, err := m.tr.Open()
+				x, err := m.tr.OpenAt(time.Time{})
 				if err != nil {
 					t.Fatalf("Open: %v", err)
 				}
@@ -194,7 +197,7 @@ func TestTrackerModel(t *testing.T) {
 					t.Skip("a transaction is open")
 				}
 				for range rapid.IntRange(1, 20).Draw(t, "empties") {
-					x, err := m.tr.Open()
+					x, err := m.tr.OpenAt(time.Time{})
 					if err != nil {
 						t.Fatalf("Open: %v", err)
 					}
@@ -349,7 +352,8 @@ func TestTrackerConcurrent(t *testing.T) {
 		txns    = 2000
 		start   = pglogrepl.LSN(0x16B3748)
 	)
-	tr := checkpoint.New(start, checkpoint.Limits{MaxEvents: 64})
+	budget := checkpoint.NewBudget(checkpoint.Limits{MaxEvents: 64})
+	tr := checkpoint.New(start, budget)
 
 	type txn struct {
 		end     pglogrepl.LSN
@@ -397,13 +401,13 @@ func TestTrackerConcurrent(t *testing.T) {
 	}
 	ctx := t.Context()
 	for i := range txns {
-		x, err := tr.Open()
+		x, err := tr.OpenAt(time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		mt := &txn{total: 1 + i%7}
 		for j := range mt.total {
-			if err := tr.Wait(ctx); err != nil {
+			if err := budget.Wait(ctx); err != nil {
 				t.Fatal(err)
 			}
 			k := tr.Add(x, 100)
@@ -428,7 +432,7 @@ func TestTrackerConcurrent(t *testing.T) {
 	if got := tr.Confirmed(); got != end {
 		t.Errorf("Confirmed() = %s after every event was handled, want the last end %s", got, end)
 	}
-	if e, b := tr.InFlight(); e != 0 || b != 0 {
+	if e, b := budget.InFlight(); e != 0 || b != 0 {
 		t.Errorf("InFlight() = %d, %d after every event was handled", e, b)
 	}
 }

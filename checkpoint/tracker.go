@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,12 +12,6 @@ import (
 // ErrRegression is returned when an operation would move the watermark
 // backwards or seal transactions out of commit order.
 var ErrRegression = errors.New("checkpoint regression")
-
-// Limits bound the in-flight events (INV-6).
-type Limits struct {
-	MaxEvents int   // events added and not yet done; ≤ 0 means unbounded
-	MaxBytes  int64 // their bytes; ≤ 0 means unbounded
-}
 
 // Txn is one transaction in the FIFO.
 type Txn struct {
@@ -39,7 +32,7 @@ type Ticket struct {
 	bytes int64
 }
 
-// Tracker is the transaction FIFO and its low watermark.
+// Tracker is the frontier: the transaction FIFO and its low watermark.
 type Tracker struct {
 	mu        sync.Mutex
 	fifo      []*Txn // sealed or open transactions, commit order; fifo[head:] live
@@ -49,30 +42,24 @@ type Tracker struct {
 	lastSeal  pglogrepl.LSN
 	commit    time.Time // commit time of the last confirmed transaction
 	txns      uint64    // transactions confirmed
-	events    int
-	bytes     int64
-	limits    Limits
-	paused    bool
+	budget    *Budget   // takes each event's place in Add, gives it back in Done; nil: none
 	// Hold: while held, the watermark reported (Confirmed, Position)
 	// stays at or below hold, whatever was handled.
 	held       bool
 	hold       pglogrepl.LSN
 	holdCommit time.Time
 	holdTxns   uint64
-	freed      chan struct{} // signalled (non-blocking) when Done frees space
 	pool       []*Txn
 }
 
 // New returns a tracker whose watermark starts at start, the slot's
-// confirmed_flush_lsn.
-func New(start pglogrepl.LSN, limits Limits) *Tracker {
-	return &Tracker{confirmed: start, lastSeal: start, limits: limits, freed: make(chan struct{}, 1)}
+// confirmed_flush_lsn. Its events count against budget (nil: no bound).
+func New(start pglogrepl.LSN, budget *Budget) *Tracker {
+	return &Tracker{confirmed: start, lastSeal: start, budget: budget}
 }
 
-// Open starts a transaction. Only one may be open at a time.
-func (t *Tracker) Open() (*Txn, error) { return t.OpenAt(time.Time{}) }
-
 // OpenAt starts a transaction committed at commit (for OldestPending).
+// Only one may be open at a time.
 func (t *Tracker) OpenAt(commit time.Time) (*Txn, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -104,9 +91,10 @@ func (t *Tracker) Add(x *Txn, bytes int) Ticket {
 	if w := idx / 64; w >= len(x.done) {
 		x.done = append(x.done, 0)
 	}
-	t.events++
-	t.bytes += int64(bytes)
 	t.mu.Unlock()
+	if t.budget != nil {
+		t.budget.take(int64(bytes))
+	}
 	return Ticket{txn: x, gen: x.gen, idx: idx, bytes: int64(bytes)}
 }
 
@@ -157,12 +145,9 @@ func (t *Tracker) Done(k Ticket) {
 	}
 	x.done[w] |= bit
 	x.pending--
-	t.events--
-	t.bytes -= k.bytes
 	t.mu.Unlock()
-	select {
-	case t.freed <- struct{}{}:
-	default:
+	if t.budget != nil {
+		t.budget.give(k.bytes)
 	}
 }
 
@@ -271,8 +256,9 @@ func (t *Tracker) Idle(walEnd pglogrepl.LSN) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance()
-	// INV-1: only when every received event is handled.
-	if t.open != nil || t.head < len(t.fifo) || t.events > 0 {
+	// INV-1: only when every received event is handled: each belongs to
+	// a transaction that stays in the FIFO until its events are done.
+	if t.open != nil || t.head < len(t.fifo) {
 		return false
 	}
 	if walEnd <= t.confirmed {
@@ -285,75 +271,12 @@ func (t *Tracker) Idle(walEnd pglogrepl.LSN) bool {
 	return true
 }
 
-// InFlight returns the number and bytes of events added and not yet done.
-func (t *Tracker) InFlight() (events int, bytes int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.events, t.bytes
-}
-
 // Pending reports whether any transaction is open or not yet confirmed.
 func (t *Tracker) Pending() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance()
 	return t.open != nil || t.head < len(t.fifo)
-}
-
-// Full reports whether the in-flight limits are reached.
-func (t *Tracker) Full() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.full()
-}
-
-func (t *Tracker) full() bool {
-	return t.paused || (t.limits.MaxEvents > 0 && t.events >= t.limits.MaxEvents) ||
-		(t.limits.MaxBytes > 0 && t.bytes >= t.limits.MaxBytes)
-}
-
-// Wait blocks until the tracker is not full or ctx ends; it returns
-// ctx.Err() in the latter case.
-func (t *Tracker) Wait(ctx context.Context) error {
-	for {
-		if !t.Full() {
-			return nil
-		}
-		select {
-		case <-t.freed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// WaitDrained blocks until no event is in flight or ctx ends.
-func (t *Tracker) WaitDrained(ctx context.Context) error {
-	for {
-		if e, _ := t.InFlight(); e == 0 {
-			return nil
-		}
-		select {
-		case <-t.freed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// SetPaused makes Full report true while paused, so the reader stops
-// reading WAL (and keeps sending status updates) while failed records are
-// isolated.
-func (t *Tracker) SetPaused(p bool) {
-	t.mu.Lock()
-	t.paused = p
-	t.mu.Unlock()
-	if !p {
-		select {
-		case t.freed <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // OldestPending returns the commit time of the oldest transaction not yet

@@ -26,7 +26,7 @@ func build(t *testing.T, tr *checkpoint.Tracker, specs []txnSpec) [][]checkpoint
 	t.Helper()
 	tickets := make([][]checkpoint.Ticket, len(specs))
 	for i, s := range specs {
-		x, err := tr.Open()
+		x, err := tr.OpenAt(time.Time{})
 		if err != nil {
 			t.Fatalf("txn %d: Open: %v", i, err)
 		}
@@ -113,7 +113,7 @@ func TestTrackerConfirmed(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := checkpoint.New(start, checkpoint.Limits{})
+			tr := checkpoint.New(start, nil)
 			tickets := build(t, tr, tc.txns)
 			prev := tr.Confirmed()
 			for _, d := range tc.done {
@@ -190,7 +190,7 @@ func TestTrackerIdle(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := checkpoint.New(start, checkpoint.Limits{})
+			tr := checkpoint.New(start, nil)
 			tickets := build(t, tr, tc.txns)
 			for _, d := range tc.done {
 				tr.Done(tickets[d.txn][d.i])
@@ -206,11 +206,11 @@ func TestTrackerIdle(t *testing.T) {
 }
 
 func TestTrackerIdleThenSealBelowIsRegression(t *testing.T) {
-	tr := checkpoint.New(0x1000, checkpoint.Limits{})
+	tr := checkpoint.New(0x1000, nil)
 	if !tr.Idle(0x2000) {
 		t.Fatal("Idle(0/2000) did not move an empty tracker")
 	}
-	x, err := tr.Open()
+	x, err := tr.OpenAt(time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,43 +231,43 @@ func TestTrackerErrors(t *testing.T) {
 		{
 			name: "seal at the start LSN",
 			run: func(tr *checkpoint.Tracker) error {
-				x, _ := tr.Open()
+				x, _ := tr.OpenAt(time.Time{})
 				return tr.Seal(x, start)
 			},
 		},
 		{
 			name: "seal below the start LSN",
 			run: func(tr *checkpoint.Tracker) error {
-				x, _ := tr.Open()
+				x, _ := tr.OpenAt(time.Time{})
 				return tr.Seal(x, start-1)
 			},
 		},
 		{
 			name: "seal with the previous end LSN",
 			run: func(tr *checkpoint.Tracker) error {
-				x, _ := tr.Open()
+				x, _ := tr.OpenAt(time.Time{})
 				if err := tr.Seal(x, 0x1100); err != nil {
 					return err
 				}
-				y, _ := tr.Open()
+				y, _ := tr.OpenAt(time.Time{})
 				return tr.Seal(y, 0x1100)
 			},
 		},
 		{
 			name: "seal with a smaller end LSN",
 			run: func(tr *checkpoint.Tracker) error {
-				x, _ := tr.Open()
+				x, _ := tr.OpenAt(time.Time{})
 				if err := tr.Seal(x, 0x1200); err != nil {
 					return err
 				}
-				y, _ := tr.Open()
+				y, _ := tr.OpenAt(time.Time{})
 				return tr.Seal(y, 0x1100)
 			},
 		},
 		{
 			name: "seal twice",
 			run: func(tr *checkpoint.Tracker) error {
-				x, _ := tr.Open()
+				x, _ := tr.OpenAt(time.Time{})
 				if err := tr.Seal(x, 0x1100); err != nil {
 					return err
 				}
@@ -283,11 +283,11 @@ func TestTrackerErrors(t *testing.T) {
 		{
 			name: "seal of an older transaction while another is open",
 			run: func(tr *checkpoint.Tracker) error {
-				x, _ := tr.Open()
+				x, _ := tr.OpenAt(time.Time{})
 				if err := tr.Seal(x, 0x1100); err != nil {
 					return err
 				}
-				if _, err := tr.Open(); err != nil {
+				if _, err := tr.OpenAt(time.Time{}); err != nil {
 					return err
 				}
 				return tr.Seal(x, 0x1200)
@@ -296,17 +296,17 @@ func TestTrackerErrors(t *testing.T) {
 		{
 			name: "open while a transaction is open",
 			run: func(tr *checkpoint.Tracker) error {
-				if _, err := tr.Open(); err != nil {
+				if _, err := tr.OpenAt(time.Time{}); err != nil {
 					return err
 				}
-				_, err := tr.Open()
+				_, err := tr.OpenAt(time.Time{})
 				return err
 			},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := checkpoint.New(start, checkpoint.Limits{})
+			tr := checkpoint.New(start, nil)
 			if err := tc.run(tr); !errors.Is(err, checkpoint.ErrRegression) {
 				t.Errorf("err = %v, want ErrRegression", err)
 			}
@@ -318,8 +318,8 @@ func TestTrackerErrors(t *testing.T) {
 }
 
 func TestTrackerRefusedSealKeepsTxnOpen(t *testing.T) {
-	tr := checkpoint.New(0x1000, checkpoint.Limits{})
-	x, _ := tr.Open()
+	tr := checkpoint.New(0x1000, nil)
+	x, _ := tr.OpenAt(time.Time{})
 	k := tr.Add(x, 1)
 	if err := tr.Seal(x, 0x0900); !errors.Is(err, checkpoint.ErrRegression) {
 		t.Fatalf("Seal(0/900) = %v, want ErrRegression", err)
@@ -340,31 +340,32 @@ func TestTrackerRefusedSealKeepsTxnOpen(t *testing.T) {
 }
 
 func TestTrackerInFlightAndPending(t *testing.T) {
-	tr := checkpoint.New(0x1000, checkpoint.Limits{})
+	budget := checkpoint.NewBudget(checkpoint.Limits{})
+	tr := checkpoint.New(0x1000, budget)
 	if tr.Pending() {
 		t.Error("Pending() on a new tracker")
 	}
-	x, _ := tr.Open()
+	x, _ := tr.OpenAt(time.Time{})
 	if !tr.Pending() {
 		t.Error("Pending() = false with an open transaction")
 	}
 	a := tr.Add(x, 100)
 	b := tr.Add(x, 23)
-	if e, n := tr.InFlight(); e != 2 || n != 123 {
+	if e, n := budget.InFlight(); e != 2 || n != 123 {
 		t.Errorf("InFlight() = %d, %d, want 2, 123", e, n)
 	}
 	if err := tr.Seal(x, 0x1100); err != nil {
 		t.Fatal(err)
 	}
 	tr.Done(b)
-	if e, n := tr.InFlight(); e != 1 || n != 100 {
+	if e, n := budget.InFlight(); e != 1 || n != 100 {
 		t.Errorf("InFlight() = %d, %d, want 1, 100", e, n)
 	}
 	if !tr.Pending() {
 		t.Error("Pending() = false with an unhandled event")
 	}
 	tr.Done(a)
-	if e, n := tr.InFlight(); e != 0 || n != 0 {
+	if e, n := budget.InFlight(); e != 0 || n != 0 {
 		t.Errorf("InFlight() = %d, %d, want 0, 0", e, n)
 	}
 	if tr.Pending() {
@@ -389,22 +390,23 @@ func TestTrackerFull(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := checkpoint.New(0x1000, tc.limits)
-			if tr.Full() {
+			budget := checkpoint.NewBudget(tc.limits)
+			tr := checkpoint.New(0x1000, budget)
+			if budget.Full() {
 				t.Fatal("Full() on an empty tracker")
 			}
-			x, _ := tr.Open()
+			x, _ := tr.OpenAt(time.Time{})
 			var ks []checkpoint.Ticket
 			for i, n := range tc.sizes {
 				ks = append(ks, tr.Add(x, n))
-				if got := tr.Full(); got != tc.want[i] {
+				if got := budget.Full(); got != tc.want[i] {
 					t.Errorf("after Add #%d (%d bytes): Full() = %v, want %v", i, n, got, tc.want[i])
 				}
 			}
 			for _, k := range ks {
 				tr.Done(k)
 			}
-			if tr.Full() {
+			if budget.Full() {
 				t.Error("Full() after every event was handled")
 			}
 		})
@@ -413,25 +415,26 @@ func TestTrackerFull(t *testing.T) {
 
 func TestTrackerWait(t *testing.T) {
 	defer leak.VerifyNone(t)
-	tr := checkpoint.New(0x1000, checkpoint.Limits{MaxEvents: 2})
-	x, _ := tr.Open()
+	budget := checkpoint.NewBudget(checkpoint.Limits{MaxEvents: 2})
+	tr := checkpoint.New(0x1000, budget)
+	x, _ := tr.OpenAt(time.Time{})
 
 	// Not full: returns at once, even with a cancelled context.
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := tr.Wait(cancelled); err != nil {
+	if err := budget.Wait(cancelled); err != nil {
 		t.Fatalf("Wait when not full: %v", err)
 	}
 
 	a := tr.Add(x, 1)
 	b := tr.Add(x, 1)
-	if !tr.Full() {
+	if !budget.Full() {
 		t.Fatal("not Full() at the limit")
 	}
 
 	// Full and nothing frees space: the context ends the wait.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	err := tr.Wait(ctx)
+	err := budget.Wait(ctx)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait while full = %v, want context.DeadlineExceeded", err)
@@ -445,11 +448,11 @@ func TestTrackerWait(t *testing.T) {
 	})
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := tr.Wait(ctx); err != nil {
+	if err := budget.Wait(ctx); err != nil {
 		t.Fatalf("Wait after Done: %v", err)
 	}
 	wg.Wait()
-	if tr.Full() {
+	if budget.Full() {
 		t.Error("Full() after Wait returned")
 	}
 	tr.Done(b)
@@ -457,18 +460,19 @@ func TestTrackerWait(t *testing.T) {
 
 func TestTrackerWaitDrained(t *testing.T) {
 	defer leak.VerifyNone(t)
-	tr := checkpoint.New(0x1000, checkpoint.Limits{})
-	if err := tr.WaitDrained(context.Background()); err != nil {
+	budget := checkpoint.NewBudget(checkpoint.Limits{})
+	tr := checkpoint.New(0x1000, budget)
+	if err := budget.WaitDrained(context.Background()); err != nil {
 		t.Fatalf("WaitDrained on an empty tracker: %v", err)
 	}
-	x, _ := tr.Open()
+	x, _ := tr.OpenAt(time.Time{})
 	ks := []checkpoint.Ticket{tr.Add(x, 1), tr.Add(x, 1), tr.Add(x, 1)}
 	if err := tr.Seal(x, 0x1100); err != nil {
 		t.Fatal(err)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	err := tr.WaitDrained(ctx)
+	err := budget.WaitDrained(ctx)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitDrained with events in flight = %v, want context.DeadlineExceeded", err)
@@ -483,10 +487,10 @@ func TestTrackerWaitDrained(t *testing.T) {
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := tr.WaitDrained(ctx); err != nil {
+	if err := budget.WaitDrained(ctx); err != nil {
 		t.Fatalf("WaitDrained: %v", err)
 	}
-	if e, _ := tr.InFlight(); e != 0 {
+	if e, _ := budget.InFlight(); e != 0 {
 		t.Errorf("WaitDrained returned with %d events in flight", e)
 	}
 	wg.Wait()
@@ -511,15 +515,15 @@ func mustPanic(t *testing.T, what string, f func()) {
 
 func TestTrackerDoneTwicePanics(t *testing.T) {
 	t.Run("same transaction, before confirmation", func(t *testing.T) {
-		tr := checkpoint.New(0x1000, checkpoint.Limits{})
-		x, _ := tr.Open()
+		tr := checkpoint.New(0x1000, nil)
+		x, _ := tr.OpenAt(time.Time{})
 		k := tr.Add(x, 1)
 		tr.Done(k)
 		mustPanic(t, "second Done", func() { tr.Done(k) })
 	})
 	t.Run("same transaction, after confirmation", func(t *testing.T) {
-		tr := checkpoint.New(0x1000, checkpoint.Limits{})
-		x, _ := tr.Open()
+		tr := checkpoint.New(0x1000, nil)
+		x, _ := tr.OpenAt(time.Time{})
 		k := tr.Add(x, 1)
 		if err := tr.Seal(x, 0x1100); err != nil {
 			t.Fatal(err)
@@ -533,8 +537,8 @@ func TestTrackerDoneTwicePanics(t *testing.T) {
 	// The second Done of one event must not count as another event of the
 	// same transaction: that would confirm past the unhandled one.
 	t.Run("same transaction, one of two events twice", func(t *testing.T) {
-		tr := checkpoint.New(0x1000, checkpoint.Limits{})
-		x, _ := tr.Open()
+		tr := checkpoint.New(0x1000, nil)
+		x, _ := tr.OpenAt(time.Time{})
 		a := tr.Add(x, 1)
 		tr.Add(x, 1) // never handled
 		if err := tr.Seal(x, 0x1100); err != nil {
@@ -550,8 +554,9 @@ func TestTrackerDoneTwicePanics(t *testing.T) {
 	// of a later transaction: that would confirm past an unhandled event
 	// (INV-1) instead of panicking.
 	t.Run("after confirmation and a new transaction", func(t *testing.T) {
-		tr := checkpoint.New(0x1000, checkpoint.Limits{})
-		x, _ := tr.Open()
+		budget := checkpoint.NewBudget(checkpoint.Limits{})
+		tr := checkpoint.New(0x1000, budget)
+		x, _ := tr.OpenAt(time.Time{})
 		k := tr.Add(x, 1)
 		if err := tr.Seal(x, 0x1100); err != nil {
 			t.Fatal(err)
@@ -560,7 +565,7 @@ func TestTrackerDoneTwicePanics(t *testing.T) {
 		if got := tr.Confirmed(); got != 0x1100 {
 			t.Fatalf("Confirmed() = %s, want 0/1100", got)
 		}
-		y, _ := tr.Open()
+		y, _ := tr.OpenAt(time.Time{})
 		tr.Add(y, 1) // never handled
 		if err := tr.Seal(y, 0x1200); err != nil {
 			t.Fatal(err)
@@ -569,7 +574,7 @@ func TestTrackerDoneTwicePanics(t *testing.T) {
 		if got := tr.Confirmed(); got != 0x1100 {
 			t.Errorf("Confirmed() = %s, want 0/1100: the second transaction's event was never handled", got)
 		}
-		if e, _ := tr.InFlight(); e != 1 {
+		if e, _ := budget.InFlight(); e != 1 {
 			t.Errorf("InFlight() = %d events, want 1", e)
 		}
 	})
@@ -579,7 +584,7 @@ func TestTrackerDoneTwicePanics(t *testing.T) {
 // time of the last confirmed transaction and counts confirmed transactions
 // only (an Idle move changes the LSN, not the count or the commit time).
 func TestTrackerPosition(t *testing.T) {
-	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	tr := checkpoint.New(0x100, nil)
 	if got := tr.Position(); got.LSN != 0x100 || got.Txns != 0 || !got.Commit.IsZero() {
 		t.Fatalf("fresh tracker: Position = %+v, want LSN 0/100, 0 txns, no commit time", got)
 	}
@@ -618,10 +623,10 @@ func TestTrackerPosition(t *testing.T) {
 // hold are not reported confirmed (Confirmed, Position, Idle's
 // keepalives); Release reports them.
 func TestHoldCapsTheWatermark(t *testing.T) {
-	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	tr := checkpoint.New(0x100, nil)
 	tr.Hold(0x200)
 	for _, end := range []pglogrepl.LSN{0x180, 0x300} {
-		x, err := tr.Open()
+		x, err := tr.OpenAt(time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}

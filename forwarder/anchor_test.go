@@ -31,7 +31,7 @@ type restoredTxn struct {
 func runWAL(t *testing.T, h replication.Handler, tx *transactor, tr *checkpoint.Tracker, s *fakeTxnSink, txns []restoredTxn) (maxConfirmed pglogrepl.LSN) {
 	t.Helper()
 	for _, x := range txns {
-		txn, err := tr.Open()
+		txn, err := tr.OpenAt(time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,9 +51,9 @@ func runWAL(t *testing.T, h replication.Handler, tx *transactor, tr *checkpoint.
 	return maxConfirmed
 }
 
-func eosForwarder() (*Forwarder, *prometheus.Registry) {
+func eosForwarder() (*session, *prometheus.Registry) {
 	reg := prometheus.NewRegistry()
-	f := &Forwarder{cfg: &config.Config{}, log: slog.New(slog.DiscardHandler), m: newMetrics(reg)}
+	f := &session{cfg: &config.Config{}, log: slog.New(slog.DiscardHandler), m: newMetrics(reg), pause: checkpoint.NewPause(), memory: &memory{}}
 	f.cfg.Postgres.Slot = "s"
 	f.cfg.Delivery.TransactionInterval = time.Hour
 	f.cfg.Delivery.TransactionRecords = 1 // every record commits at once
@@ -62,7 +62,7 @@ func eosForwarder() (*Forwarder, *prometheus.Registry) {
 	return f, reg
 }
 
-func refusedCount(t *testing.T, f *Forwarder, reason string) float64 {
+func refusedCount(t *testing.T, f *session, reason string) float64 {
 	t.Helper()
 	var m dto.Metric
 	if err := f.m.cpRefused.WithLabelValues(reason).Write(&m); err != nil {
@@ -95,7 +95,7 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 	t.Run("same process: walpost_position went back", func(t *testing.T) {
 		f, _ := eosForwarder()
 		f.wentBack = true
-		tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+		tr := checkpoint.New(slot.ConfirmedFlush, nil)
 		_, skip, _ := f.exactlyOnce(plan, id, 0x5000, slot, nil, tr, &fakeTxnSink{}, cp, true)
 		if skip != nil {
 			t.Fatalf("skipper up to %s: want none (the checkpoint is not used)", skip.upTo)
@@ -106,7 +106,7 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 	})
 	t.Run("the checkpoint is past the server's WAL", func(t *testing.T) {
 		f, _ := eosForwarder()
-		tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+		tr := checkpoint.New(slot.ConfirmedFlush, nil)
 		_, skip, _ := f.exactlyOnce(plan, id, 0x600, slot, nil, tr, &fakeTxnSink{}, cp, true)
 		if skip != nil {
 			t.Fatalf("skipper up to %s: want none", skip.upTo)
@@ -117,7 +117,7 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 	})
 	t.Run("a new process, the server's WAL past the checkpoint", func(t *testing.T) {
 		f, _ := eosForwarder()
-		tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+		tr := checkpoint.New(slot.ConfirmedFlush, nil)
 		s := &fakeTxnSink{}
 		h, _, tx := f.exactlyOnce(plan, id, 0x5000, slot, nil, tr, s, cp, true)
 		confirmed := runWAL(t, h, tx, tr, s, restored)
@@ -131,7 +131,7 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 			t.Errorf("walpost_checkpoint_refused_total{reason=not_in_wal} = %v, want 1", n)
 		}
 		// The next session does not use it: everything is produced.
-		tr = checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+		tr = checkpoint.New(slot.ConfirmedFlush, nil)
 		s = &fakeTxnSink{}
 		h, skip, tx := f.exactlyOnce(plan, id, 0x5000, slot, nil, tr, s, cp, true)
 		if skip != nil {
@@ -144,7 +144,7 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 	})
 	t.Run("the checkpoint matches: its transactions are skipped and confirmed", func(t *testing.T) {
 		f, _ := eosForwarder()
-		tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+		tr := checkpoint.New(slot.ConfirmedFlush, nil)
 		s := &fakeTxnSink{}
 		same := append([]restoredTxn(nil), restored...)
 		same[2].at = old
@@ -163,7 +163,7 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 	})
 	t.Run("a transaction between the anchor and the checkpoint", func(t *testing.T) {
 		f, _ := eosForwarder()
-		tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+		tr := checkpoint.New(slot.ConfirmedFlush, nil)
 		s := &fakeTxnSink{}
 		c := cp
 		c.AnchorCommitLSN, c.AnchorCommitTime = 0x1d0, now
@@ -185,7 +185,7 @@ func TestCheckpointPartialOfAnotherTransaction(t *testing.T) {
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	cp := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x100, Anchored: true, PartialCommitLSN: 0x1d0, PartialCommitTime: at, Ordinal: 2}
 	slot := replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}
-	tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+	tr := checkpoint.New(slot.ConfirmedFlush, nil)
 	s := &fakeTxnSink{}
 	h, _, tx := f.exactlyOnce(position.Plan{SkipTo: 0x100}, id, 0x5000, slot, nil, tr, s, cp, true)
 	runWAL(t, h, tx, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(time.Minute), []string{"p1", "p2", "p3"}}})
@@ -203,7 +203,7 @@ func TestCheckpointPartialOfAnotherTransaction(t *testing.T) {
 // counted it.
 func TestExactlyOnceCountsTimelineChanges(t *testing.T) {
 	f, _ := eosForwarder()
-	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	tr := checkpoint.New(0x100, nil)
 	f.exactlyOnce(position.Plan{TimelineChanged: true, SwitchPoint: 0x500, SkipTo: 0x500}, position.Identity{SystemID: 7, Timeline: 3}, 0x5000,
 		replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}, nil, tr, &fakeTxnSink{}, kafka.Checkpoint{}, false)
 	var m dto.Metric
@@ -227,7 +227,7 @@ func TestCheckpointVerifiedOnQuietOutbox(t *testing.T) {
 	cp := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x900, Anchored: true, AnchorCommitLSN: 0x8d0, AnchorCommitTime: at}
 	slot := replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}
 	f, _ := eosForwarder()
-	tr := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+	tr := checkpoint.New(slot.ConfirmedFlush, nil)
 	s := &fakeTxnSink{}
 	h, skip, tx := f.exactlyOnce(position.Plan{SkipTo: 0x100}, id, 0x5000, slot, nil, tr, s, cp, true)
 	runWAL(t, h, tx, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(-time.Minute), []string{"a"}}, {0x8d0, 0x900, at, []string{"b"}}})
@@ -244,7 +244,7 @@ func TestCheckpointVerifiedOnQuietOutbox(t *testing.T) {
 	}
 	// Refuted the same way when the anchor never came.
 	f, _ = eosForwarder()
-	tr = checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{})
+	tr = checkpoint.New(slot.ConfirmedFlush, nil)
 	h, skip, tx = f.exactlyOnce(position.Plan{SkipTo: 0x100}, id, 0x5000, slot, nil, tr, s, cp, true)
 	runWAL(t, h, tx, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(-time.Minute), []string{"a"}}})
 	tr.Idle(0x5000)

@@ -9,10 +9,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/walpost/walpost/checkpoint"
-	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
@@ -29,23 +27,19 @@ var ErrFencedHoldingSlot = errors.New("kafka fenced this producer while this wal
 // taken. By the time a fenced session ended, its own stream has stopped
 // and released the slot: a slot nobody else holds means the fencer lost
 // the race for it and stands by.
-func (f *Forwarder) slotTakenOver(conn *pgconn.PgConn) bool {
+func (s *session) slotTakenOver(conn *pgconn.PgConn) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var pid *int64
-	err := f.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, f.cfg.Postgres.Slot).Scan(&pid)
+	err := s.pool.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Postgres.Slot).Scan(&pid)
 	taken := err != nil || (pid != nil && *pid != int64(conn.PID()))
 	var holder int64
 	if pid != nil {
 		holder = *pid
 	}
-	f.log.Debug("fenced: is the slot held by another walsender", "slot", f.cfg.Postgres.Slot, "taken", taken, "active_pid", holder, "walsender_pid", conn.PID())
+	s.log.Debug("fenced: is the slot held by another walsender", "slot", s.cfg.Postgres.Slot, "taken", taken, "active_pid", holder, "walsender_pid", conn.PID())
 	return taken
 }
-
-// eos says whether delivery.mode is exactly-once (DESIGN.md,
-// "Exactly-once delivery").
-func (f *Forwarder) eos() bool { return f.cfg.Delivery.Mode == config.ExactlyOnce }
 
 // checkCheckpointTopic checks (or creates) the checkpoint topic; a topic
 // that is missing or wrong wraps kafka.ErrCheckpointTopic (terminal),
@@ -62,8 +56,8 @@ func (f *Forwarder) checkCheckpointTopic(ctx context.Context, cl *kgo.Client) er
 // openTxn builds this session's transactional producer, initialises its
 // producer ID (fencing any earlier instance, and completing or aborting
 // its open transaction) and only then reads the checkpoint (INV-10).
-func (f *Forwarder) openTxn(ctx context.Context, id position.Identity) (*kafka.Sink, kafka.Checkpoint, bool, error) {
-	cfg := f.cfg
+func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sink, kafka.Checkpoint, bool, error) {
+	cfg := s.cfg
 	var cp kafka.Checkpoint
 	kcfg, err := kafka.ConfigFrom(cfg)
 	if err != nil {
@@ -72,13 +66,7 @@ func (f *Forwarder) openTxn(ctx context.Context, id position.Identity) (*kafka.S
 	kcfg.TransactionalID = kafka.TransactionalID(cfg.Postgres.Slot, id.SystemID)
 	kcfg.TransactionTimeout = cfg.Delivery.TransactionTimeout
 	kcfg.CheckpointTopic = cfg.Kafka.CheckpointTopic
-	kcfg.ProducerOpts = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(f.reg)))}
-	kcfg.Logger = f.log.With("component", "kafka")
-	kcfg.OnDataLoss = f.onDataLoss
-	f.watchTrace(kcfg.Layout)
-	if f.tp != nil {
-		f.traceProducer(&kcfg)
-	}
+	s.hooks.apply(&kcfg)
 	k, err := kafka.New(kcfg)
 	if err != nil {
 		return nil, cp, false, err
@@ -101,10 +89,10 @@ func (f *Forwarder) openTxn(ctx context.Context, id position.Identity) (*kafka.S
 		return nil, cp, false, fmt.Errorf("read the checkpoint: %w", err)
 	}
 	if found {
-		f.log.Info("exactly-once: producer initialised, checkpoint read", "slot", cfg.Postgres.Slot, "transactional_id", kcfg.TransactionalID,
+		s.log.Info("exactly-once: producer initialised, checkpoint read", "slot", cfg.Postgres.Slot, "transactional_id", kcfg.TransactionalID,
 			"lsn", cp.LSN.String(), "timeline", cp.Timeline, "partial_commit_lsn", cp.PartialCommitLSN.String(), "ordinal", cp.Ordinal)
 	} else {
-		f.log.Info("exactly-once: producer initialised, no checkpoint yet", "slot", cfg.Postgres.Slot, "transactional_id", kcfg.TransactionalID)
+		s.log.Info("exactly-once: producer initialised, no checkpoint yet", "slot", cfg.Postgres.Slot, "transactional_id", kcfg.TransactionalID)
 	}
 	return k, cp, found, nil
 }
@@ -116,25 +104,25 @@ func (f *Forwarder) openTxn(ctx context.Context, id position.Identity) (*kafka.S
 // only when it is consistent with the stored position and the server, and
 // what it claims past walpost_position is verified against the WAL before
 // it is confirmed (anchorCheck).
-func (f *Forwarder) exactlyOnce(plan position.Plan, id position.Identity, wal pglogrepl.LSN, slot replication.SlotInfo, iso *Isolator, tracker *checkpoint.Tracker,
+func (s *session) exactlyOnce(plan position.Plan, id position.Identity, wal pglogrepl.LSN, slot replication.SlotInfo, iso *Isolator, tracker *checkpoint.Tracker,
 	txs TxnSink, cp kafka.Checkpoint, found bool) (replication.Handler, *skipper, *transactor) {
-	cfg := f.cfg
+	cfg := s.cfg
 	name := cfg.Postgres.Slot
 	if plan.TimelineChanged {
-		f.timelineChanged(plan, id, slot)
+		s.timelineChanged(plan, id, slot)
 	}
 	use := found && cp.SystemID == id.SystemID && cp.Timeline == id.Timeline
 	if found && !use {
-		f.log.Warn("the checkpoint was written on another timeline; it is not used, and events after walpost_position's plan may be sent again",
+		s.log.Warn("the checkpoint was written on another timeline; it is not used, and events after walpost_position's plan may be sent again",
 			"slot", name, "checkpoint_timeline", cp.Timeline, "timeline", id.Timeline, "checkpoint_lsn", cp.LSN.String())
 	}
 	hold := max(plan.SkipTo, slot.ConfirmedFlush) // what PostgreSQL itself recorded
 	if use {
-		reason, why := f.checkpointRefusal(cp, wal)
+		reason, why := s.checkpointRefusal(cp, wal)
 		if reason != "" {
 			use = false
-			f.m.cpRefused.WithLabelValues(reason).Inc()
-			f.log.Warn("exactly-once: the checkpoint is not used: "+why+"; only walpost_position is skipped up to, and the events after it are sent again",
+			s.m.cpRefused.WithLabelValues(reason).Inc()
+			s.log.Warn("exactly-once: the checkpoint is not used: "+why+"; only walpost_position is skipped up to, and the events after it are sent again",
 				"slot", name, "checkpoint_lsn", cp.LSN.String(), "partial_commit_lsn", cp.PartialCommitLSN.String(), "ordinal", cp.Ordinal,
 				"position_lsn", hold.String(), "server_wal_lsn", wal.String(), "reason", reason)
 		}
@@ -152,16 +140,16 @@ func (f *Forwarder) exactlyOnce(plan position.Plan, id position.Identity, wal pg
 		Slot: name, Identity: id,
 		Interval: cfg.Delivery.TransactionInterval, Records: cfg.Delivery.TransactionRecords, Bytes: cfg.Pipeline.MaxInFlightBytes / 2,
 		Timeout: cfg.Kafka.FlushTimeout, MaxAttempts: cfg.Poison.MaxAttempts, Resume: resume, DefaultTopic: cfg.Kafka.Topic,
-		Logger: f.log, OnCommit: f.m.onTxn, OnAck: f.m.onAck(cfg.Kafka.Topic), OnDataLoss: f.onDataLoss,
-	}, txs, tracker, &f.refused, iso)
+		Logger: s.log, OnCommit: s.m.onTxn, OnAck: s.m.onAck(cfg.Kafka.Topic), OnDataLoss: s.hooks.onDataLoss,
+	}, txs, settler{tracker, s.pause}, &s.refused, iso)
 	if upTo <= slot.ConfirmedFlush && resume.PartialCommitLSN == 0 {
 		return tx, nil, tx
 	}
-	f.log.Info("exactly-once: transactions at or before the committed checkpoint are skipped",
+	s.log.Info("exactly-once: transactions at or before the committed checkpoint are skipped",
 		"slot", name, "slot_lsn", slot.ConfirmedFlush.String(), "skip_to", upTo.String(),
 		"partial_commit_lsn", resume.PartialCommitLSN.String(), "ordinal", resume.Ordinal)
-	s := &skipper{next: tx, tracker: tracker, upTo: upTo, skipped: f.m.skipped.WithLabelValues("checkpoint"),
-		log: f.log, slot: name, from: slot.ConfirmedFlush, partial: resume.PartialCommitLSN, ordinal: resume.Ordinal, onSkip: tx.skipped}
+	sk := &skipper{next: tx, tracker: tracker, upTo: upTo, skipped: s.m.skipped.WithLabelValues("checkpoint"),
+		log: s.log, slot: name, from: slot.ConfirmedFlush, partial: resume.PartialCommitLSN, ordinal: resume.Ordinal, onSkip: tx.skipped}
 	if use && cp.Anchored && (cp.LSN > hold || cp.PartialCommitLSN != 0) {
 		if cp.LSN > hold {
 			// INV-1: nothing past what PostgreSQL recorded is confirmed
@@ -169,28 +157,28 @@ func (f *Forwarder) exactlyOnce(plan position.Plan, id position.Identity, wal pg
 			tracker.Hold(hold)
 		}
 		refuted := cp
-		s.verify = &anchorCheck{cp: cp, hold: hold, from: slot.ConfirmedFlush, tracker: tracker, log: f.log, slot: name,
+		sk.verify = &anchorCheck{cp: cp, hold: hold, from: slot.ConfirmedFlush, tracker: tracker, log: s.log, slot: name,
 			verified: cp.LSN <= hold,
 			refute: func(reason string, err error) {
-				f.m.cpRefused.WithLabelValues(reason).Inc()
-				f.refuted = &refuted
+				s.m.cpRefused.WithLabelValues(reason).Inc()
+				s.refuted = &refuted
 				tx.stop(err)
 			}}
 	}
-	return s, s, tx
+	return sk, sk, tx
 }
 
 // checkpointRefusal says why cp cannot be used on this server (reason ""
 // when it can): walpost_position went back below what this process wrote
 // (the database was restored), the checkpoint is past the server's WAL,
 // or a session found it does not match the WAL.
-func (f *Forwarder) checkpointRefusal(cp kafka.Checkpoint, wal pglogrepl.LSN) (reason, why string) {
+func (s *session) checkpointRefusal(cp kafka.Checkpoint, wal pglogrepl.LSN) (reason, why string) {
 	switch {
-	case f.wentBack:
+	case s.wentBack:
 		return refusedWentBack, "walpost_position went back below what this walpost wrote (the database was restored to an earlier point)"
 	case cp.LSN > wal || cp.PartialCommitLSN > wal:
 		return refusedAhead, "it is past the server's WAL (the server was restored to an earlier point, or walpost recover reset the position)"
-	case f.refuted != nil && f.refuted.Equal(cp):
+	case s.refuted != nil && s.refuted.Equal(cp):
 		return refusedNotInWAL, "an earlier session found that the server's WAL does not hold the transactions it names"
 	}
 	// A checkpoint written before checkpoints carried an anchor cannot be
@@ -201,9 +189,9 @@ func (f *Forwarder) checkpointRefusal(cp kafka.Checkpoint, wal pglogrepl.LSN) (r
 
 // timelineChanged counts and logs a session on another timeline than the
 // stored position.
-func (f *Forwarder) timelineChanged(plan position.Plan, id position.Identity, slot replication.SlotInfo) {
-	f.m.timelineChanged.Inc()
-	f.log.Warn("the timeline changed since walpost recorded its position; only transactions ending at or before the switch point are skipped: those after it and after the slot's position are sent again (LSNs past the switch point belong to the new timeline)",
-		"slot", f.cfg.Postgres.Slot, "slot_lsn", slot.ConfirmedFlush.String(),
+func (s *session) timelineChanged(plan position.Plan, id position.Identity, slot replication.SlotInfo) {
+	s.m.timelineChanged.Inc()
+	s.log.Warn("the timeline changed since walpost recorded its position; only transactions ending at or before the switch point are skipped: those after it and after the slot's position are sent again (LSNs past the switch point belong to the new timeline)",
+		"slot", s.cfg.Postgres.Slot, "slot_lsn", slot.ConfirmedFlush.String(),
 		"timeline", id.Timeline, "switch_point", plan.SwitchPoint.String(), "skip_to", plan.SkipTo.String())
 }

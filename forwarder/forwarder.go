@@ -23,7 +23,6 @@ import (
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
-	"github.com/walpost/walpost/sink/kafka"
 )
 
 // Deps are what a Forwarder is given rather than builds; every field may be
@@ -69,34 +68,12 @@ type Forwarder struct {
 	store *poison.Store
 	pool  *pgxpool.Pool
 
-	lost atomic.Pointer[chan error] // the running session's data-loss signal (onDataLoss)
 	// tp and tracer make walpost's own spans (otel.enabled, otel.go);
 	// nil without them.
 	tp     trace.TracerProvider
 	tracer trace.Tracer
-	// The server identity the last session checked walpost's position
-	// against (nil: none yet); prune passes run only on it (retention.go).
-	ident atomic.Pointer[position.Identity]
-	// Record-level refusals per event in exactly-once mode, across
-	// sessions (transactor).
-	refused refusals
-	// The receive timeout last logged (sessions run one at a time).
-	rtLogged bool
-	rtSender time.Duration // the wal_sender_timeout it was logged for
-	// known is the position this process confirmed last, written to
-	// walpost_position or not, and pw the last session's position writer
-	// (sessions run one at a time): a session that starts after
-	// PostgreSQL went away skips up to known, not only up to the stored
-	// row (DESIGN.md, INV-13).
-	known position.Row
-	saved position.Row // the last row this process wrote
-	// wentBack: the last checkPosition found walpost_position behind what
-	// this process wrote (raiseToKnown); refuted: the last checkpoint a
-	// session found not to match the server's WAL (anchorCheck), never
-	// used again.
-	wentBack bool
-	refuted  *kafka.Checkpoint
-	pw       *positionWriter
+	// What one session leaves to the next.
+	memory
 }
 
 // New prepares a Forwarder for cfg, which must be valid (config.Load or
@@ -180,7 +157,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 // ends or one fails for good.
 func (f *Forwarder) forward(ctx context.Context) error {
 	cfg := f.cfg
-	if f.eos() {
+	if eos(cfg) {
 		// Each session builds its own transactional producer (openTxn).
 		if f.sink != nil {
 			return errors.New("delivery.mode exactly-once builds its own transactional Kafka producer: leave Deps.Sink nil")
@@ -208,18 +185,19 @@ func (f *Forwarder) forward(ctx context.Context) error {
 	f.store = poison.NewStore(pool, cfg.Postgres.PoisonTable)
 	f.pool = pool
 
+	w := &watchers{cfg: cfg, log: f.log, m: f.m, pool: pool, ident: &f.ident}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { f.monitorSlot(gctx, 5*time.Second); return nil })
-	g.Go(func() error { f.monitorStandbys(gctx, time.Second, 5*time.Second, 30*time.Second); return nil })
-	g.Go(func() error { f.reportProgress(gctx, progressEvery); return nil })
+	g.Go(func() error { w.monitorSlot(gctx, 5*time.Second); return nil })
+	g.Go(func() error { w.monitorStandbys(gctx, time.Second, 5*time.Second, 30*time.Second); return nil })
+	g.Go(func() error { w.reportProgress(gctx, progressEvery); return nil })
 	if every := cfg.Postgres.HeartbeatInterval; every > 0 {
-		g.Go(func() error { f.heartbeat(gctx, every); return nil })
+		g.Go(func() error { w.heartbeat(gctx, every); return nil })
 	}
 	if cfg.Outbox.Retention > 0 {
 		f.log.Info("outbox retention: confirmed rows older than the retention are deleted while walpost streams",
 			"key", "outbox.retention", "table", cfg.Postgres.Table, "retention", cfg.Outbox.Retention.String(),
 			"prune_interval", cfg.Outbox.PruneInterval.String(), "prune_batch", cfg.Outbox.PruneBatch, "recover_margin", cfg.Recover.Margin.String())
-		g.Go(func() error { f.pruneOutbox(gctx, cfg.Outbox.PruneInterval, f.prunePass); return nil })
+		g.Go(func() error { w.pruneOutbox(gctx, cfg.Outbox.PruneInterval, w.prunePass); return nil })
 	}
 	g.Go(func() error {
 		err := f.sessions(gctx)
@@ -245,7 +223,7 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 	for {
 		started := time.Now()
 		acked := f.m.producedN.Load()
-		err := f.session(ctx, stop)
+		err := f.newSession(stop).run(ctx)
 		action, cause := Classify(ctx, err)
 		switch action {
 		case Stop:
@@ -311,6 +289,23 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 		}
 	}
 }
+
+// watchers are the forwarder's goroutines beside the sessions: the slot
+// and standby monitors, the progress report, the heartbeat and the outbox
+// prune.
+type watchers struct {
+	cfg  *config.Config
+	log  *slog.Logger
+	m    *metrics
+	pool *pgxpool.Pool
+	// The identity the last session checked the position against (nil:
+	// none); prune passes run only on it.
+	ident *atomic.Pointer[position.Identity]
+}
+
+// eos says whether delivery.mode is exactly-once (DESIGN.md,
+// "Exactly-once delivery").
+func eos(cfg *config.Config) bool { return cfg.Delivery.Mode == config.ExactlyOnce }
 
 // backoff doubles a wait from 1 s up to a ceiling and jitters it: each
 // wait is drawn from [d/2, d]. It grows only over failures in a row

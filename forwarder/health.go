@@ -37,8 +37,8 @@ func (f *Forwarder) ready() (bool, string) {
 		}
 		return false, "not streaming: state " + st
 	}
-	if t := m.tracker.Load(); t != nil {
-		if events, _ := t.InFlight(); events > 0 || t.Pending() {
+	if t, b := m.tracker.Load(), m.budget.Load(); t != nil && b != nil {
+		if events, _ := b.InFlight(); events > 0 || t.Pending() {
 			stalled := time.Since(time.Unix(0, m.movedAt.Load()))
 			if stalled > cfg.HTTP.ReadyStallTimeout {
 				return false, fmt.Sprintf("events are pending (%d in flight) and the confirmed LSN has not moved for %s (http.ready_stall_timeout %s)",

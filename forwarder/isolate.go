@@ -49,11 +49,22 @@ type Quarantine interface {
 	Put(ctx context.Context, e poison.Entry) error
 }
 
-// Tracker is what the Isolator needs of the checkpoint tracker.
+// Tracker is what the Isolator reports to: each event's Done to the
+// frontier (checkpoint.Tracker), and the hold on reading to the stream
+// (checkpoint.Pause) while failed records are isolated.
 type Tracker interface {
 	Done(checkpoint.Ticket)
 	SetPaused(bool)
 }
+
+// settler is a session's Tracker: its frontier and its stream's pause.
+type settler struct {
+	*checkpoint.Tracker
+	pause *checkpoint.Pause
+}
+
+// SetPaused holds the stream's reading (true) or lets it go on.
+func (s settler) SetPaused(on bool) { s.pause.Set(on) }
 
 // IsolatorConfig tunes the Isolator.
 type IsolatorConfig struct {

@@ -142,19 +142,22 @@ type harnessOpts struct {
 	// onOrderViolation is Config.OnOrderViolation.
 	onOrderViolation func(topic string, partition int32)
 	// wrap, when set, wraps the real tracker given to the Isolator.
-	wrap func(*checkpoint.Tracker) forwarder.Tracker
+	wrap func(forwarder.Tracker) forwarder.Tracker
 	// backoffWait, when set, replaces the Isolator's wait before
 	// re-sending a record that failed alone.
 	backoffWait func(ctx context.Context, d time.Duration) bool
 }
 
 type harness struct {
-	t   *testing.T
-	c   *kfake.Cluster
-	k   *kafka.Sink
-	tr  *checkpoint.Tracker
-	q   *fakeQuarantine
-	iso *forwarder.Isolator
+	t  *testing.T
+	c  *kfake.Cluster
+	k  *kafka.Sink
+	tr *checkpoint.Tracker
+	// pause is the stream's hold on reading, which the isolator sets
+	// while it settles failed records.
+	pause *checkpoint.Pause
+	q     *fakeQuarantine
+	iso   *forwarder.Isolator
 
 	cancel  context.CancelFunc
 	runDone chan struct{}
@@ -186,11 +189,12 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		t.Fatalf("kafka.New: %v", err)
 	}
 	h.k = k
-	h.tr = checkpoint.New(0, checkpoint.Limits{})
+	h.tr = checkpoint.New(0, nil)
 	h.q = &fakeQuarantine{failFirst: o.failPuts, permanent: o.permanent}
-	var tracker forwarder.Tracker = h.tr
+	h.pause = checkpoint.NewPause()
+	var tracker forwarder.Tracker = pausable{h.tr, h.pause}
 	if o.wrap != nil {
-		tracker = o.wrap(h.tr)
+		tracker = o.wrap(tracker)
 	}
 	h.iso = forwarder.NewIsolator(forwarder.IsolatorConfig{
 		MaxAttempts:      maxAttempts,
@@ -327,7 +331,7 @@ func newEvent(key string, i, j int, commit pglogrepl.LSN) *outbox.Event {
 func (h *harness) emit(txns []txn) {
 	h.t.Helper()
 	for i, x := range txns {
-		tx, err := h.tr.Open()
+		tx, err := h.tr.OpenAt(time.Time{})
 		if err != nil {
 			h.t.Fatalf("txn %d: Open: %v", i, err)
 		}
@@ -613,7 +617,7 @@ func TestIsolatorQuarantineStoreFailureHoldsWatermark(t *testing.T) {
 	var views []putView
 	firstPut := make(chan struct{})
 	h.q.onPut = func(_ poison.Entry, call int) {
-		v := putView{confirmed: h.tr.Confirmed(), full: h.tr.Full()}
+		v := putView{confirmed: h.tr.Confirmed(), full: h.pause.On()}
 		if call > 1 { // wave 2 is emitted after the first Put started
 			for _, k := range keys[30:] {
 				v.wave2Seen += h.seen(k)
@@ -655,7 +659,7 @@ func TestIsolatorQuarantineStoreFailureHoldsWatermark(t *testing.T) {
 	mu.Unlock()
 	// The Isolator unpauses right after releasing the held events, which
 	// may be acked first.
-	if !eventually(2*time.Second, func() bool { return !h.tr.Full() }) {
+	if !eventually(2*time.Second, func() bool { return !h.pause.On() }) {
 		t.Errorf("the tracker is still paused after the failure was settled")
 	}
 	e := h.q.Entries()
@@ -847,8 +851,17 @@ func TestIsolatorUnwritablePoisonRowStops(t *testing.T) {
 
 // gatedTracker blocks Done of one ticket until released: a promise
 // goroutine that is slow (GC, a backlog of acks) at one moment.
-type gatedTracker struct {
+// pausable is a session's forwarder.Tracker: the frontier, and the pause
+// the stream would wait on.
+type pausable struct {
 	*checkpoint.Tracker
+	pause *checkpoint.Pause
+}
+
+func (p pausable) SetPaused(on bool) { p.pause.Set(on) }
+
+type gatedTracker struct {
+	forwarder.Tracker
 	mu      sync.Mutex
 	gate    *checkpoint.Ticket
 	entered chan struct{}
@@ -894,7 +907,7 @@ func TestIsolatorOrderHoldsWhenFailurePromiseIsLate(t *testing.T) {
 	var violations []int32
 	h := newHarness(t, harnessOpts{
 		rule: failKey(a, 1, kerr.InvalidRecord),
-		wrap: func(tr *checkpoint.Tracker) forwarder.Tracker { g.Tracker = tr; return g },
+		wrap: func(tr forwarder.Tracker) forwarder.Tracker { g.Tracker = tr; return g },
 		onOrderViolation: func(_ string, part int32) {
 			vmu.Lock()
 			violations = append(violations, part)
@@ -908,7 +921,7 @@ func TestIsolatorOrderHoldsWhenFailurePromiseIsLate(t *testing.T) {
 
 	emitOne := func(i int, key string, gate bool) pglogrepl.LSN {
 		commit := pglogrepl.LSN(0x10000 * (i + 1))
-		tx, err := h.tr.Open()
+		tx, err := h.tr.OpenAt(time.Time{})
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -12,7 +13,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink/kafka"
@@ -30,13 +33,7 @@ func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	kcfg.ProducerOpts = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(f.reg)))}
-	kcfg.Logger = f.log.With("component", "kafka")
-	kcfg.OnDataLoss = f.onDataLoss
-	f.watchTrace(kcfg.Layout)
-	if f.tp != nil {
-		f.traceProducer(&kcfg)
-	}
+	f.hooks().apply(&kcfg)
 	k, err := kafka.New(kcfg)
 	if err != nil {
 		return nil, err
@@ -51,16 +48,42 @@ func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
 	return k, nil
 }
 
+// kafkaHooks instrument a producer's configuration: walpost's metrics
+// and logger, the data-loss callback and the trace context.
+type kafkaHooks struct {
+	cfg        *config.Config
+	log        *slog.Logger
+	m          *metrics
+	reg        prometheus.Registerer
+	tp         trace.TracerProvider // nil without otel.enabled
+	onDataLoss func(topic string, partition int32)
+}
+
+func (f *Forwarder) hooks() kafkaHooks {
+	return kafkaHooks{cfg: f.cfg, log: f.log, m: f.m, reg: f.reg, tp: f.tp, onDataLoss: f.onDataLoss}
+}
+
+// apply adds the hooks to kcfg.
+func (k kafkaHooks) apply(kcfg *kafka.Config) {
+	kcfg.ProducerOpts = []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("walpost_kafka", kprom.Registerer(k.reg)))}
+	kcfg.Logger = k.log.With("component", "kafka")
+	kcfg.OnDataLoss = k.onDataLoss
+	k.watchTrace(kcfg.Layout)
+	if k.tp != nil {
+		k.traceProducer(kcfg)
+	}
+}
+
 // watchTrace has l count and log each event whose tracing column holds
 // a malformed trace context (the record goes without it).
-func (f *Forwarder) watchTrace(l *kafka.Layout) {
+func (k kafkaHooks) watchTrace(l *kafka.Layout) {
 	if l == nil || !l.Tracing {
 		return
 	}
 	l.OnInvalidTrace = func(ev *outbox.Event, err error) {
-		f.m.traceInvalid.Inc()
-		f.log.Warn("the tracing column holds a malformed trace context; the record is produced without it",
-			"column", f.cfg.Mapping.TracingColumn, "id", ev.ID, "lsn", ev.CommitLSN.String(), "xid", ev.XID, "err", err)
+		k.m.traceInvalid.Inc()
+		k.log.Warn("the tracing column holds a malformed trace context; the record is produced without it",
+			"column", k.cfg.Mapping.TracingColumn, "id", ev.ID, "lsn", ev.CommitLSN.String(), "xid", ev.XID, "err", err)
 	}
 }
 
@@ -123,9 +146,9 @@ func (f *Forwarder) onDataLoss(topic string, partition int32) {
 // watchDataLoss registers a session for onDataLoss: wait returns the
 // ErrDataLoss reported while it is registered, or nil when ctx ends; stop
 // unregisters it.
-func (f *Forwarder) watchDataLoss() (wait func(context.Context) error, stop func()) {
+func (s *session) watchDataLoss() (wait func(context.Context) error, stop func()) {
 	lost := make(chan error, 1)
-	f.lost.Store(&lost)
+	s.lost.Store(&lost)
 	wait = func(ctx context.Context) error {
 		select {
 		case err := <-lost:
@@ -134,7 +157,7 @@ func (f *Forwarder) watchDataLoss() (wait func(context.Context) error, stop func
 			return nil
 		}
 	}
-	return wait, func() { f.lost.CompareAndSwap(&lost, nil) }
+	return wait, func() { s.lost.CompareAndSwap(&lost, nil) }
 }
 
 // topicGrace is how long a missing topic is looked for again at start:
@@ -184,7 +207,7 @@ func (f *Forwarder) checkTopic(ctx context.Context) error {
 		return fmt.Errorf("kafka.brokers: no broker of %v answered (%w); fix: check kafka.brokers (WALPOST_KAFKA_BROKERS), that Kafka runs and that this host reaches it", cfg.Brokers, err)
 	}
 	f.m.initTopic(cfg.Topic, info.Partitions)
-	if f.eos() {
+	if eos(f.cfg) {
 		return f.checkCheckpointTopic(cctx, cl)
 	}
 	return nil

@@ -25,7 +25,7 @@ func TestDataLossEndsSession(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	f := &Forwarder{log: slog.New(slog.DiscardHandler), m: newMetrics(reg)}
 	f.onDataLoss("orders", 1) // between sessions
-	wait, stop := f.watchDataLoss()
+	wait, stop := f.newSession(nil).watchDataLoss()
 	defer stop()
 	go f.onDataLoss("orders", 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -83,9 +83,9 @@ func TestDataLossEndsSession(t *testing.T) {
 func TestDataLossStopsConfirming(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	f := &Forwarder{log: slog.New(slog.DiscardHandler), m: newMetrics(reg)}
-	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	tr := checkpoint.New(0x100, nil)
 	f.m.tracker.Store(tr)
-	x, err := tr.Open()
+	x, err := tr.OpenAt(time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestDataLossStopsConfirming(t *testing.T) {
 	if err := tr.Seal(x, 0x200); err != nil {
 		t.Fatal(err)
 	}
-	_, stop := f.watchDataLoss()
+	_, stop := f.newSession(nil).watchDataLoss()
 	defer stop()
 	f.onDataLoss("orders", 1)
 	tr.Done(k) // the ack of a record in flight when the loss was reported

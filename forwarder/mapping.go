@@ -26,18 +26,18 @@ func Columns(m config.Mapping) replication.Columns {
 // setColumnTypes gives s the key and payload column types its record
 // formats need (a bytea payload, the json formats of mapping.key_format
 // and mapping.value_format), read from the table at each session start;
-// s is the sink the session produces through: f.sink in at-least-once
-// mode, the session's transactional sink in exactly-once mode (f.sink is
+// dst is the sink the session produces through: s.sink in at-least-once
+// mode, the session's transactional sink in exactly-once mode (s.sink is
 // nil there). A sink that is not sink.ColumnTyped needs none. A column
 // type walpost cannot encode stops walpost (replication.ErrConfig)
 // naming the column.
 // It reports whether the payload column is bytea.
-func (f *Forwarder) setColumnTypes(ctx context.Context, q replication.Querier, table replication.TableName, s sink.Sink) (binary bool, err error) {
-	ct, ok := s.(sink.ColumnTyped)
+func (s *session) setColumnTypes(ctx context.Context, q replication.Querier, table replication.TableName, dst sink.Sink) (binary bool, err error) {
+	ct, ok := dst.(sink.ColumnTyped)
 	if !ok {
 		return false, nil
 	}
-	kt, vt, err := TableTypes(ctx, q, table, f.cfg.Mapping)
+	kt, vt, err := TableTypes(ctx, q, table, s.cfg.Mapping)
 	if err != nil {
 		return false, err
 	}

@@ -70,8 +70,8 @@ func TestSetColumnTypesDeliveryModes(t *testing.T) {
 				// The sink the session produces through, as forward and
 				// session build it for the mode.
 				var s *kafka.Sink
-				if f.eos() {
-					s, _, _, err = f.openTxn(ctx, position.Identity{SystemID: 7, Timeline: 1})
+				if eos(f.cfg) {
+					s, _, _, err = f.newSession(nil).openTxn(ctx, position.Identity{SystemID: 7, Timeline: 1})
 				} else {
 					s, err = f.openKafka(ctx)
 					f.sink = s
@@ -80,14 +80,14 @@ func TestSetColumnTypesDeliveryModes(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer s.Close()
-				if _, err := f.setColumnTypes(ctx, debeziumCatalogue{}, replication.TableName{Schema: "public", Name: "outbox"}, s); err != nil {
+				if _, err := f.newSession(nil).setColumnTypes(ctx, debeziumCatalogue{}, replication.TableName{Schema: "public", Name: "outbox"}, s); err != nil {
 					t.Fatal(err)
 				}
 
 				ev := &outbox.Event{ID: "5f0c6c8e-2d3b-4c1a-9a57-0d5e1c8b7a11", IdempotencyKey: "5f0c6c8e-2d3b-4c1a-9a57-0d5e1c8b7a11",
 					PartitionKey: "42", HasPartition: true, Topic: "Order", Payload: []byte(`{"a": 1}`),
 					CommitLSN: 0x100, CommitTime: time.Now()}
-				if f.eos() {
+				if eos(f.cfg) {
 					if err := s.BeginTxn(); err != nil {
 						t.Fatal(err)
 					}
@@ -98,7 +98,7 @@ func TestSetColumnTypesDeliveryModes(t *testing.T) {
 				if err := <-ack; err != nil {
 					t.Fatal(err)
 				}
-				if f.eos() {
+				if eos(f.cfg) {
 					if err := s.CommitTxn(ctx, kafka.Checkpoint{Slot: "walpost", SystemID: 7, Timeline: 1, LSN: 0x100}); err != nil {
 						t.Fatal(err)
 					}
@@ -127,7 +127,7 @@ func TestSetColumnTypesCapability(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &Forwarder{cfg: cfg}
+	f := &session{cfg: cfg}
 	table := replication.TableName{Schema: "public", Name: "outbox"}
 	s := &typedSink{Sink: sink.Discard}
 	if _, err := f.setColumnTypes(t.Context(), debeziumCatalogue{}, table, s); err != nil {

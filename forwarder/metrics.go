@@ -66,6 +66,7 @@ type metrics struct {
 	mu        sync.Mutex
 	cur       string
 	tracker   atomic.Pointer[checkpoint.Tracker]
+	budget    atomic.Pointer[checkpoint.Budget] // the running session's in-flight budget
 	confirmed atomic.Uint64
 	failures  atomic.Int64 // session failures in a row without progress
 	movedAt   atomic.Int64 // unix nanos when the confirmed LSN last moved
@@ -114,16 +115,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		cpRefused:       prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_checkpoint_refused_total", Help: "Exactly-once checkpoints not used because they do not match the server, by reason (went_back: walpost_position went back; ahead_of_server: past the server's WAL; not_in_wal: the WAL below it holds other transactions). Events after walpost_position are sent again."}, []string{"reason"}),
 	}
 	inflightEvents := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_events", Help: "Events read and not yet acked or quarantined."}, func() float64 {
-		if t := m.tracker.Load(); t != nil {
-			e, _ := t.InFlight()
+		if b := m.budget.Load(); b != nil {
+			e, _ := b.InFlight()
 			return float64(e)
 		}
 		return 0
 	})
 	inflightBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "walpost_inflight_bytes", Help: "Bytes of the in-flight events."}, func() float64 {
-		if t := m.tracker.Load(); t != nil {
-			_, b := t.InFlight()
-			return float64(b)
+		if b := m.budget.Load(); b != nil {
+			_, n := b.InFlight()
+			return float64(n)
 		}
 		return 0
 	})

@@ -61,10 +61,10 @@ func newTracerProvider(ctx context.Context, cfg config.OTel, getenv func(string)
 // (a root span for a row without one), whose context kotel writes into
 // the record's traceparent and tracestate headers (W3C), replacing the
 // row's.
-func (f *Forwarder) traceProducer(kcfg *kafka.Config) {
-	tr := kotel.NewTracer(kotel.TracerProvider(f.tp), kotel.TracerPropagator(propagation.TraceContext{}), kotel.ClientID(kcfg.ClientID))
+func (k kafkaHooks) traceProducer(kcfg *kafka.Config) {
+	tr := kotel.NewTracer(kotel.TracerProvider(k.tp), kotel.TracerPropagator(propagation.TraceContext{}), kotel.ClientID(kcfg.ClientID))
 	kcfg.ProducerOpts = append(kcfg.ProducerOpts, kgo.WithHooks(kotel.NewKotel(kotel.WithTracer(tr)).Hooks()...))
-	tracing := f.cfg.Mapping.TracingColumn != ""
+	tracing := k.cfg.Mapping.TracingColumn != ""
 	kcfg.RecordContext = func(parent context.Context, ev *outbox.Event) context.Context {
 		if sc, ok := rowSpanContext(ev, tracing); ok {
 			return trace.ContextWithRemoteSpanContext(parent, sc)

@@ -21,30 +21,30 @@ import (
 // server's identity and the slot, before Prepare may create a slot
 // (DESIGN.md, "Position"). It returns the row (found: it exists) and the
 // plan for the session.
-func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgconn.PgConn, id position.Identity) (position.Row, bool, position.Plan, error) {
-	name := f.cfg.Postgres.Slot
+func (s *session) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgconn.PgConn, id position.Identity) (position.Row, bool, position.Plan, error) {
+	name := s.cfg.Postgres.Slot
 	row, found, err := position.NewStore(side).Load(ctx, name)
 	if err != nil {
 		return row, false, position.Plan{}, err
 	}
-	raised, ok, wentBack := raiseToKnown(row, found, f.known, f.saved)
-	f.wentBack = wentBack
+	raised, ok, wentBack := raiseToKnown(row, found, s.known, s.saved)
+	s.wentBack = wentBack
 	if wentBack {
-		defer f.restoredTo(row)
-		f.log.Warn("walpost_position is behind what this walpost wrote to it: the database lost a synchronous commit (restored from a snapshot or a backup?), so only the stored position is skipped up to and the events after it are sent again",
-			"slot", name, "stored_lsn", row.LSN.String(), "written_lsn", f.saved.LSN.String(), "known_lsn", f.known.LSN.String())
+		defer s.restoredTo(row)
+		s.log.Warn("walpost_position is behind what this walpost wrote to it: the database lost a synchronous commit (restored from a snapshot or a backup?), so only the stored position is skipped up to and the events after it are sent again",
+			"slot", name, "stored_lsn", row.LSN.String(), "written_lsn", s.saved.LSN.String(), "known_lsn", s.known.LSN.String())
 	}
 	if ok {
-		f.log.Info("walpost's position from before the connection to PostgreSQL was lost is ahead of the stored one (not written before PostgreSQL went away): it is written now and skipped up to",
+		s.log.Info("walpost's position from before the connection to PostgreSQL was lost is ahead of the stored one (not written before PostgreSQL went away): it is written now and skipped up to",
 			"slot", name, "stored_lsn", row.LSN.String(), "stored_timeline", row.Timeline, "lsn", raised.LSN.String(), "timeline", raised.Timeline)
 		row = raised
 		if err := position.NewStore(side).Save(ctx, row); err == nil {
-			f.saved = row
+			s.saved = row
 		} else {
 			if ctx.Err() != nil {
 				return row, found, position.Plan{}, ctx.Err()
 			}
-			f.log.Warn(msgPositionUnwritten,
+			s.log.Warn(msgPositionUnwritten,
 				"slot", name, "lsn", row.LSN.String(), "err", err.Error())
 		}
 	}
@@ -74,7 +74,7 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 		if ctx.Err() != nil {
 			return row, found, plan, ctx.Err()
 		}
-		f.log.Warn("cannot read the timeline history; nothing is skipped", "slot", name, "timeline", id.Timeline, "err", err.Error())
+		s.log.Warn("cannot read the timeline history; nothing is skipped", "slot", name, "timeline", id.Timeline, "err", err.Error())
 	}
 	return row, found, plan, nil
 }
@@ -85,8 +85,8 @@ func (f *Forwarder) checkPosition(ctx context.Context, side *pgx.Conn, repl *pgc
 // no longer has. The session that found it acts on it (f.wentBack); the
 // next ones compare with the restored row, so they neither refuse the
 // checkpoint again nor raise the row to the old known position.
-func (f *Forwarder) restoredTo(row position.Row) {
-	f.saved, f.known = row, position.Row{}
+func (s *session) restoredTo(row position.Row) {
+	s.saved, s.known = row, position.Row{}
 }
 
 // msgPositionUnwritten is the warning of a failed position write.
@@ -294,32 +294,32 @@ func (s *skipper) report() {
 
 // handlerFor returns the stream's handler for a session planned with plan:
 // the isolator itself unless the slot is behind the stored position.
-func (f *Forwarder) handlerFor(plan position.Plan, id position.Identity, row position.Row, slot replication.SlotInfo, iso *Isolator, tracker *checkpoint.Tracker) (replication.Handler, *skipper) {
-	name := f.cfg.Postgres.Slot
+func (s *session) handlerFor(plan position.Plan, id position.Identity, row position.Row, slot replication.SlotInfo, iso *Isolator, tracker *checkpoint.Tracker) (replication.Handler, *skipper) {
+	name := s.cfg.Postgres.Slot
 	if plan.TimelineChanged {
-		f.m.timelineChanged.Inc()
-		f.log.Warn("the timeline changed since walpost recorded its position; only transactions ending at or before the switch point are skipped: those after it and after the slot's position are sent again (LSNs past the switch point belong to the new timeline)",
+		s.m.timelineChanged.Inc()
+		s.log.Warn("the timeline changed since walpost recorded its position; only transactions ending at or before the switch point are skipped: those after it and after the slot's position are sent again (LSNs past the switch point belong to the new timeline)",
 			"slot", name, "slot_lsn", slot.ConfirmedFlush.String(), "position_lsn", row.LSN.String(),
 			"position_timeline", row.Timeline, "timeline", id.Timeline, "switch_point", plan.SwitchPoint.String(), "skip_to", plan.SkipTo.String())
 	}
 	if plan.SkipTo <= slot.ConfirmedFlush {
 		return iso, nil
 	}
-	f.log.Info("the slot is behind walpost's position (PostgreSQL lost a confirmed position in a crash or restart): transactions ending at or before the position are skipped",
+	s.log.Info("the slot is behind walpost's position (PostgreSQL lost a confirmed position in a crash or restart): transactions ending at or before the position are skipped",
 		"slot", name, "slot_lsn", slot.ConfirmedFlush.String(), "position_lsn", plan.SkipTo.String(),
 		"bytes", uint64(plan.SkipTo-slot.ConfirmedFlush))
-	s := &skipper{next: iso, tracker: tracker, upTo: plan.SkipTo, skipped: f.m.skipped.WithLabelValues("already_confirmed"),
-		log: f.log, slot: name, from: slot.ConfirmedFlush}
-	return s, s
+	sk := &skipper{next: iso, tracker: tracker, upTo: plan.SkipTo, skipped: s.m.skipped.WithLabelValues("already_confirmed"),
+		log: s.log, slot: name, from: slot.ConfirmedFlush}
+	return sk, sk
 }
 
 // recordFirst writes the position row of a first install (no row), so a
 // slot dropped before the first transaction is noticed as well.
-func (f *Forwarder) recordFirst(ctx context.Context, side *pgx.Conn, id position.Identity, slot replication.SlotInfo) error {
-	r := position.Row{Slot: f.cfg.Postgres.Slot, Identity: id, LSN: slot.ConfirmedFlush}
+func (s *session) recordFirst(ctx context.Context, side *pgx.Conn, id position.Identity, slot replication.SlotInfo) error {
+	r := position.Row{Slot: s.cfg.Postgres.Slot, Identity: id, LSN: slot.ConfirmedFlush}
 	if err := position.NewStore(side).Save(ctx, r); err != nil {
 		return fmt.Errorf("record the first position: %w", err)
 	}
-	f.log.Info("recorded walpost's position", "slot", r.Slot, "lsn", r.LSN.String(), "system_identifier", id.SystemID, "timeline", id.Timeline)
+	s.log.Info("recorded walpost's position", "slot", r.Slot, "lsn", r.LSN.String(), "system_identifier", id.SystemID, "timeline", id.Timeline)
 	return nil
 }

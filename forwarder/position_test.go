@@ -21,7 +21,7 @@ import (
 // before it done without handing them on, the watermark moves over them,
 // and everything after goes to the next handler.
 func TestSkipperSkipsConfirmedTransactions(t *testing.T) {
-	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	tr := checkpoint.New(0x100, nil)
 	var passed []string
 	var commits []pglogrepl.LSN
 	next := replication.HandlerFuncs{
@@ -41,7 +41,7 @@ func TestSkipperSkipsConfirmedTransactions(t *testing.T) {
 		{0x3d0, 0x400, []string{"c1", "c2"}},
 	}
 	for _, x := range txns {
-		txn, err := tr.Open()
+		txn, err := tr.OpenAt(time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,9 +80,9 @@ func TestSkipperSkipsConfirmedTransactions(t *testing.T) {
 // skip the isolator handles every event.
 func TestHandlerForAcrossTimelines(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	f := &Forwarder{cfg: &config.Config{}, log: slog.New(slog.DiscardHandler), m: newMetrics(reg)}
+	f := &session{cfg: &config.Config{}, log: slog.New(slog.DiscardHandler), m: newMetrics(reg), memory: &memory{}}
 	f.cfg.Postgres.Slot = "s"
-	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	tr := checkpoint.New(0x100, nil)
 	iso := &Isolator{}
 	id := position.Identity{SystemID: 1, Timeline: 3}
 	row := position.Row{Slot: "s", Identity: position.Identity{SystemID: 1, Timeline: 2}, LSN: 0x900}
@@ -164,13 +164,13 @@ func TestRaiseToKnown(t *testing.T) {
 func TestRememberKeepsTheHighestPosition(t *testing.T) {
 	id := position.Identity{SystemID: 7, Timeline: 1}
 	var known position.Row
-	tr := checkpoint.New(0x100, checkpoint.Limits{})
+	tr := checkpoint.New(0x100, nil)
 	w := &positionWriter{row: position.Row{Slot: "s", Identity: id}, tracker: tr, known: &known}
 	w.remember()
 	if known.LSN != 0x100 || known.Slot != "s" || known.Identity != id {
 		t.Fatalf("known after the first remember: %+v, want 0/100 on slot s", known)
 	}
-	txn, err := tr.Open()
+	txn, err := tr.OpenAt(time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,13 +188,13 @@ func TestRememberKeepsTheHighestPosition(t *testing.T) {
 		t.Errorf("known %s after the acknowledgement, want 0/200", known.LSN)
 	}
 	// The next session's tracker starts behind, at the slot.
-	w2 := &positionWriter{row: position.Row{Slot: "s", Identity: id}, tracker: checkpoint.New(0x150, checkpoint.Limits{}), known: &known}
+	w2 := &positionWriter{row: position.Row{Slot: "s", Identity: id}, tracker: checkpoint.New(0x150, nil), known: &known}
 	w2.remember()
 	if known.LSN != 0x200 {
 		t.Errorf("a session starting at 0/150 lowered known to %s", known.LSN)
 	}
 	// After a promotion the new timeline's position replaces the old one.
-	w3 := &positionWriter{row: position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}}, tracker: checkpoint.New(0x180, checkpoint.Limits{}), known: &known}
+	w3 := &positionWriter{row: position.Row{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 2}}, tracker: checkpoint.New(0x180, nil), known: &known}
 	w3.remember()
 	if known.LSN != 0x180 || known.Timeline != 2 {
 		t.Errorf("known %s on timeline %d after the promotion, want 0/180 on 2", known.LSN, known.Timeline)

@@ -88,8 +88,8 @@ func (p *progress) tick(now time.Time) {
 }
 
 // reportProgress ticks p every interval until ctx ends.
-func (f *Forwarder) reportProgress(ctx context.Context, every time.Duration) {
-	p := newProgress(f.log, f.m, f.cfg.Postgres.Slot)
+func (w *watchers) reportProgress(ctx context.Context, every time.Duration) {
+	p := newProgress(w.log, w.m, w.cfg.Postgres.Slot)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	p.tick(time.Now())

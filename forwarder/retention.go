@@ -35,7 +35,7 @@ type prunePass func(ctx context.Context) (*prune.Report, error)
 // pruneOutbox runs pass every interval until ctx ends (outbox.retention).
 // A failed pass is counted and logged with the key and never ends
 // anything: forwarding goes on, and the next pass tries again.
-func (f *Forwarder) pruneOutbox(ctx context.Context, every time.Duration, pass prunePass) {
+func (w *watchers) pruneOutbox(ctx context.Context, every time.Duration, pass prunePass) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -46,22 +46,22 @@ func (f *Forwarder) pruneOutbox(ctx context.Context, every time.Duration, pass p
 		}
 		rep, err := pass(ctx)
 		if rep != nil && rep.Deleted > 0 {
-			f.m.pruned.Add(float64(rep.Deleted))
+			w.m.pruned.Add(float64(rep.Deleted))
 		}
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
 			return // stopping: a batch cut short is rolled back
 		case errors.Is(err, errNoSession), errors.Is(err, prune.ErrNothingConfirmed):
-			f.log.Debug("outbox prune waits", "key", "outbox.retention", "slot", f.cfg.Postgres.Slot, "reason", redact.String(err.Error()))
+			w.log.Debug("outbox prune waits", "key", "outbox.retention", "slot", w.cfg.Postgres.Slot, "reason", redact.String(err.Error()))
 		default:
-			f.m.pruneErrors.Inc()
+			w.m.pruneErrors.Inc()
 			deleted := 0
 			if rep != nil {
 				deleted = rep.Deleted
 			}
-			f.log.Warn("outbox prune failed; forwarding goes on and the next pass tries again",
-				"key", "outbox.retention", "slot", f.cfg.Postgres.Slot, "deleted", deleted,
+			w.log.Warn("outbox prune failed; forwarding goes on and the next pass tries again",
+				"key", "outbox.retention", "slot", w.cfg.Postgres.Slot, "deleted", deleted,
 				"retry_in", every.String(), "err", redact.String(err.Error()))
 		}
 	}
@@ -69,12 +69,12 @@ func (f *Forwarder) pruneOutbox(ctx context.Context, every time.Duration, pass p
 
 // prunePass prunes once over a connection of the side pool (never the
 // replication connection), on the identity the last session verified.
-func (f *Forwarder) prunePass(ctx context.Context) (*prune.Report, error) {
-	id := f.ident.Load()
+func (w *watchers) prunePass(ctx context.Context) (*prune.Report, error) {
+	id := w.ident.Load()
 	if id == nil {
 		return nil, errNoSession
 	}
-	c, err := f.pool.Acquire(ctx)
+	c, err := w.pool.Acquire(ctx)
 	if err != nil {
 		return nil, redact.Error(err)
 	}
@@ -89,6 +89,6 @@ func (f *Forwarder) prunePass(ctx context.Context) (*prune.Report, error) {
 	case err != nil && !isPrivilege(err):
 		return nil, redact.Error(err)
 	}
-	p := &prune.Pruner{Config: f.cfg, Logger: f.log}
-	return p.Pass(ctx, c.Conn(), *id, prune.Options{OlderThan: f.cfg.Outbox.Retention, Batch: f.cfg.Outbox.PruneBatch})
+	p := &prune.Pruner{Config: w.cfg, Logger: w.log}
+	return p.Pass(ctx, c.Conn(), *id, prune.Options{OlderThan: w.cfg.Outbox.Retention, Batch: w.cfg.Outbox.PruneBatch})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/leak"
+	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/prune"
 )
 
@@ -36,7 +38,7 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 func TestPruneOutboxCountsAndGoesOn(t *testing.T) {
 	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
 	var logs lockedBuffer
-	f := &Forwarder{cfg: config.Default(), log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), m: newMetrics(nil)}
+	f := &watchers{cfg: config.Default(), log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), m: newMetrics(nil), ident: new(atomic.Pointer[position.Identity])}
 	refused := fmt.Errorf("wrapped: %w", errors.New("permission denied for table outbox (SQLSTATE 42501)"))
 	results := []struct {
 		rep *prune.Report
@@ -99,7 +101,7 @@ func TestPruneOutboxCountsAndGoesOn(t *testing.T) {
 // (the first one, or standing by for a slot another process holds) a pass
 // deletes nothing and says so.
 func TestPrunePassWaitsForASession(t *testing.T) {
-	f := &Forwarder{cfg: config.Default(), log: slog.New(slog.DiscardHandler), m: newMetrics(nil)}
+	f := &watchers{cfg: config.Default(), log: slog.New(slog.DiscardHandler), m: newMetrics(nil), ident: new(atomic.Pointer[position.Identity])}
 	rep, err := f.prunePass(context.Background())
 	if !errors.Is(err, errNoSession) || rep != nil {
 		t.Fatalf("pass without a session: %v, %v; want errNoSession", rep, err)

@@ -40,8 +40,8 @@ func TestSessionConfirmsNeverPastUnackedEvent(t *testing.T) {
 	s.ack(t, "k2")
 	// The acknowledgement reached the tracker: one event left in flight.
 	if err := h.pg.Wait(h.ctx, "the tracker to see the second event acknowledged", func() bool {
-		tr := h.f.m.tracker.Load()
-		n, _ := tr.InFlight()
+		b := h.f.m.budget.Load()
+		n, _ := b.InFlight()
 		return n == 1
 	}); err != nil {
 		t.Fatal(err)

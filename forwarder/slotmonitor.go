@@ -11,14 +11,14 @@ import (
 // monitorSlot polls the slot's lag, retained WAL and wal_status every
 // interval over the side pool (replication.QuerySlot, which also measures
 // from the right position on a standby) until ctx ends.
-func (f *Forwarder) monitorSlot(ctx context.Context, every time.Duration) {
-	m, slot := f.m, f.cfg.Postgres.Slot
+func (w *watchers) monitorSlot(ctx context.Context, every time.Duration) {
+	m, slot := w.m, w.cfg.Postgres.Slot
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		// !ok with a nil error: the slot does not exist yet (the first
 		// session creates it); nothing to report.
-		row, ok, err := replication.QuerySlot(ctx, f.pool, slot)
+		row, ok, err := replication.QuerySlot(ctx, w.pool, slot)
 		lag := int64(-1) // not measured: no progress estimate from a stale lag
 		if err == nil && ok {
 			if row.LagBytes != nil {
@@ -41,7 +41,7 @@ func (f *Forwarder) monitorSlot(ctx context.Context, every time.Duration) {
 		}
 		m.lagB.Store(lag)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-			f.log.Debug("slot monitor", "slot", slot, "err", err.Error())
+			w.log.Debug("slot monitor", "slot", slot, "err", err.Error())
 		}
 		select {
 		case <-ctx.Done():

@@ -15,8 +15,8 @@ import (
 // copy is missing, and every slow once each is synced. A URL with one
 // host, or whose standbys all predate failover slots, has nothing to
 // follow.
-func (f *Forwarder) monitorStandbys(ctx context.Context, fast, most, slow time.Duration) {
-	url, slot := f.cfg.Postgres.URL, f.cfg.Postgres.Slot
+func (w *watchers) monitorStandbys(ctx context.Context, fast, most, slow time.Duration) {
+	url, slot := w.cfg.Postgres.URL, w.cfg.Postgres.Slot
 	protected, logged := false, false
 	wait := fast
 	for {
@@ -44,26 +44,26 @@ func (f *Forwarder) monitorStandbys(ctx context.Context, fast, most, slow time.D
 			} else {
 				not = append(not, s.Detail())
 			}
-			f.m.standbySync.WithLabelValues(s.Standby).Set(v)
+			w.m.standbySync.WithLabelValues(s.Standby).Set(v)
 		}
 		if err != nil || supported == 0 {
-			f.m.unprotected.Store(nil)
+			w.m.unprotected.Store(nil)
 			return // one host, standbys before PostgreSQL 17, or a URL refused elsewhere
 		}
 		was := protected
 		protected = len(not) == 0
 		if protected {
-			f.m.unprotected.Store(nil)
+			w.m.unprotected.Store(nil)
 			wait = slow
 			if !was {
-				f.log.Info("failover protected: every standby of postgres.url has a synced copy of the slot", "slot", slot, "standbys", supported)
+				w.log.Info("failover protected: every standby of postgres.url has a synced copy of the slot", "slot", slot, "standbys", supported)
 			}
 			continue
 		}
 		why := "failover not yet protected: " + strings.Join(not, "; ")
-		f.m.unprotected.Store(&why)
+		w.m.unprotected.Store(&why)
 		if !logged || was {
-			f.log.Warn("failover not yet protected: a promotion now would lose the slot and need walpost recover", "slot", slot, "detail", strings.Join(not, "; "))
+			w.log.Warn("failover not yet protected: a promotion now would lose the slot and need walpost recover", "slot", slot, "detail", strings.Join(not, "; "))
 			logged = true
 		}
 		if was {

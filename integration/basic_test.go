@@ -40,7 +40,8 @@ func TestDecodeFromRealSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	tracker := checkpoint.New(slot.ConfirmedFlush, checkpoint.Limits{MaxEvents: 100})
+	budget := checkpoint.NewBudget(checkpoint.Limits{MaxEvents: 100})
+	tracker := checkpoint.New(slot.ConfirmedFlush, budget)
 	var mu sync.Mutex
 	var got []*outbox.Event
 	sctx, scancel := context.WithCancel(ctx)
@@ -60,7 +61,7 @@ func TestDecodeFromRealSlot(t *testing.T) {
 			}()
 		}
 	}
-	st := replication.NewStream(rcfg, conn, table, tracker, replication.HandlerFuncs{EmitFunc: emit}, replication.Observer{})
+	st := replication.NewStream(rcfg, conn, table, replication.Flow{Frontier: tracker, Budget: budget}, replication.HandlerFuncs{EmitFunc: emit}, replication.Observer{})
 	if err := st.Run(sctx); err != nil {
 		t.Fatal(err)
 	}

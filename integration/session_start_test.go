@@ -40,7 +40,8 @@ func TestFirstStatusNeverBehindSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := slot.ConfirmedFlush
-	tracker := checkpoint.New(read, checkpoint.Limits{MaxEvents: 100})
+	budget := checkpoint.NewBudget(checkpoint.Limits{MaxEvents: 100})
+	tracker := checkpoint.New(read, budget)
 
 	// Between the read and the start, the slot moves past an event.
 	mustExec(t, f.Pool, fmt.Sprintf(`INSERT INTO %s (idempotency_key, payload) VALUES ('before', '{}')`, f.Table))
@@ -81,7 +82,7 @@ func TestFirstStatusNeverBehindSlot(t *testing.T) {
 			close(firstStatus)
 		}
 	}}
-	st := replication.NewStream(rcfg, conn, table, tracker, replication.HandlerFuncs{EmitFunc: emit}, obs)
+	st := replication.NewStream(rcfg, conn, table, replication.Flow{Frontier: tracker, Budget: budget}, replication.HandlerFuncs{EmitFunc: emit}, obs)
 	sctx, scancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- st.Run(sctx) }()

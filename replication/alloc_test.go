@@ -78,7 +78,7 @@ func realisticDebeziumInsert(rel uint32) []byte {
 // debezium selects Debezium's table and mapping.
 func allocStream(tb testing.TB, debezium bool) (*Stream, *int) {
 	tb.Helper()
-	tr := checkpoint.New(0, checkpoint.Limits{})
+	tr := checkpoint.New(0, nil)
 	emitted := new(int)
 	cols, cfg := outboxColumns, Config{Slot: "s", Publication: "p"}
 	if debezium {
@@ -89,6 +89,8 @@ func allocStream(tb testing.TB, debezium bool) (*Stream, *int) {
 		layout:  cfg.Columns.resolve(),
 		table:   TableName{Schema: "public", Name: "outbox"},
 		tracker: tr,
+		budget:  unbounded{},
+		pause:   unbounded{},
 		h: HandlerFuncs{EmitFunc: func(ev *outbox.Event, t checkpoint.Ticket) {
 			*emitted++
 			tr.Done(t)
@@ -137,10 +139,10 @@ func (m *txnMessages) next() {
 }
 
 // copyData is what Run does with one XLogData CopyData payload, with the
-// tracker calls of its loop around it (Confirmed, Full).
+// frontier and budget calls of its loop around it (Confirmed, blocked).
 func (s *Stream) copyData(tb testing.TB, data []byte) {
-	if s.tracker.Confirmed() < s.sent || s.tracker.Full() {
-		tb.Fatal("watermark moved back, or the tracker is full")
+	if s.tracker.Confirmed() < s.sent || s.blocked() {
+		tb.Fatal("watermark moved back, or the stream is blocked")
 	}
 	xld, err := pglogrepl.ParseXLogData(data[1:])
 	if err != nil {

@@ -30,13 +30,13 @@ func TestFirstStatusNotBehindSlotReadAfterStart(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 
-	tracker := checkpoint.New(read, checkpoint.Limits{})
+	tracker := checkpoint.New(read, nil)
 	var held []checkpoint.Ticket
 	cfg := Config{
 		Slot: "walpost", Publication: "walpost_outbox", StatusInterval: 100 * time.Millisecond, DrainTimeout: 100 * time.Millisecond,
 		SlotConfirmed: func(context.Context) (pglogrepl.LSN, error) { return ahead, nil },
 	}
-	st := NewStream(cfg, conn, TableName{Schema: "public", Name: "outbox"}, tracker,
+	st := NewStream(cfg, conn, TableName{Schema: "public", Name: "outbox"}, Flow{Frontier: tracker},
 		HandlerFuncs{EmitFunc: func(_ *outbox.Event, k checkpoint.Ticket) { held = append(held, k) }}, Observer{})
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -210,8 +210,8 @@ func BenchmarkInsertEvent(b *testing.B) {
 		[]byte("0b6f9c1e-0000-4000-8000-000000000001"), []byte("w3-t17-r5-0000000000"), []byte(`{"data": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`),
 		[]byte("2026-11-29 22:50:51.123456+00"), nil, []byte("0"), nil, nil, nil, []byte("order.created"), nil, nil)
 	s := testStream()
-	tr := checkpoint.New(0, checkpoint.Limits{})
-	x, _ := tr.Open()
+	tr := checkpoint.New(0, nil)
+	x, _ := tr.OpenAt(time.Time{})
 	b.Run("fast", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {

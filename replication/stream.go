@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -18,8 +19,8 @@ import (
 // Handler receives what the stream reads, on the stream's goroutine.
 type Handler interface {
 	// Emit hands one event on (to the sink). It must not block for long;
-	// the tracker's limits bound how many events are outstanding. The
-	// ticket is passed to Tracker.Done once the event is handled.
+	// the budget bounds how many events are outstanding. The ticket is
+	// passed to Tracker.Done once the event is handled.
 	Emit(ev *outbox.Event, t checkpoint.Ticket)
 	// Commit reports the end of a PostgreSQL transaction whose events
 	// were all emitted: end is its end LSN, the position that confirms
@@ -65,7 +66,9 @@ type Stream struct {
 	layout  *layout // cfg.Columns resolved; nil: walpost's layout
 	conn    *pgconn.PgConn
 	table   TableName
-	tracker *checkpoint.Tracker
+	tracker Frontier
+	budget  Budget
+	pause   Pause
 	h       Handler
 	obs     Observer
 
@@ -90,11 +93,13 @@ type Stream struct {
 const statusTick = 200 * time.Millisecond
 
 // NewStream prepares a session on an open replication connection conn. The
-// tracker starts at the slot's confirmed position.
-func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkpoint.Tracker, h Handler, obs Observer) *Stream {
+// frontier starts at the slot's confirmed position.
+func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, flow Flow, h Handler, obs Observer) *Stream {
 	cfg.defaults()
+	flow.defaults()
 	return &Stream{
-		cfg: cfg, conn: conn, table: table, tracker: tracker, h: h, obs: obs, layout: cfg.Columns.resolve(),
+		cfg: cfg, conn: conn, table: table, tracker: flow.Frontier, budget: flow.Budget, pause: flow.Pause,
+		h: h, obs: obs, layout: cfg.Columns.resolve(),
 		rels: map[uint32]*relation{}, warned: map[pglogrepl.MessageType]bool{},
 		lowat: lowatOf(conn),
 	}
@@ -106,28 +111,8 @@ func NewStream(cfg Config, conn *pgconn.PgConn, table TableName, tracker *checkp
 // status update with the watermark and returns nil. It does not close the
 // connection.
 func (s *Stream) Run(ctx context.Context) error {
-	// INV-4: start at LSN 0, so the server resumes at the slot's
-	// confirmed_flush_lsn; never at IDENTIFY_SYSTEM's position.
-	err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication,
-		PluginArgs: []string{
-			"proto_version '1'",
-			fmt.Sprintf("publication_names '%s'", s.cfg.Publication),
-			"messages 'true'",
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, Explain(err, s.cfg.Slot, s.cfg.Publication))
-	}
-	if err := s.catchUp(ctx); err != nil {
+	if err := s.start(ctx); err != nil {
 		return err
-	}
-	s.sent = s.tracker.Confirmed()
-	s.received = s.sent
-	s.lastSent = time.Now()
-	s.lastRecv = time.Now()
-	if s.obs.Streaming != nil {
-		s.obs.Streaming()
 	}
 	nextStatus := time.Now().Add(s.cfg.StatusInterval)
 	paused := false
@@ -183,8 +168,9 @@ func (s *Stream) Run(ctx context.Context) error {
 			now = time.Now()
 			nextStatus = now.Add(s.cfg.StatusInterval)
 		}
-		// INV-6: when full, stop reading WAL but keep sending status.
-		if s.tracker.Full() {
+		// INV-6: when full (or paused by the isolator), stop reading WAL
+		// but keep sending status.
+		if s.blocked() {
 			if !paused {
 				paused = true
 				if s.obs.Backpressured != nil {
@@ -192,7 +178,7 @@ func (s *Stream) Run(ctx context.Context) error {
 				}
 			}
 			wctx, cancel := context.WithDeadline(runCtx, s.nextWake(now, nextStatus))
-			_ = s.tracker.Wait(wctx)
+			s.waitUnblocked(wctx)
 			cancel()
 			continue
 		}
@@ -203,88 +189,148 @@ func (s *Stream) Run(ctx context.Context) error {
 				s.obs.Backpressured(false)
 			}
 		}
-		// The deadline is moved only when it must come sooner or has
-		// passed; a wake that comes early just goes round the loop. While
-		// reads are batched it stays within lowatWait, pushed forward
-		// about every millisecond while messages arrive.
-		wake := s.nextWake(now, nextStatus)
-		batching := s.lowat.batching()
-		if batching {
-			if w := now.Add(lowatWait); w.Before(wake) {
-				wake = w
-			}
+		armed, err := s.arm(nc, now, nextStatus)
+		if err != nil {
+			return err
 		}
-		if s.rdl.IsZero() || wake.Before(s.rdl) || !now.Before(s.rdl) || (batching && s.rdl.Sub(now) < lowatWait/2) {
-			if err := nc.SetReadDeadline(wake); err != nil {
-				return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
-			}
-			s.rdl = wake
-			// runCtx may have ended after the check above and before the
-			// deadline was set, which would have undone the interruption.
-			if runCtx.Err() != nil {
-				s.rdl = time.Time{}
-				continue
-			}
+		// runCtx may have ended after the check above and before the
+		// deadline was set, which would have undone the interruption.
+		if armed && runCtx.Err() != nil {
+			s.rdl = time.Time{}
+			continue
 		}
 		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
-			if pgconn.Timeout(err) || runCtx.Err() != nil || ctx.Err() != nil {
-				if s.conn.IsClosed() {
-					return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
-				}
-				s.rdl = time.Time{}
-				now := time.Now()
-				if s.recvd {
-					// Heard from within the last deadline period.
-					s.lastRecv, s.recvd = now, false
-				}
-				if silent := now.Sub(s.lastRecv); silent > s.cfg.ReceiveTimeout && ctx.Err() == nil {
-					return fmt.Errorf("receive from slot %q: nothing from the server for %s although it was asked to reply; the connection is presumed dead", s.cfg.Slot, silent.Round(time.Second))
-				}
-				continue
+			if err := s.receiveFailed(ctx, runCtx, err); err != nil {
+				return err
 			}
-			return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
+			continue
 		}
 		s.recvd = true
 		now, fresh = time.Now(), true
 		s.recvAt = now
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			if len(m.Data) == 0 {
-				return &DecodeError{LSN: s.received, Err: errEmpty}
-			}
-			switch m.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
-				if err != nil {
-					return &DecodeError{LSN: s.received, Err: err}
-				}
-				if pkm.ServerWALEnd > s.received {
-					s.received = pkm.ServerWALEnd
-				}
-				// A quiet outbox on a busy database: confirm the server's
-				// WAL end when nothing is in flight (DESIGN.md, PostgreSQL facts).
-				moved := s.tracker.Idle(pkm.ServerWALEnd)
-				if pkm.ReplyRequested || (moved && now.Sub(s.lastSent) >= statusTick) {
-					nextStatus = now
-				}
-			case pglogrepl.XLogDataByteID:
-				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
-				if err != nil {
-					return &DecodeError{LSN: s.received, Err: err}
-				}
-				if err := s.handle(xld); err != nil {
-					return err
-				}
-			}
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("replication on slot %q: %w", s.cfg.Slot, Explain(pgconn.ErrorResponseToPgError(m), s.cfg.Slot, s.cfg.Publication))
-		case *pgproto3.CopyDone:
-			return fmt.Errorf("replication on slot %q: server ended the stream", s.cfg.Slot)
-		default:
-			// NoticeResponse and ParameterStatus are handled by pgconn.
+		reply, err := s.dispatch(msg, now)
+		if err != nil {
+			return err
+		}
+		if reply {
+			nextStatus = now
 		}
 	}
+}
+
+// start starts replication and sets the stream's first position.
+func (s *Stream) start(ctx context.Context) error {
+	// INV-4: start at LSN 0, so the server resumes at the slot's
+	// confirmed_flush_lsn; never at IDENTIFY_SYSTEM's position.
+	err := pglogrepl.StartReplication(ctx, s.conn, s.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			fmt.Sprintf("publication_names '%s'", s.cfg.Publication),
+			"messages 'true'",
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("start replication on slot %q: %w", s.cfg.Slot, Explain(err, s.cfg.Slot, s.cfg.Publication))
+	}
+	if err := s.catchUp(ctx); err != nil {
+		return err
+	}
+	s.sent = s.tracker.Confirmed()
+	s.received = s.sent
+	s.lastSent = time.Now()
+	s.lastRecv = time.Now()
+	if s.obs.Streaming != nil {
+		s.obs.Streaming()
+	}
+	return nil
+}
+
+// arm sets the read deadline that wakes the loop, and reports whether it
+// moved it. The deadline is moved only when it must come sooner or has
+// passed; a wake that comes early just goes round the loop. While reads
+// are batched it stays within lowatWait, pushed forward about every
+// millisecond while messages arrive.
+func (s *Stream) arm(nc net.Conn, now, nextStatus time.Time) (bool, error) {
+	wake := s.nextWake(now, nextStatus)
+	batching := s.lowat.batching()
+	if batching {
+		if w := now.Add(lowatWait); w.Before(wake) {
+			wake = w
+		}
+	}
+	if !s.rdl.IsZero() && !wake.Before(s.rdl) && now.Before(s.rdl) && (!batching || s.rdl.Sub(now) >= lowatWait/2) {
+		return false, nil
+	}
+	if err := nc.SetReadDeadline(wake); err != nil {
+		return false, fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
+	}
+	s.rdl = wake
+	return true, nil
+}
+
+// receiveFailed decides what a failed receive means: nil when the loop
+// goes on (the read deadline woke it, or the stream is stopping), the
+// session's error otherwise (the connection closed or presumed dead).
+func (s *Stream) receiveFailed(ctx, runCtx context.Context, err error) error {
+	if !pgconn.Timeout(err) && runCtx.Err() == nil && ctx.Err() == nil {
+		return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
+	}
+	if s.conn.IsClosed() {
+		return fmt.Errorf("receive from slot %q: %w", s.cfg.Slot, err)
+	}
+	s.rdl = time.Time{}
+	now := time.Now()
+	if s.recvd {
+		// Heard from within the last deadline period.
+		s.lastRecv, s.recvd = now, false
+	}
+	if silent := now.Sub(s.lastRecv); silent > s.cfg.ReceiveTimeout && ctx.Err() == nil {
+		return fmt.Errorf("receive from slot %q: nothing from the server for %s although it was asked to reply; the connection is presumed dead", s.cfg.Slot, silent.Round(time.Second))
+	}
+	return nil
+}
+
+// dispatch handles one message from the server, received at now; reply
+// says a status update is due now (the server asked for one, or a
+// keepalive moved the watermark).
+func (s *Stream) dispatch(msg pgproto3.BackendMessage, now time.Time) (reply bool, err error) {
+	switch m := msg.(type) {
+	case *pgproto3.CopyData:
+		if len(m.Data) == 0 {
+			return false, &DecodeError{LSN: s.received, Err: errEmpty}
+		}
+		switch m.Data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+			if err != nil {
+				return false, &DecodeError{LSN: s.received, Err: err}
+			}
+			if pkm.ServerWALEnd > s.received {
+				s.received = pkm.ServerWALEnd
+			}
+			// A quiet outbox on a busy database: confirm the server's
+			// WAL end when nothing is in flight (DESIGN.md, PostgreSQL facts).
+			moved := s.tracker.Idle(pkm.ServerWALEnd)
+			return pkm.ReplyRequested || (moved && now.Sub(s.lastSent) >= statusTick), nil
+		case pglogrepl.XLogDataByteID:
+			xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+			if err != nil {
+				return false, &DecodeError{LSN: s.received, Err: err}
+			}
+			if err := s.handle(xld); err != nil {
+				return false, err
+			}
+		}
+	case *pgproto3.ErrorResponse:
+		return false, fmt.Errorf("replication on slot %q: %w", s.cfg.Slot, Explain(pgconn.ErrorResponseToPgError(m), s.cfg.Slot, s.cfg.Publication))
+	case *pgproto3.CopyDone:
+		return false, fmt.Errorf("replication on slot %q: server ended the stream", s.cfg.Slot)
+	default:
+		// NoticeResponse and ParameterStatus are handled by pgconn.
+	}
+	return false, nil
 }
 
 // catchUp re-reads the slot once replication has started (the slot is now
@@ -516,12 +562,12 @@ func (s *Stream) shutdown(parent context.Context) error {
 	}
 	defer cancel()
 	for ctx.Err() == nil {
-		events, _ := s.tracker.InFlight()
+		events, _ := s.budget.InFlight()
 		if events == 0 {
 			break
 		}
 		wctx, wcancel := context.WithTimeout(ctx, min(time.Second, s.cfg.StatusInterval))
-		err := s.tracker.WaitDrained(wctx)
+		err := s.waitDrained(wctx)
 		wcancel()
 		if err == nil {
 			break
@@ -553,9 +599,6 @@ func (s *Stream) shutdown(parent context.Context) error {
 	s.cfg.Logger.Info("replication stopped", "slot", s.cfg.Slot, "lsn", s.sent.String())
 	return nil
 }
-
-// Confirmed is the last flush position sent to the server.
-func (s *Stream) Confirmed() pglogrepl.LSN { return s.sent }
 
 // Aborted reports whether ctx ended with a failure rather than a stop (a
 // cause other than context.Canceled): a stream whose context is aborted

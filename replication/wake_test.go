@@ -11,7 +11,7 @@ import (
 // and nothing is pending, a watermark not yet sent still wakes the loop
 // within statusTick of the last status update, not at the status interval.
 func TestNextWakeUnsentWatermark(t *testing.T) {
-	tr := checkpoint.New(100, checkpoint.Limits{})
+	tr := checkpoint.New(100, nil)
 	s := &Stream{tracker: tr, sent: 100}
 	now := time.Now()
 	s.lastSent = now.Add(-50 * time.Millisecond)
@@ -21,7 +21,7 @@ func TestNextWakeUnsentWatermark(t *testing.T) {
 		t.Fatalf("idle: wake %s, want the status interval", got.Sub(now))
 	}
 
-	x, err := tr.Open()
+	x, err := tr.OpenAt(time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,92 @@
+package replication
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/walpost/walpost/checkpoint"
+)
+
+// Frontier is the watermark the stream feeds: transactions in commit order,
+// their events, and the position that may be confirmed
+// (checkpoint.Tracker).
+type Frontier interface {
+	OpenAt(commit time.Time) (*checkpoint.Txn, error)
+	Add(x *checkpoint.Txn, bytes int) checkpoint.Ticket
+	Seal(x *checkpoint.Txn, end pglogrepl.LSN) error
+	Confirmed() pglogrepl.LSN
+	Idle(walEnd pglogrepl.LSN) bool
+	Pending() bool
+}
+
+// Budget bounds the events handed on and not yet done (INV-6,
+// checkpoint.Budget): while Full the stream stops reading WAL and keeps
+// sending status updates.
+type Budget interface {
+	Full() bool
+	Freed() <-chan struct{}
+	InFlight() (events int, bytes int64)
+}
+
+// Pause is the isolator's hold on reading (checkpoint.Pause): while On
+// the stream reads nothing and keeps sending status updates.
+type Pause interface {
+	On() bool
+	Resumed() <-chan struct{}
+}
+
+// Flow is what the stream reports to and waits for. Budget and Pause may
+// be nil: unbounded, never paused.
+type Flow struct {
+	Frontier Frontier
+	Budget   Budget
+	Pause    Pause
+}
+
+type unbounded struct{}
+
+func (unbounded) Full() bool               { return false }
+func (unbounded) Freed() <-chan struct{}   { return nil }
+func (unbounded) InFlight() (int, int64)   { return 0, 0 }
+func (unbounded) On() bool                 { return false }
+func (unbounded) Resumed() <-chan struct{} { return nil }
+func (f *Flow) defaults() {
+	if f.Budget == nil {
+		f.Budget = unbounded{}
+	}
+	if f.Pause == nil {
+		f.Pause = unbounded{}
+	}
+}
+
+// blocked reports whether the stream must stop reading WAL.
+func (s *Stream) blocked() bool { return s.budget.Full() || s.pause.On() }
+
+// waitUnblocked waits until the stream may read again or ctx ends.
+func (s *Stream) waitUnblocked(ctx context.Context) {
+	for s.blocked() {
+		select {
+		case <-s.budget.Freed():
+		case <-s.pause.Resumed():
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// waitDrained waits until no event is in flight; it returns ctx.Err()
+// when ctx ends first.
+func (s *Stream) waitDrained(ctx context.Context) error {
+	for {
+		if events, _ := s.budget.InFlight(); events == 0 {
+			return nil
+		}
+		select {
+		case <-s.budget.Freed():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
