@@ -58,9 +58,6 @@ var colNames = [numCols]string{"id", "idempotency_key", "payload", "created_at",
 // Columns.Required lists them for a mapping.
 var RequiredColumns = []string{"id", "idempotency_key", "payload", "created_at"}
 
-// OptionalColumns route a record when present.
-var OptionalColumns = []string{"topic", "partition_key", "event_type", "headers"}
-
 // relation maps a pgoutput relation to outbox column positions.
 type relation struct {
 	namespace, name string
