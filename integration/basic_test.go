@@ -27,7 +27,7 @@ func TestDecodeFromRealSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer side.Close(ctx)
-	rcfg := replication.Config{ConnString: pgURL, Slot: f.Slot, Publication: f.Publication, Table: f.Table, StatusInterval: time.Second}
+	rcfg := replication.Config{Slot: f.Slot, Publication: f.Publication, Table: f.Table, StatusInterval: time.Second}
 	table, slot, err := replication.Prepare(ctx, side, rcfg)
 	if err != nil {
 		t.Fatal(err)

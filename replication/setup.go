@@ -18,9 +18,6 @@ import (
 
 // Config configures the replication side.
 type Config struct {
-	// ConnString is an ordinary PostgreSQL connection string; the
-	// replication connection adds replication=database itself.
-	ConnString string
 	// Slot is the logical slot (pgoutput), created when missing.
 	Slot string
 	// Publication covers exactly the outbox table, inserts only.
