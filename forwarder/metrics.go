@@ -35,7 +35,6 @@ type metrics struct {
 	received     prometheus.Counter
 	produced     *prometheus.CounterVec
 	poisoned     *prometheus.CounterVec
-	replayed     *prometheus.CounterVec
 	reconnects   *prometheus.CounterVec
 	orderBroken  *prometheus.CounterVec
 	dataLoss     *prometheus.CounterVec
@@ -87,7 +86,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		received:    prometheus.NewCounter(prometheus.CounterOpts{Name: "walpost_events_received_total", Help: "Outbox inserts decoded from the slot."}),
 		produced:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_produced_total", Help: "Events acknowledged by Kafka, by topic."}, []string{"topic"}),
 		poisoned:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_poisoned_total", Help: "Events quarantined in the poison table, by topic and error class."}, []string{"topic", "error_class"}),
-		replayed:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_events_replayed_total", Help: "Poison rows replayed, by topic."}, []string{"topic"}),
 		orderBroken: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_order_violations_total", Help: "Records appended ahead of an earlier record of their partition that the broker refused, by topic."}, []string{"topic"}),
 		dataLoss:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_kafka_data_loss_total", Help: "Data loss Kafka reported on a partition (records it had acknowledged may be gone); each ends the session, which produces everything after the slot's confirmed position again."}, []string{"topic", "partition"}),
 		reconnects:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "walpost_reconnects_total", Help: "Replication sessions restarted, by cause."}, []string{"cause"}),
@@ -139,7 +137,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}
 		return 0
 	})
-	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.replayed, m.reconnects, failStreak, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
+	for _, c := range []prometheus.Collector{m.received, m.produced, m.poisoned, m.reconnects, failStreak, m.orderBroken, m.dataLoss, m.produceLat, m.commitToAck,
 		m.confirmedLSN, m.receivedLSN, m.lagBytes, m.retained, m.walStatus, m.state, m.standbySync, inflightEvents, inflightBytes, oldest,
 		m.skipped, m.positionWrites, m.positionLSN, m.timelineChanged, m.pruned, m.pruneErrors, m.transactions, m.cpRefused, m.traceInvalid} {
 		f(c)
