@@ -62,12 +62,19 @@ func (a Action) String() string {
 // then destination errors (WaitForDestination), then an active slot
 // (StandBy), else Retry (ErrDataLoss with its own cause). cause is the label of walpost_reconnects_total for
 // the actions that reconnect, "" otherwise.
+//
+// A nil err is Stop when ctx ended (a clean shutdown) and Fail otherwise:
+// only a shutdown ends a session without an error, so a session that
+// returned nil while walpost was not stopping is a bug in walpost that a
+// reconnect would hide (and the session loop has no error to log for it).
+// The loop returns that nil, and Run reports "session loop ended without a
+// shutdown".
 func Classify(ctx context.Context, err error) (a Action, cause string) {
 	switch {
 	case ctx.Err() != nil:
 		return Stop, ""
 	case err == nil:
-		return Retry, "other"
+		return Fail, ""
 	case replication.IsTerminal(err), position.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression),
 		errors.Is(err, poison.ErrUnwritable), errors.Is(err, kafka.ErrFenced), errors.Is(err, kafka.ErrCheckpointTopic):
 		// Invariant INV-1: a regression means the watermark arithmetic is
