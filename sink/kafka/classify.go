@@ -29,6 +29,11 @@ var RecordClasses = []string{
 // Classify sorts a produce failure by what walpost does with it (see
 // sink.Kind) and names its class (the Kafka error
 // name, or walpost's own for records it cannot build).
+//
+// A nil err is no failure: Classify(nil) is (sink.Transient, ""), the zero
+// Kind without a class, as sink.KindOf(nil). It is never Record (nothing
+// is quarantined) nor Destination or Unknown (nothing waits for an
+// operator). Callers classify failed outcomes only.
 func Classify(err error) (sink.Kind, string) {
 	switch {
 	case err == nil:
