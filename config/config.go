@@ -1035,6 +1035,25 @@ func (c *Config) ValidateFor(need Needs) error {
 	bad := func(key, value, allowed string) {
 		errs = append(errs, &Error{Key: key, Value: value, Allowed: allowed})
 	}
+	c.validatePostgres(need, bad)
+	c.validateKafkaTarget(need, bad)
+	c.Mapping.validate(bad)
+	if c.OTel.Enabled && strings.TrimSpace(c.OTel.ServiceName) == "" {
+		bad("otel.service_name", c.OTel.ServiceName, "a service name for the spans, e.g. walpost")
+	}
+	c.Schema.validate(c.Mapping, bad)
+	c.validateIntervals(bad)
+	c.validateKafkaProducer(bad)
+	c.validateKafkaSASL(bad)
+	c.validateKafkaTLS(bad)
+	c.validateDelivery(bad)
+	c.validatePoisonAndOutbox(bad)
+	c.validateHTTPAndLog(bad)
+	return errors.Join(errs...)
+}
+
+// validatePostgres checks the connection, slot, publication and table settings.
+func (c *Config) validatePostgres(need Needs, bad func(key, value, allowed string)) {
 	if c.Postgres.URL == "" {
 		if need&NeedPostgres != 0 {
 			bad("postgres.url", "", "required: a PostgreSQL URL such as postgres://user:pass@host:5432/db")
@@ -1057,6 +1076,10 @@ func (c *Config) ValidateFor(need Needs) error {
 	if c.Postgres.StatusInterval <= 0 || c.Postgres.StatusInterval > 10*time.Second {
 		bad("postgres.status_interval", c.Postgres.StatusInterval.String(), "a duration above 0 and at most 10s")
 	}
+}
+
+// validateKafkaTarget checks the brokers and the topic the events go to.
+func (c *Config) validateKafkaTarget(need Needs, bad func(key, value, allowed string)) {
 	if len(c.Kafka.Brokers) == 0 && need&NeedKafka != 0 {
 		bad("kafka.brokers", "", "required: at least one host:port")
 	}
@@ -1081,11 +1104,10 @@ func (c *Config) ValidateFor(need Needs) error {
 	if !validTopic(c.Kafka.Topic) {
 		bad("kafka.topic", c.Kafka.Topic, "a Kafka topic name: 1-249 characters of [a-zA-Z0-9._-]")
 	}
-	c.Mapping.validate(bad)
-	if c.OTel.Enabled && strings.TrimSpace(c.OTel.ServiceName) == "" {
-		bad("otel.service_name", c.OTel.ServiceName, "a service name for the spans, e.g. walpost")
-	}
-	c.Schema.validate(c.Mapping, bad)
+}
+
+// validateIntervals checks the replication timers and the readiness limits.
+func (c *Config) validateIntervals(bad func(key, value, allowed string)) {
 	if c.Postgres.ReceiveTimeout <= c.Postgres.StatusInterval {
 		bad("postgres.receive_timeout", c.Postgres.ReceiveTimeout.String(), "a duration above postgres.status_interval ("+c.Postgres.StatusInterval.String()+")")
 	}
@@ -1101,6 +1123,10 @@ func (c *Config) ValidateFor(need Needs) error {
 	if c.HTTP.ReadyMaxRetainedBytes < 0 {
 		bad("http.ready_max_retained_bytes", strconv.FormatInt(c.HTTP.ReadyMaxRetainedBytes, 10), "0 (off) or a byte count")
 	}
+}
+
+// validateKafkaProducer checks the producer's client, batching and timeout settings.
+func (c *Config) validateKafkaProducer(bad func(key, value, allowed string)) {
 	if c.Kafka.CreateTopicPartitions < 0 {
 		bad("kafka.create_topic_partitions", strconv.Itoa(c.Kafka.CreateTopicPartitions), "0 (never create) or a partition count")
 	}
@@ -1132,6 +1158,10 @@ func (c *Config) ValidateFor(need Needs) error {
 	if c.Kafka.MetadataMaxAge < time.Second {
 		bad("kafka.metadata_max_age", c.Kafka.MetadataMaxAge.String(), "a duration of at least 1s, e.g. 5m")
 	}
+}
+
+// validateKafkaSASL checks that the SASL mechanism has the credentials it needs.
+func (c *Config) validateKafkaSASL(bad func(key, value, allowed string)) {
 	switch sa := c.Kafka.SASL; strings.ToUpper(sa.Mechanism) {
 	case "":
 	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
@@ -1158,6 +1188,10 @@ func (c *Config) ValidateFor(need Needs) error {
 	default:
 		bad("kafka.sasl.mechanism", c.Kafka.SASL.Mechanism, "empty, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM")
 	}
+}
+
+// validateKafkaTLS checks that the TLS key material comes in consistent pairs.
+func (c *Config) validateKafkaTLS(bad func(key, value, allowed string)) {
 	tl := c.Kafka.TLS
 	if (tl.CertFile == "") != (tl.KeyFile == "") {
 		bad("kafka.tls.cert_file", tl.CertFile, "cert_file and key_file go together")
@@ -1171,6 +1205,10 @@ func (c *Config) ValidateFor(need Needs) error {
 	if tl.KeystorePassword != "" && tl.KeystoreFile == "" {
 		bad("kafka.tls.keystore_password", RedactedValue, "only with kafka.tls.keystore_file")
 	}
+}
+
+// validateDelivery checks the in-flight limits and the delivery mode's transaction settings.
+func (c *Config) validateDelivery(bad func(key, value, allowed string)) {
 	if c.Pipeline.MaxInFlightEvents < 1 {
 		bad("pipeline.max_inflight_events", strconv.Itoa(c.Pipeline.MaxInFlightEvents), "at least 1")
 	}
@@ -1198,6 +1236,10 @@ func (c *Config) ValidateFor(need Needs) error {
 	default:
 		bad("delivery.mode", c.Delivery.Mode, "at-least-once or exactly-once")
 	}
+}
+
+// validatePoisonAndOutbox checks the poison-row, recovery and outbox-pruning settings.
+func (c *Config) validatePoisonAndOutbox(bad func(key, value, allowed string)) {
 	if c.Poison.MaxAttempts < 1 {
 		bad("poison.max_attempts", strconv.Itoa(c.Poison.MaxAttempts), "at least 1")
 	}
@@ -1224,6 +1266,10 @@ func (c *Config) ValidateFor(need Needs) error {
 	if c.Outbox.PruneBatch < 1 || c.Outbox.PruneBatch > 100000 {
 		bad("outbox.prune_batch", strconv.Itoa(c.Outbox.PruneBatch), "1 to 100000 rows per delete transaction")
 	}
+}
+
+// validateHTTPAndLog checks the listen address and the log settings.
+func (c *Config) validateHTTPAndLog(bad func(key, value, allowed string)) {
 	if c.HTTP.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
 			bad("http.listen", c.HTTP.Listen, "host:port or :port, or empty to disable")
@@ -1239,7 +1285,6 @@ func (c *Config) ValidateFor(need Needs) error {
 	default:
 		bad("log.format", c.Log.Format, "text or json")
 	}
-	return errors.Join(errs...)
 }
 
 var (
