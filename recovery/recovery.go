@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/redact"
@@ -158,28 +159,9 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, redact.Error(fmt.Errorf("connect to postgres.url: %w", err))
 	}
 	defer side.Close(context.Background())
-	table, err := replication.ResolveTable(ctx, side, cfg.Postgres.Table)
-	if err != nil {
+	rc := &recovery{r: r, cfg: cfg, log: log, opts: opts, name: name, eos: eos, rep: rep, side: side}
+	if err := rc.loadPosition(ctx); err != nil {
 		return rep, err
-	}
-	rep.Table = table.String()
-	if cfg.Mapping.Profile != config.ProfileWalpost {
-		return rep, fmt.Errorf("walpost recover reads walpost's outbox layout only; mapping.profile (WALPOST_MAPPING_PROFILE) is %q: recover the gap by hand (see the README runbook, \"Slot lost\")", cfg.Mapping.Profile)
-	}
-	if err := replication.CheckColumns(ctx, side, table, replication.Columns{}); err != nil {
-		return rep, err
-	}
-	if err := replication.CheckPublication(ctx, side, cfg.Postgres.Publication, table); err != nil {
-		return rep, err
-	}
-	store := position.NewStore(side)
-	row, found, err := store.Load(ctx, name)
-	if err != nil {
-		return rep, err
-	}
-	rep.Old, rep.HadRow = row, found
-	if !found && opts.Since.IsZero() {
-		return rep, fmt.Errorf("%w: no position is recorded for slot %q in %s, so where the gap starts is unknown: give --since TIME (RFC 3339, or a duration such as 2h for that long ago), the commit time from which outbox rows are sent again", ErrRefused, name, position.Table)
 	}
 
 	repl, err := replication.ConnectReplication(ctx, cfg.Postgres.URL)
@@ -187,142 +169,187 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 		return rep, redact.Error(fmt.Errorf("replication connection: %w", replication.Explain(err, name, cfg.Postgres.Publication)))
 	}
 	defer repl.Close(context.Background())
-	id, err := position.Identify(ctx, repl)
-	if err != nil {
+	if err := rc.checkSlot(ctx, repl); err != nil {
 		return rep, err
 	}
+	if err := rc.plan(ctx); err != nil {
+		return rep, err
+	}
+
+	if opts.DryRun {
+		if err := scan(ctx, side, rc.q, rc.args, rep, rc.last, 0, nil); err != nil {
+			return rep, err
+		}
+		return rep, nil
+	}
+	return rep, rc.recover(ctx, repl)
+}
+
+// recovery is the state one Run shares between its steps.
+type recovery struct {
+	r    *Recoverer
+	cfg  *config.Config
+	log  *slog.Logger
+	opts Options
+	name string
+	eos  bool
+	rep  *Report
+	side *pgx.Conn
+
+	table replication.TableName
+	store *position.Store
+	row   position.Row
+	found bool
+	id    position.Identity
+	// drop: the existing slot is unusable and is dropped before the new one is created.
+	drop bool
+	// last is the recorded last commit; q and args select the gap's rows.
+	last time.Time
+	q    string
+	args []any
+}
+
+// loadPosition checks the outbox table and loads the slot's recorded position.
+func (rc *recovery) loadPosition(ctx context.Context) error {
+	cfg, rep, side := rc.cfg, rc.rep, rc.side
+	table, err := replication.ResolveTable(ctx, side, cfg.Postgres.Table)
+	if err != nil {
+		return err
+	}
+	rc.table = table
+	rep.Table = table.String()
+	if cfg.Mapping.Profile != config.ProfileWalpost {
+		return fmt.Errorf("walpost recover reads walpost's outbox layout only; mapping.profile (WALPOST_MAPPING_PROFILE) is %q: recover the gap by hand (see the README runbook, \"Slot lost\")", cfg.Mapping.Profile)
+	}
+	if err := replication.CheckColumns(ctx, side, table, replication.Columns{}); err != nil {
+		return err
+	}
+	if err := replication.CheckPublication(ctx, side, cfg.Postgres.Publication, table); err != nil {
+		return err
+	}
+	rc.store = position.NewStore(side)
+	row, found, err := rc.store.Load(ctx, rc.name)
+	if err != nil {
+		return err
+	}
+	rc.row, rc.found = row, found
+	rep.Old, rep.HadRow = row, found
+	if !found && rc.opts.Since.IsZero() {
+		return fmt.Errorf("%w: no position is recorded for slot %q in %s, so where the gap starts is unknown: give --since TIME (RFC 3339, or a duration such as 2h for that long ago), the commit time from which outbox rows are sent again", ErrRefused, rc.name, position.Table)
+	}
+	return nil
+}
+
+// checkSlot identifies the server and decides whether the existing slot is recovered.
+func (rc *recovery) checkSlot(ctx context.Context, repl *pgconn.PgConn) error {
+	rep, name, row, found := rc.rep, rc.name, rc.row, rc.found
+	id, err := position.Identify(ctx, repl)
+	if err != nil {
+		return err
+	}
+	rc.id = id
 	rep.Server = id
-	if found && row.SystemID != id.SystemID && !opts.AllowOtherSystem {
-		return rep, fmt.Errorf("%w: postgres.url reaches %s, but the position of slot %q was recorded on system identifier %d (%s). If postgres.url is wrong, correct it. If the database really moved here (a restore, pg_upgrade), the recorded LSN means nothing on this server: run walpost recover --allow-other-system, which re-sends the rows committed after the recorded commit time",
+	if found && row.SystemID != id.SystemID && !rc.opts.AllowOtherSystem {
+		return fmt.Errorf("%w: postgres.url reaches %s, but the position of slot %q was recorded on system identifier %d (%s). If postgres.url is wrong, correct it. If the database really moved here (a restore, pg_upgrade), the recorded LSN means nothing on this server: run walpost recover --allow-other-system, which re-sends the rows committed after the recorded commit time",
 			ErrRefused, id, name, row.SystemID, row.Last())
 	}
 
-	slot, err := replication.ReadSlot(ctx, side, name)
+	slot, err := replication.ReadSlot(ctx, rc.side, name)
 	if err != nil {
-		return rep, err
+		return err
 	}
-	drop := false
 	switch {
 	case !slot.Exists:
 		rep.SlotState = "missing"
 	case slot.Active:
-		return rep, fmt.Errorf("%w: slot %q is in use by PostgreSQL backend pid %d: stop the process streaming from it first", ErrRefused, name, slot.ActivePID)
+		return fmt.Errorf("%w: slot %q is in use by PostgreSQL backend pid %d: stop the process streaming from it first", ErrRefused, name, slot.ActivePID)
 	case slot.Invalidated():
-		rep.SlotState, drop = strings.TrimPrefix(slot.InvalidatedWhy(), "was "), true
+		rep.SlotState, rc.drop = strings.TrimPrefix(slot.InvalidatedWhy(), "was "), true
 	case found && !row.RecoveringSince.IsZero():
-		rep.SlotState, drop = fmt.Sprintf("left by a recovery started at %s that did not finish", row.RecoveringSince.UTC().Format(time.RFC3339)), true
+		rep.SlotState, rc.drop = fmt.Sprintf("left by a recovery started at %s that did not finish", row.RecoveringSince.UTC().Format(time.RFC3339)), true
 	default:
-		return rep, fmt.Errorf("%w: slot %q exists and is usable (confirmed_flush_lsn %s, wal_status %s): walpost run streams from it, there is no gap to close. To re-send from an earlier time anyway, drop the slot first (SELECT pg_drop_replication_slot('%s')) with walpost stopped",
+		return fmt.Errorf("%w: slot %q exists and is usable (confirmed_flush_lsn %s, wal_status %s): walpost run streams from it, there is no gap to close. To re-send from an earlier time anyway, drop the slot first (SELECT pg_drop_replication_slot('%s')) with walpost stopped",
 			ErrNothingToRecover, name, slot.ConfirmedFlush, slot.WALStatus, name)
 	}
+	return nil
+}
 
+// plan chooses the gap's window and builds the query that selects its rows.
+func (rc *recovery) plan(ctx context.Context) error {
+	side, rep, row := rc.side, rc.rep, rc.row
 	var commitTS bool
 	if err := side.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp') = 'on'`).Scan(&commitTS); err != nil {
-		return rep, fmt.Errorf("read track_commit_timestamp: %w", err)
+		return fmt.Errorf("read track_commit_timestamp: %w", err)
 	}
-	last := row.LastCommit
+	rc.last = row.LastCommit
 	// A snapshot says something only about the system it was taken on,
 	// and only when the server's transactions are not behind it (a
 	// restore to an earlier point).
 	if row.Snapshot != "" {
 		var ahead bool
 		err := side.QueryRow(ctx, `SELECT pg_snapshot_xmax($1::pg_snapshot) > pg_snapshot_xmax(pg_current_snapshot())`, row.Snapshot).Scan(&ahead)
-		if !snapshotUsable(row, id, err == nil && !ahead) {
+		if !snapshotUsable(row, rc.id, err == nil && !ahead) {
 			row.Snapshot, row.NextSnapshot = "", ""
 		}
 	}
-	rep.By, rep.CommitFrom, rep.CreatedFrom = window(row, opts.Since, commitTS, cfg.Recover.Margin)
+	rep.By, rep.CommitFrom, rep.CreatedFrom = window(row, rc.opts.Since, commitTS, rc.cfg.Recover.Margin)
 	if rep.By == BySnapshot {
 		rep.SnapshotFrom, rep.SnapshotLSN, rep.maybeFrom = row.Snapshot, row.SnapshotLSN, row.NextSnapshot
 	}
-	if drop && opts.DryRun {
+	if rc.drop && rc.opts.DryRun {
 		rep.SlotState += ": would be dropped and created again"
-	} else if drop {
+	} else if rc.drop {
 		rep.SlotState += ": dropped and created again"
 	}
-	cols, err := replication.TableColumns(ctx, side, table)
+	cols, err := replication.TableColumns(ctx, side, rc.table)
 	if err != nil {
-		return rep, fmt.Errorf("read columns of %s: %w", table, err)
+		return fmt.Errorf("read columns of %s: %w", rc.table, err)
 	}
-	q, args := selection(table, cols, commitTS, rep)
+	rc.q, rc.args = selection(rc.table, cols, commitTS, rep)
+	return nil
+}
 
-	if opts.DryRun {
-		if err := scan(ctx, side, q, args, rep, last, 0, nil); err != nil {
-			return rep, err
-		}
-		return rep, nil
-	}
-
+// recover replaces the slot, produces the gap's rows from its snapshot and records the new position.
+func (rc *recovery) recover(ctx context.Context, repl *pgconn.PgConn) error {
+	cfg, log, rep, name, id, store := rc.cfg, rc.log, rc.rep, rc.name, rc.id, rc.store
 	var txs *kafka.Sink
-	if eos {
+	if rc.eos {
 		// Before anything is changed: Kafka or the checkpoint topic being
 		// unusable fails the run here.
+		var err error
 		if txs, err = openTxn(ctx, cfg, id, log); err != nil {
-			return rep, fmt.Errorf("exactly-once: %w; nothing was changed", err)
+			return fmt.Errorf("exactly-once: %w; nothing was changed", err)
 		}
 		defer txs.Close()
-		if err := setTableTypes(ctx, side, table, cfg.Mapping, txs); err != nil {
-			return rep, fmt.Errorf("exactly-once: %w; nothing was changed", err)
+		if err := setTableTypes(ctx, rc.side, rc.table, cfg.Mapping, txs); err != nil {
+			return fmt.Errorf("exactly-once: %w; nothing was changed", err)
 		}
 		rep.CheckpointTopic = cfg.Kafka.CheckpointTopic
 	}
-	if !found {
-		// A row to mark: without one, a recovery that stopped after
-		// creating the slot would look like a first install to walpost run.
-		if err := store.Reset(ctx, position.Row{Slot: name, Identity: id}); err != nil {
-			return rep, err
-		}
+	if err := rc.markRecovering(ctx); err != nil {
+		return err
 	}
-	if err := store.MarkRecovering(ctx, name); err != nil {
-		return rep, err
-	}
-	if drop {
-		if _, err := side.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name); err != nil {
-			return rep, fmt.Errorf("drop slot %q: %w", name, replication.Explain(err, name, cfg.Postgres.Publication))
-		}
-		log.Info("dropped the unusable slot", "slot", name, "state", rep.SlotState)
-	}
-	// The slot's consistent point and the snapshot are one instant: rows
-	// committed before it are visible in the snapshot, later ones are
-	// streamed by the slot. The replication connection must run nothing
-	// else until the snapshot is imported and read.
-	created, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	cp, err := rc.createSlot(ctx, repl)
 	if err != nil {
-		return rep, fmt.Errorf("create slot %q with an exported snapshot: %w", name, replication.Explain(err, name, cfg.Postgres.Publication))
+		return err
 	}
-	cp, err := pglogrepl.ParseLSN(created.ConsistentPoint)
-	if err != nil {
-		return rep, fmt.Errorf("create slot %q: consistent point %q: %w", name, created.ConsistentPoint, err)
-	}
-	rep.Snapshot = created.SnapshotName
-	log.Info("created the slot with an exported snapshot", "slot", name, "lsn", cp.String(), "snapshot", created.SnapshotName)
 
-	tx, err := side.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	tx, err := rc.side.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return rep, fmt.Errorf("begin the snapshot transaction: %w", err)
+		return fmt.Errorf("begin the snapshot transaction: %w", err)
 	}
 	defer tx.Rollback(context.Background())
-	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(created.SnapshotName, "'", "''")+`'`); err != nil {
-		return rep, fmt.Errorf("import snapshot %s: %w", created.SnapshotName, err)
+	snapAt, snapshot, err := importSnapshot(ctx, tx, rep.Snapshot)
+	if err != nil {
+		return err
 	}
-	// The created_at header is rendered from PostgreSQL's ISO text in UTC,
-	// as on the replication connection.
-	if _, err := tx.Exec(ctx, `SET LOCAL DateStyle = 'ISO'; SET LOCAL TimeZone = 'UTC'`); err != nil {
-		return rep, err
-	}
-	var snapAt time.Time
-	var snapshot string
-	if err := tx.QueryRow(ctx, `SELECT now(), pg_current_snapshot()::text`).Scan(&snapAt, &snapshot); err != nil {
-		return rep, err
-	}
-	p := &producer{sink: r.Sink, max: r.MaxInFlight}
+	p := &producer{sink: rc.r.Sink, max: rc.r.MaxInFlight}
 	if p.max <= 0 {
 		p.max = cfg.Pipeline.MaxInFlightEvents
 	}
 	p.init()
 	emit, finish := p.produce, p.wait
-	if eos {
+	if rc.eos {
 		// The last transaction commits the checkpoint at the new
 		// position, before the row is reset to it.
 		p.sink = txs
@@ -336,15 +363,15 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 			return err
 		}
 	}
-	if err := scan(ctx, tx, q, args, rep, last, cp, emit); err != nil {
-		return rep, err
+	if err := scan(ctx, tx, rc.q, rc.args, rep, rc.last, cp, emit); err != nil {
+		return err
 	}
 	if err := finish(ctx); err != nil {
-		return rep, fmt.Errorf("%w; nothing is recorded: slot %q stays marked in %s and walpost run refuses it; fix the cause and run walpost recover again", err, name, position.Table)
+		return fmt.Errorf("%w; nothing is recorded: slot %q stays marked in %s and walpost run refuses it; fix the cause and run walpost recover again", err, name, position.Table)
 	}
 	rep.Produced = p.acked
 	if err := tx.Commit(ctx); err != nil {
-		return rep, fmt.Errorf("end the snapshot transaction: %w", err)
+		return fmt.Errorf("end the snapshot transaction: %w", err)
 	}
 	// Everything committed before the consistent point is in Kafka: that
 	// is the new position, and the snapshot's start bounds its commits.
@@ -352,10 +379,71 @@ func (r *Recoverer) Run(ctx context.Context, opts Options) (*Report, error) {
 	// shows is in Kafka now, the others are the slot's to stream.
 	rep.New = position.Row{Slot: name, Identity: id, LSN: cp, LastCommit: snapAt, Snapshot: snapshot, SnapshotLSN: cp}
 	if err := store.Reset(ctx, rep.New); err != nil {
-		return rep, fmt.Errorf("%w; the gap's rows are in Kafka, run walpost recover again to record the position (it sends them once more)", err)
+		return fmt.Errorf("%w; the gap's rows are in Kafka, run walpost recover again to record the position (it sends them once more)", err)
 	}
 	log.Info("recovered the gap", "slot", name, "lsn", cp.String(), "found", rep.Found, "produced", rep.Produced, "resent", rep.Resent, "kafka_transactions", rep.Txns)
-	return rep, nil
+	return nil
+}
+
+// markRecovering marks the position row so walpost run refuses the slot, then drops an unusable slot.
+func (rc *recovery) markRecovering(ctx context.Context) error {
+	name := rc.name
+	if !rc.found {
+		// A row to mark: without one, a recovery that stopped after
+		// creating the slot would look like a first install to walpost run.
+		if err := rc.store.Reset(ctx, position.Row{Slot: name, Identity: rc.id}); err != nil {
+			return err
+		}
+	}
+	if err := rc.store.MarkRecovering(ctx, name); err != nil {
+		return err
+	}
+	if rc.drop {
+		if _, err := rc.side.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, name); err != nil {
+			return fmt.Errorf("drop slot %q: %w", name, replication.Explain(err, name, rc.cfg.Postgres.Publication))
+		}
+		rc.log.Info("dropped the unusable slot", "slot", name, "state", rc.rep.SlotState)
+	}
+	return nil
+}
+
+// createSlot creates the slot with an exported snapshot and returns its consistent point.
+func (rc *recovery) createSlot(ctx context.Context, repl *pgconn.PgConn) (pglogrepl.LSN, error) {
+	name := rc.name
+	// The slot's consistent point and the snapshot are one instant: rows
+	// committed before it are visible in the snapshot, later ones are
+	// streamed by the slot. The replication connection must run nothing
+	// else until the snapshot is imported and read.
+	created, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+	if err != nil {
+		return 0, fmt.Errorf("create slot %q with an exported snapshot: %w", name, replication.Explain(err, name, rc.cfg.Postgres.Publication))
+	}
+	cp, err := pglogrepl.ParseLSN(created.ConsistentPoint)
+	if err != nil {
+		return 0, fmt.Errorf("create slot %q: consistent point %q: %w", name, created.ConsistentPoint, err)
+	}
+	rc.rep.Snapshot = created.SnapshotName
+	rc.log.Info("created the slot with an exported snapshot", "slot", name, "lsn", cp.String(), "snapshot", created.SnapshotName)
+	return cp, nil
+}
+
+// importSnapshot makes tx read the exported snapshot and returns its time and its pg_current_snapshot.
+func importSnapshot(ctx context.Context, tx pgx.Tx, name string) (time.Time, string, error) {
+	var snapAt time.Time
+	var snapshot string
+	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(name, "'", "''")+`'`); err != nil {
+		return snapAt, snapshot, fmt.Errorf("import snapshot %s: %w", name, err)
+	}
+	// The created_at header is rendered from PostgreSQL's ISO text in UTC,
+	// as on the replication connection.
+	if _, err := tx.Exec(ctx, `SET LOCAL DateStyle = 'ISO'; SET LOCAL TimeZone = 'UTC'`); err != nil {
+		return snapAt, snapshot, err
+	}
+	if err := tx.QueryRow(ctx, `SELECT now(), pg_current_snapshot()::text`).Scan(&snapAt, &snapshot); err != nil {
+		return snapAt, snapshot, err
+	}
+	return snapAt, snapshot, nil
 }
 
 // snapshotUsable says whether row's recorded snapshot may choose the gap's
