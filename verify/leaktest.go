@@ -188,14 +188,9 @@ func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
 	}
 
 	// PostgreSQL: the outbox table as walpost resolves it.
-	pcfg, err := replication.PoolConfig(l.PostgresURL)
+	pool, err := l.openPool(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	pcfg.MaxConns = int32(l.Writers + 1)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
+		return nil, err
 	}
 	defer pool.Close()
 	table, err := resolveTable(ctx, pool, l.Table)
@@ -206,20 +201,9 @@ func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
 
 	// The consumer starts before the first write, at the offsets taken above.
 	prefix := l.Prefix()
-	parts := map[int32]kgo.Offset{}
-	for p, o := range starts {
-		parts[p] = kgo.NewOffset().At(o)
-	}
-	ready := newFetchReady(ctx, kadm.NewClient(admCl), l.Topic)
-	isolation := kgo.ReadUncommitted()
-	if l.Isolation == IsolationReadCommitted {
-		isolation = kgo.ReadCommitted()
-	}
-	cons, err := l.kafkaClient("walpost-verify",
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{l.Topic: parts}),
-		kgo.FetchMaxWait(100*time.Millisecond), kgo.WithHooks(ready), kgo.FetchIsolationLevel(isolation))
+	cons, ready, err := l.consumer(ctx, admCl, starts)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: %w", err)
+		return nil, err
 	}
 	defer cons.Close()
 	cctx, ccancel := context.WithCancel(context.Background())
@@ -242,6 +226,73 @@ func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
 	// Writers.
 	l.phase.Store("writing")
 	ws := &writeState{commits: map[string]time.Time{}}
+	writeStart := time.Now()
+	writeErr := l.write(ctx, pool, insertSQL, prefix, ws)
+	writesDone := time.Now()
+	res := &Result{
+		RunID: l.RunID, Table: table, Topic: l.Topic, Events: l.Events, Writers: l.Writers,
+		MaxTxnSize: l.MaxTxnSize, PayloadBytes: l.PayloadBytes, WriteElapsed: Millis(writesDone.Sub(writeStart)),
+		Timeout: Millis(l.Timeout),
+	}
+	if writeErr != nil {
+		ccancel()
+		<-consDone
+		l.cleanup(pool, table, ws.expected, res)
+		return nil, fmt.Errorf("postgres: write to %s: %w", table, writeErr)
+	}
+
+	// Wait for delivery.
+	l.phase.Store("waiting")
+	l.awaitDelivery(ctx, int64(len(ws.expected)), res)
+	ccancel()
+	<-consDone
+	if ctx.Err() != nil {
+		res.Interrupted = true
+	}
+	res.Elapsed = Millis(time.Since(start))
+	l.phase.Store("cleaning up")
+	l.cleanup(pool, table, ws.expected, res)
+
+	l.summarise(res, ws, cs, starts)
+	return res, nil
+}
+
+// openPool opens the pool of the writers and of the cleanup.
+func (l *LeakTest) openPool(ctx context.Context) (*pgxpool.Pool, error) {
+	pcfg, err := replication.PoolConfig(l.PostgresURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	pcfg.MaxConns = int32(l.Writers + 1)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return pool, nil
+}
+
+// consumer is the topic's consumer from the offsets starts, with the hook that tells when its fetches reach the brokers.
+func (l *LeakTest) consumer(ctx context.Context, admCl *kgo.Client, starts map[int32]int64) (*kgo.Client, *fetchReady, error) {
+	parts := map[int32]kgo.Offset{}
+	for p, o := range starts {
+		parts[p] = kgo.NewOffset().At(o)
+	}
+	ready := newFetchReady(ctx, kadm.NewClient(admCl), l.Topic)
+	isolation := kgo.ReadUncommitted()
+	if l.Isolation == IsolationReadCommitted {
+		isolation = kgo.ReadCommitted()
+	}
+	cons, err := l.kafkaClient("walpost-verify",
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{l.Topic: parts}),
+		kgo.FetchMaxWait(100*time.Millisecond), kgo.WithHooks(ready), kgo.FetchIsolationLevel(isolation))
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka: %w", err)
+	}
+	return cons, ready, nil
+}
+
+// write runs the writers until l.Events events are committed and returns the first write error.
+func (l *LeakTest) write(ctx context.Context, pool *pgxpool.Pool, insertSQL, prefix string, ws *writeState) error {
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
 	var claimed atomic.Int64
@@ -250,7 +301,6 @@ func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
 	var errOnce sync.Once
 	payload := l.Payload()
 	seed := mrand.Uint64()
-	writeStart := time.Now()
 	for w := 0; w < l.Writers; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -275,27 +325,15 @@ func (l *LeakTest) Run(ctx context.Context) (*Result, error) {
 		}(w)
 	}
 	wg.Wait()
-	writesDone := time.Now()
-	res := &Result{
-		RunID: l.RunID, Table: table, Topic: l.Topic, Events: l.Events, Writers: l.Writers,
-		MaxTxnSize: l.MaxTxnSize, PayloadBytes: l.PayloadBytes, WriteElapsed: Millis(writesDone.Sub(writeStart)),
-		Timeout: Millis(l.Timeout),
-	}
-	if writeErr != nil {
-		ccancel()
-		<-consDone
-		l.cleanup(pool, table, ws.expected, res)
-		return nil, fmt.Errorf("postgres: write to %s: %w", table, writeErr)
-	}
+	return writeErr
+}
 
-	// Wait for delivery.
-	l.phase.Store("waiting")
-	written := int64(len(ws.expected))
+// awaitDelivery waits until written events arrived and settled, the timeout passed or ctx ended.
+func (l *LeakTest) awaitDelivery(ctx context.Context, written int64, res *Result) {
 	deadline := time.NewTimer(l.Timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-wait:
 	for {
 		if l.delivered.Load() >= written {
 			// Everything arrived; keep reading a moment for duplicates.
@@ -304,29 +342,18 @@ wait:
 			case <-time.After(l.Settle):
 			case <-ctx.Done():
 			}
-			break
+			return
 		}
 		select {
 		case <-ctx.Done():
 			res.Interrupted = true
-			break wait
+			return
 		case <-deadline.C:
 			res.TimedOut = true
-			break wait
+			return
 		case <-tick.C:
 		}
 	}
-	ccancel()
-	<-consDone
-	if ctx.Err() != nil {
-		res.Interrupted = true
-	}
-	res.Elapsed = Millis(time.Since(start))
-	l.phase.Store("cleaning up")
-	l.cleanup(pool, table, ws.expected, res)
-
-	l.summarise(res, ws, cs, starts)
-	return res, nil
 }
 
 // kafkaClient is a client of the seed brokers with client id id, then
