@@ -10,32 +10,56 @@ import (
 // WriteText writes r for people: one section per part, "-" for what could
 // not be read, and the notes last.
 func (r *Report) WriteText(w io.Writer) error {
-	var b strings.Builder
-	line := func(label, value string) { fmt.Fprintf(&b, "  %-14s %s\n", label+":", value) }
-	orDash := func(s *string) string {
-		if s == nil || *s == "" {
-			return "-"
-		}
-		return *s
-	}
-	errLine := func(e *string) {
-		if e != nil {
-			line("error", *e)
-		}
-	}
+	var t textWriter
+	t.postgres(r.Postgres)
+	t.slot(r.Slot)
+	t.publication(r.Publication)
+	t.outbox(r.Outbox, r.Poison)
+	t.kafka(r.Kafka)
+	t.notes(r.Notes)
+	_, err := io.WriteString(w, t.b.String())
+	return err
+}
 
-	fmt.Fprintf(&b, "postgres %s\n", r.Postgres.Database)
-	line("version", r.Postgres.Version)
-	cur := orDash(r.Postgres.CurrentWALLSN)
-	if r.Postgres.InRecovery {
+// textWriter builds the text report: a header line per section, then indented "label: value" lines.
+type textWriter struct {
+	b strings.Builder
+}
+
+// line writes one aligned "label: value" line of a section.
+func (t *textWriter) line(label, value string) { fmt.Fprintf(&t.b, "  %-14s %s\n", label+":", value) }
+
+// errLine writes the section's error, if it has one.
+func (t *textWriter) errLine(e *string) {
+	if e != nil {
+		t.line("error", *e)
+	}
+}
+
+// orDash is *s, or "-" for what could not be read.
+func orDash(s *string) string {
+	if s == nil || *s == "" {
+		return "-"
+	}
+	return *s
+}
+
+// postgres writes the server section.
+func (t *textWriter) postgres(pg Postgres) {
+	fmt.Fprintf(&t.b, "postgres %s\n", pg.Database)
+	t.line("version", pg.Version)
+	cur := orDash(pg.CurrentWALLSN)
+	if pg.InRecovery {
 		cur += " (standby: last replayed)"
 	}
-	line("current WAL", cur)
+	t.line("current WAL", cur)
+}
 
-	s := r.Slot
-	fmt.Fprintf(&b, "slot %s\n", s.Name)
+// slot writes the replication slot section, with its standbys.
+func (t *textWriter) slot(s Slot) {
+	fmt.Fprintf(&t.b, "slot %s\n", s.Name)
 	if !s.Exists {
-		line("exists", "no")
+		t.line("exists", "no")
 	} else {
 		active := "no"
 		if s.Active != nil && *s.Active {
@@ -44,18 +68,18 @@ func (r *Report) WriteText(w io.Writer) error {
 				active += fmt.Sprintf(" (pid %d)", *s.ActivePID)
 			}
 		}
-		line("active", active)
-		line("plugin", orDash(s.Plugin))
-		line("confirmed LSN", orDash(s.ConfirmedFlushLSN))
-		line("restart LSN", orDash(s.RestartLSN))
-		line("lag", formatBytes(s.LagBytes))
-		line("retained WAL", formatBytes(s.RetainedWALBytes))
-		line("wal_status", orDash(s.WALStatus))
+		t.line("active", active)
+		t.line("plugin", orDash(s.Plugin))
+		t.line("confirmed LSN", orDash(s.ConfirmedFlushLSN))
+		t.line("restart LSN", orDash(s.RestartLSN))
+		t.line("lag", formatBytes(s.LagBytes))
+		t.line("retained WAL", formatBytes(s.RetainedWALBytes))
+		t.line("wal_status", orDash(s.WALStatus))
 		safe := formatBytes(s.SafeWALSizeBytes)
 		if s.SafeWALSizeBytes == nil && s.SafeWALUnlimited && deref(s.WALStatus) != "lost" {
 			safe = "unlimited (max_slot_wal_keep_size = -1)"
 		}
-		line("safe WAL size", safe)
+		t.line("safe WAL size", safe)
 		if s.Failover != nil {
 			failover := "no"
 			if *s.Failover {
@@ -64,7 +88,7 @@ func (r *Report) WriteText(w io.Writer) error {
 			if s.Synced != nil && *s.Synced {
 				failover += " (synced copy on this standby)"
 			}
-			line("failover", failover)
+			t.line("failover", failover)
 		}
 		for _, sb := range s.Standbys {
 			state := sb.State
@@ -73,13 +97,15 @@ func (r *Report) WriteText(w io.Writer) error {
 			} else {
 				state += " (failover not yet protected)"
 			}
-			line("standby "+sb.Standby, state)
+			t.line("standby "+sb.Standby, state)
 		}
 	}
-	errLine(s.Error)
+	t.errLine(s.Error)
+}
 
-	p := r.Publication
-	fmt.Fprintf(&b, "publication %s\n", p.Name)
+// publication writes the publication section.
+func (t *textWriter) publication(p Publication) {
+	fmt.Fprintf(&t.b, "publication %s\n", p.Name)
 	if p.Exists {
 		tables := strings.Join(p.Tables, ", ")
 		if p.AllTables != nil && *p.AllTables {
@@ -87,40 +113,43 @@ func (r *Report) WriteText(w io.Writer) error {
 		} else if tables == "" {
 			tables = "(none)"
 		}
-		line("tables", tables)
+		t.line("tables", tables)
 		ops := strings.Join(p.Operations, ", ")
 		if ops == "" {
 			ops = "(none)"
 		}
-		line("operations", ops)
+		t.line("operations", ops)
 	} else {
-		line("exists", "no")
+		t.line("exists", "no")
 	}
-	errLine(p.Error)
+	t.errLine(p.Error)
+}
 
-	o := r.Outbox
-	fmt.Fprintf(&b, "outbox %s\n", o.Table)
+// outbox writes the outbox and poison table sections.
+func (t *textWriter) outbox(o Outbox, pz Poison) {
+	fmt.Fprintf(&t.b, "outbox %s\n", o.Table)
 	est := "-"
 	if o.RowEstimate != nil {
 		est = fmt.Sprintf("~%d (estimate from %s)", *o.RowEstimate, orDash(o.RowEstimateSource))
 	}
-	line("rows", est)
-	errLine(o.Error)
+	t.line("rows", est)
+	t.errLine(o.Error)
 
-	pz := r.Poison
-	fmt.Fprintf(&b, "poison %s\n", pz.Table)
-	line("pending", formatInt(pz.Pending))
-	line("replayed", formatInt(pz.Replayed))
-	errLine(pz.Error)
+	fmt.Fprintf(&t.b, "poison %s\n", pz.Table)
+	t.line("pending", formatInt(pz.Pending))
+	t.line("replayed", formatInt(pz.Replayed))
+	t.errLine(pz.Error)
+}
 
-	k := r.Kafka
-	fmt.Fprintf(&b, "kafka topic %s\n", k.Topic)
-	line("brokers", strings.Join(k.Brokers, ","))
+// kafka writes the topic section.
+func (t *textWriter) kafka(k Kafka) {
+	fmt.Fprintf(&t.b, "kafka topic %s\n", k.Topic)
+	t.line("brokers", strings.Join(k.Brokers, ","))
 	parts := "-"
 	if k.Partitions != nil {
 		parts = strconv.Itoa(*k.Partitions)
 	}
-	line("partitions", parts)
+	t.line("partitions", parts)
 	if len(k.EndOffsets) > 0 {
 		var offs []string
 		for _, po := range k.EndOffsets {
@@ -130,20 +159,21 @@ func (r *Report) WriteText(w io.Writer) error {
 		if k.EndOffsetSum != nil {
 			sum = fmt.Sprintf(" (sum %d)", *k.EndOffsetSum)
 		}
-		line("end offsets", strings.Join(offs, " ")+sum)
+		t.line("end offsets", strings.Join(offs, " ")+sum)
 	} else {
-		line("end offsets", "-")
+		t.line("end offsets", "-")
 	}
-	errLine(k.Error)
+	t.errLine(k.Error)
+}
 
-	if len(r.Notes) > 0 {
-		fmt.Fprintln(&b, "notes")
-		for _, n := range r.Notes {
-			fmt.Fprintf(&b, "  - %s\n", n)
+// notes writes the notes, last.
+func (t *textWriter) notes(notes []string) {
+	if len(notes) > 0 {
+		fmt.Fprintln(&t.b, "notes")
+		for _, n := range notes {
+			fmt.Fprintf(&t.b, "  - %s\n", n)
 		}
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
 
 func formatInt(n *int64) string {
