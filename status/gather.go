@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -77,12 +78,40 @@ func gatherPostgres(ctx context.Context, cfg *config.Config, r *Report) error {
 	}
 	r.Postgres = Postgres{Database: srv.Database, Version: srv.Version, InRecovery: srv.InRecovery, CurrentWALLSN: srv.CurrentWALLSN}
 
-	note := func(format string, args ...any) {
-		r.Notes = append(r.Notes, redact.String(fmt.Sprintf(format, args...)))
-	}
-	errStr := func(err error) *string { s := redact.String(err.Error()); return &s }
+	gatherSlot(ctx, cctx, conn, cfg, r)
 
-	// Slot.
+	// Outbox table, then the publication (checked against it).
+	r.Outbox.Table = cfg.Postgres.Table
+	table, err := replication.ResolveTable(cctx, conn, cfg.Postgres.Table)
+	tableOK := err == nil
+	if err != nil {
+		r.Outbox.Error = errStr(err)
+	} else {
+		r.Outbox.Table = table.Schema + "." + table.Name
+		readOutbox(cctx, conn, table, &r.Outbox)
+	}
+
+	r.Publication = readPublication(cctx, conn, cfg.Postgres.Publication)
+	if r.Publication.Exists && r.Publication.Error == nil && tableOK {
+		if err := replication.CheckPublication(cctx, conn, cfg.Postgres.Publication, table); err != nil {
+			r.note("publication: %s", err)
+		}
+	}
+
+	gatherPoison(cctx, conn, pool, cfg, r)
+	return nil
+}
+
+// note adds a note to r, redacted.
+func (r *Report) note(format string, args ...any) {
+	r.Notes = append(r.Notes, redact.String(fmt.Sprintf(format, args...)))
+}
+
+// errStr is err's message, redacted, for a section's Error.
+func errStr(err error) *string { s := redact.String(err.Error()); return &s }
+
+// gatherSlot fills the slot section, with its copies on the standbys, and notes what is wrong with it.
+func gatherSlot(ctx, cctx context.Context, conn *pgx.Conn, cfg *config.Config, r *Report) {
 	var info replication.SlotInfo
 	r.Slot, info = readSlot(cctx, conn, cfg.Postgres.Slot)
 	r.Slot.Standbys = []StandbySlot{}
@@ -103,40 +132,24 @@ func gatherPostgres(ctx context.Context, cfg *config.Config, r *Report) error {
 			}
 			r.Slot.Standbys = append(r.Slot.Standbys, st)
 			if !s.Protected() && s.State != "unsupported" {
-				note("failover not yet protected: %s", s.Detail())
+				r.note("failover not yet protected: %s", s.Detail())
 			}
 		}
 	}
 	if r.Slot.Exists {
 		if err := replication.CheckSlot(cctx, conn, cfg.Postgres.Slot, info); err != nil {
-			note("slot: %s", err)
+			r.note("slot: %s", err)
 		} else if !info.Active {
-			note("slot: %q is inactive: no walpost is streaming from it, and PostgreSQL keeps its WAL until one does", cfg.Postgres.Slot)
+			r.note("slot: %q is inactive: no walpost is streaming from it, and PostgreSQL keeps its WAL until one does", cfg.Postgres.Slot)
 		}
 		if info.WALStatus == "unreserved" {
-			note("slot: wal_status is unreserved: the slot's WAL exceeds max_slot_wal_keep_size and may be removed at the next checkpoint; the slot is then lost")
+			r.note("slot: wal_status is unreserved: the slot's WAL exceeds max_slot_wal_keep_size and may be removed at the next checkpoint; the slot is then lost")
 		}
 	}
+}
 
-	// Outbox table, then the publication (checked against it).
-	r.Outbox.Table = cfg.Postgres.Table
-	table, err := replication.ResolveTable(cctx, conn, cfg.Postgres.Table)
-	tableOK := err == nil
-	if err != nil {
-		r.Outbox.Error = errStr(err)
-	} else {
-		r.Outbox.Table = table.Schema + "." + table.Name
-		readOutbox(cctx, conn, table, &r.Outbox)
-	}
-
-	r.Publication = readPublication(cctx, conn, cfg.Postgres.Publication)
-	if r.Publication.Exists && r.Publication.Error == nil && tableOK {
-		if err := replication.CheckPublication(cctx, conn, cfg.Postgres.Publication, table); err != nil {
-			note("publication: %s", err)
-		}
-	}
-
-	// Poison table.
+// gatherPoison fills the poison table section and notes quarantined events.
+func gatherPoison(cctx context.Context, conn *pgx.Conn, pool *pgxpool.Pool, cfg *config.Config, r *Report) {
 	r.Poison.Table = cfg.Postgres.PoisonTable
 	if exists, err := replication.TableExists(cctx, conn, cfg.Postgres.PoisonTable); err != nil {
 		r.Poison.Error = errStr(err)
@@ -149,11 +162,10 @@ func gatherPostgres(ctx context.Context, cfg *config.Config, r *Report) error {
 		} else {
 			r.Poison.Pending, r.Poison.Replayed = &pending, &replayed
 			if pending > 0 {
-				note("poison: %d event(s) quarantined and not replayed: see walpost poison list, then walpost poison replay", pending)
+				r.note("poison: %d event(s) quarantined and not replayed: see walpost poison list, then walpost poison replay", pending)
 			}
 		}
 	}
-	return nil
 }
 
 // readSlot reads the slot section and, when the slot exists, the slot as
