@@ -17,19 +17,8 @@ var gooseRE = regexp.MustCompile(`(?i)^--\s*\+goose\s+(.*?)\s*$`)
 // parseFile parses one file into statements. A nil *Error means success.
 func parseFile(a *analysis, name string, raw []byte) (*file, *Error) {
 	f := newFile(name, raw)
-	if i := slices.Index(raw, 0); i >= 0 {
-		return nil, f.errorAt(i, "file contains a NUL byte, which PostgreSQL does not accept in SQL text")
-	}
-	if !utf8.Valid(raw) {
-		i := 0
-		for i < len(raw) {
-			r, n := utf8.DecodeRune(raw[i:])
-			if r == utf8.RuneError && n <= 1 {
-				break
-			}
-			i += n
-		}
-		return nil, f.errorAt(i, "file is not valid UTF-8")
+	if e := checkEncoding(f, raw); e != nil {
+		return nil, e
 	}
 	text := f.src
 	if strings.HasPrefix(text, "\uFEFF") { // a byte-order mark: blank it, keep offsets
@@ -41,31 +30,7 @@ func parseFile(a *analysis, name string, raw []byte) (*file, *Error) {
 	}
 
 	// Comments, and the goose annotations among them.
-	var sectionStarts []int
-	gooseFile, gooseNoTx := false, false
-	var topComments []comment
-	if sc, err := pgquery.Scan(text); err == nil {
-		for _, t := range sc.Tokens {
-			if t.Token != pg.Token_SQL_COMMENT && t.Token != pg.Token_C_COMMENT {
-				continue
-			}
-			start, end := int(t.Start), int(t.End)
-			if start < 0 || end > len(text) || start > end {
-				continue
-			}
-			c := comment{pos: start, text: text[start:end]}
-			topComments = append(topComments, c)
-			if m := gooseRE.FindStringSubmatch(c.text); m != nil {
-				switch strings.ToLower(m[1]) {
-				case "up", "down":
-					gooseFile = true
-					sectionStarts = append(sectionStarts, start)
-				case "no transaction":
-					gooseNoTx = true
-				}
-			}
-		}
-	}
+	topComments, sectionStarts, gooseFile, gooseNoTx := scanComments(text)
 	sectionOf := func(pos int) int {
 		return sort.Search(len(sectionStarts), func(i int) bool { return sectionStarts[i] > pos })
 	}
@@ -84,7 +49,7 @@ func parseFile(a *analysis, name string, raw []byte) (*file, *Error) {
 
 	// Statements, with the transaction state of each section.
 	section := -1
-	inBlock, txn := false, 0
+	var tx txnState
 	for _, raw := range tree.Stmts {
 		loc := int(raw.StmtLocation)
 		end := loc + int(raw.StmtLen)
@@ -99,36 +64,14 @@ func parseFile(a *analysis, name string, raw []byte) (*file, *Error) {
 			section = sec
 			// goose runs each section of a migration in one transaction
 			// unless the file says NO TRANSACTION.
-			inBlock = gooseFile && !gooseNoTx && sec > 0
-			txn = a.newID()
+			tx.inBlock = gooseFile && !gooseNoTx && sec > 0
+			tx.txn = a.newID()
 		}
 		s := &stmt{f: f, node: unwrap(raw.Stmt), pos: pos, end: end, unit: unitOf(section), verbatim: true}
 		if s.node == nil {
 			continue
 		}
-		if ts, ok := s.node.(*pg.TransactionStmt); ok {
-			switch ts.Kind {
-			case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
-				if !inBlock {
-					inBlock, txn = true, a.newID()
-				}
-				s.txn, s.inBlock = txn, true
-			case pg.TransactionStmtKind_TRANS_STMT_COMMIT, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK,
-				pg.TransactionStmtKind_TRANS_STMT_PREPARE:
-				s.txn, s.inBlock = txn, inBlock
-				inBlock, txn = false, a.newID()
-				if ts.Chain {
-					inBlock = true
-				}
-			default:
-				s.txn, s.inBlock = txn, inBlock
-			}
-		} else {
-			if !inBlock {
-				txn = a.newID()
-			}
-			s.txn, s.inBlock = txn, inBlock
-		}
+		tx.assign(a, s)
 		s.nodes = collectNodes(s.node)
 		f.stmts = append(f.stmts, s)
 		if e := a.expandBodies(f, s, text[loc:end], 0); e != nil {
@@ -138,6 +81,87 @@ func parseFile(a *analysis, name string, raw []byte) (*file, *Error) {
 	slices.SortStableFunc(f.stmts, func(x, y *stmt) int { return x.pos - y.pos })
 	slices.SortStableFunc(f.comments, func(x, y comment) int { return x.pos - y.pos })
 	return f, nil
+}
+
+// checkEncoding refuses a file PostgreSQL would not accept as SQL text: a NUL byte or invalid UTF-8.
+func checkEncoding(f *file, raw []byte) *Error {
+	if i := slices.Index(raw, 0); i >= 0 {
+		return f.errorAt(i, "file contains a NUL byte, which PostgreSQL does not accept in SQL text")
+	}
+	if !utf8.Valid(raw) {
+		i := 0
+		for i < len(raw) {
+			r, n := utf8.DecodeRune(raw[i:])
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			i += n
+		}
+		return f.errorAt(i, "file is not valid UTF-8")
+	}
+	return nil
+}
+
+// scanComments returns text's comments, where its goose sections start and whether it is a goose file without transactions.
+func scanComments(text string) (topComments []comment, sectionStarts []int, gooseFile, gooseNoTx bool) {
+	sc, err := pgquery.Scan(text)
+	if err != nil {
+		return nil, nil, false, false
+	}
+	for _, t := range sc.Tokens {
+		if t.Token != pg.Token_SQL_COMMENT && t.Token != pg.Token_C_COMMENT {
+			continue
+		}
+		start, end := int(t.Start), int(t.End)
+		if start < 0 || end > len(text) || start > end {
+			continue
+		}
+		c := comment{pos: start, text: text[start:end]}
+		topComments = append(topComments, c)
+		if m := gooseRE.FindStringSubmatch(c.text); m != nil {
+			switch strings.ToLower(m[1]) {
+			case "up", "down":
+				gooseFile = true
+				sectionStarts = append(sectionStarts, start)
+			case "no transaction":
+				gooseNoTx = true
+			}
+		}
+	}
+	return topComments, sectionStarts, gooseFile, gooseNoTx
+}
+
+// txnState is the transaction the next top-level statement of a file runs in.
+type txnState struct {
+	inBlock bool // inside BEGIN … COMMIT, or a goose section run in one transaction
+	txn     int
+}
+
+// assign gives s its transaction and moves the state past s.
+func (st *txnState) assign(a *analysis, s *stmt) {
+	if ts, ok := s.node.(*pg.TransactionStmt); ok {
+		switch ts.Kind {
+		case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
+			if !st.inBlock {
+				st.inBlock, st.txn = true, a.newID()
+			}
+			s.txn, s.inBlock = st.txn, true
+		case pg.TransactionStmtKind_TRANS_STMT_COMMIT, pg.TransactionStmtKind_TRANS_STMT_ROLLBACK,
+			pg.TransactionStmtKind_TRANS_STMT_PREPARE:
+			s.txn, s.inBlock = st.txn, st.inBlock
+			st.inBlock, st.txn = false, a.newID()
+			if ts.Chain {
+				st.inBlock = true
+			}
+		default:
+			s.txn, s.inBlock = st.txn, st.inBlock
+		}
+		return
+	}
+	if !st.inBlock {
+		st.txn = a.newID()
+	}
+	s.txn, s.inBlock = st.txn, st.inBlock
 }
 
 func collectNodes(m proto.Message) []proto.Message {
