@@ -180,25 +180,9 @@ func (p *Pruner) prune(ctx context.Context, conn *pgx.Conn, opts Options, identi
 	if poisonT, err := replication.ResolveTable(ctx, conn, cfg.Postgres.PoisonTable); err == nil && poisonT == table {
 		return rep, fmt.Errorf("%w: postgres.table and postgres.poison_table are both %s: prune never deletes from the poison table", ErrRefused, table)
 	}
-	row, found, err := position.NewStore(conn).Load(ctx, cfg.Postgres.Slot)
+	row, err := p.checkPosition(ctx, conn, identify, rep)
 	if err != nil {
 		return rep, err
-	}
-	rep.Position = row
-	switch {
-	case !found:
-		return rep, notYet{fmt.Errorf("%w: no position is recorded for slot %q in %s: prune deletes only rows walpost confirmed; start walpost run (it records the position) or check postgres.slot", ErrRefused, cfg.Postgres.Slot, position.Table)}
-	case !row.RecoveringSince.IsZero():
-		return rep, fmt.Errorf("%w: a walpost recover of slot %q started at %s did not finish: the rows it needs stay; run walpost recover first", ErrRefused, cfg.Postgres.Slot, utc(row.RecoveringSince))
-	case row.LastCommit.IsZero():
-		return rep, notYet{fmt.Errorf("%w: walpost has not confirmed any transaction on slot %q yet (%s): nothing is confirmed to delete", ErrRefused, cfg.Postgres.Slot, row.Last())}
-	}
-	id, err := identify(ctx)
-	if err != nil {
-		return rep, err
-	}
-	if id.SystemID != row.SystemID {
-		return rep, fmt.Errorf("%w: postgres.url reaches %s, but the position of slot %q was recorded on system identifier %d: what it confirmed says nothing about this server's rows; run walpost recover (README, Runbook) first", ErrRefused, id, cfg.Postgres.Slot, row.SystemID)
 	}
 	if err := conn.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp') = 'on'`).Scan(&rep.ByCommitTS); err != nil {
 		return rep, fmt.Errorf("read track_commit_timestamp: %w", err)
@@ -224,6 +208,51 @@ func (p *Pruner) prune(ctx context.Context, conn *pgx.Conn, opts Options, identi
 		rep.Deleted = int(n)
 		return rep, nil
 	}
+	if err := deleteBatches(ctx, conn, where, opts.Batch, rep, log); err != nil {
+		return rep, err
+	}
+	level := slog.LevelDebug // nothing to delete: no line at info
+	if rep.Deleted > 0 {
+		level = slog.LevelInfo
+	}
+	attrs := []any{"table", rep.Table, "slot", cfg.Postgres.Slot, "deleted", rep.Deleted, "batches", rep.Batches, "longest_batch", rep.LongestBatch.String(),
+		"created_before", utc(rep.CreatedBefore), "position_lsn", row.LSN.String(), "last_commit", utc(row.LastCommit)}
+	if rep.ByCommitTS {
+		attrs = append(attrs, "committed_at_or_before", utc(rep.CommitAtOrBefore))
+	}
+	log.Log(ctx, level, "pruned the outbox", attrs...)
+	return rep, nil
+}
+
+// checkPosition loads the slot's recorded position and refuses to prune
+// unless it confirmed transactions on the system conn is on.
+func (p *Pruner) checkPosition(ctx context.Context, conn *pgx.Conn, identify func(context.Context) (position.Identity, error), rep *Report) (position.Row, error) {
+	cfg := p.Config
+	row, found, err := position.NewStore(conn).Load(ctx, cfg.Postgres.Slot)
+	if err != nil {
+		return row, err
+	}
+	rep.Position = row
+	switch {
+	case !found:
+		return row, notYet{fmt.Errorf("%w: no position is recorded for slot %q in %s: prune deletes only rows walpost confirmed; start walpost run (it records the position) or check postgres.slot", ErrRefused, cfg.Postgres.Slot, position.Table)}
+	case !row.RecoveringSince.IsZero():
+		return row, fmt.Errorf("%w: a walpost recover of slot %q started at %s did not finish: the rows it needs stay; run walpost recover first", ErrRefused, cfg.Postgres.Slot, utc(row.RecoveringSince))
+	case row.LastCommit.IsZero():
+		return row, notYet{fmt.Errorf("%w: walpost has not confirmed any transaction on slot %q yet (%s): nothing is confirmed to delete", ErrRefused, cfg.Postgres.Slot, row.Last())}
+	}
+	id, err := identify(ctx)
+	if err != nil {
+		return row, err
+	}
+	if id.SystemID != row.SystemID {
+		return row, fmt.Errorf("%w: postgres.url reaches %s, but the position of slot %q was recorded on system identifier %d: what it confirmed says nothing about this server's rows; run walpost recover (README, Runbook) first", ErrRefused, id, cfg.Postgres.Slot, row.SystemID)
+	}
+	return row, nil
+}
+
+// deleteBatches deletes the rows matching where, in batches of batch rows, until a batch comes back short.
+func deleteBatches(ctx context.Context, conn *pgx.Conn, where string, batch int, rep *Report, log *slog.Logger) error {
 	// One statement per batch, in its own transaction: it locks at most
 	// Batch rows, skips rows another transaction has locked, and never
 	// blocks inserts (ROW EXCLUSIVE on the table, like an INSERT). It
@@ -238,34 +267,23 @@ func (p *Pruner) prune(ctx context.Context, conn *pgx.Conn, opts Options, identi
 			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
 				return err
 			}
-			tag, err := tx.Exec(ctx, del, rep.CreatedBefore, rep.CommitAtOrBefore, opts.Batch)
+			tag, err := tx.Exec(ctx, del, rep.CreatedBefore, rep.CommitAtOrBefore, batch)
 			n = int(tag.RowsAffected())
 			return err
 		})
 		took := time.Since(start)
 		if err != nil {
-			return rep, fmt.Errorf("delete a batch from %s (after %d rows): %w", rep.Table, rep.Deleted, err)
+			return fmt.Errorf("delete a batch from %s (after %d rows): %w", rep.Table, rep.Deleted, err)
 		}
 		if n == 0 {
-			break
+			return nil
 		}
 		rep.Batches++
 		rep.Deleted += n
 		rep.LongestBatch = max(rep.LongestBatch, took)
 		log.Debug("pruned a batch", "table", rep.Table, "rows", n, "took", took.String())
-		if n < opts.Batch {
-			break
+		if n < batch {
+			return nil
 		}
 	}
-	level := slog.LevelDebug // nothing to delete: no line at info
-	if rep.Deleted > 0 {
-		level = slog.LevelInfo
-	}
-	attrs := []any{"table", rep.Table, "slot", cfg.Postgres.Slot, "deleted", rep.Deleted, "batches", rep.Batches, "longest_batch", rep.LongestBatch.String(),
-		"created_before", utc(rep.CreatedBefore), "position_lsn", row.LSN.String(), "last_commit", utc(row.LastCommit)}
-	if rep.ByCommitTS {
-		attrs = append(attrs, "committed_at_or_before", utc(rep.CommitAtOrBefore))
-	}
-	log.Log(ctx, level, "pruned the outbox", attrs...)
-	return rep, nil
 }
