@@ -198,64 +198,14 @@ func Build(o Options) (*Result, error) {
 		if !ok {
 			return nil, fmt.Errorf("platform %q: want os/arch", p)
 		}
-		bin := filepath.Join(work, "walpost-"+goos+"-"+arch)
-		fmt.Fprintf(o.Log, "image: go build %s\n", p)
-		cmd := exec.Command(o.Go, "build", "-trimpath",
-			"-ldflags", fmt.Sprintf("-s -w -X main.version=%s -X main.commit=%s -X main.date=%s", o.Version, o.Commit, date),
-			"-o", bin, "./cmd/walpost")
-		cmd.Dir = o.Root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+arch)
-		cmd.Stdout, cmd.Stderr = o.Log, o.Log
-		if err := cmd.Run(); err != nil {
-			return nil, fmt.Errorf("go build %s: %w", p, err)
-		}
-		exe, err := os.ReadFile(bin)
+		exe, err := goBuild(o, work, date, p, goos, arch)
 		if err != nil {
 			return nil, err
 		}
-		app, err := layer(created, []file{
-			{path: "usr/", mode: 0o755, dir: true},
-			{path: "usr/local/", mode: 0o755, dir: true},
-			{path: "usr/local/bin/", mode: 0o755, dir: true},
-			{path: strings.TrimPrefix(binPath, "/"), mode: 0o755, data: exe},
-		})
+		img, plat, err := platformImage(o, created, labels, base, exe, goos, arch)
 		if err != nil {
 			return nil, err
 		}
-		plat := v1.Platform{OS: goos, Architecture: arch}
-		if arch == "arm64" {
-			plat.Variant = "v8"
-		}
-		cfg := &v1.ConfigFile{
-			Created:      v1.Time{Time: created},
-			Author:       "walpost",
-			OS:           plat.OS,
-			Architecture: plat.Architecture,
-			Variant:      plat.Variant,
-			Config: v1.Config{
-				User:         fmt.Sprintf("%d:%d", uid, gid),
-				Entrypoint:   []string{binPath},
-				Cmd:          []string{"run"},
-				Env:          []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
-				WorkingDir:   "/",
-				ExposedPorts: map[string]struct{}{"9187/tcp": {}},
-				Labels:       labels,
-			},
-			RootFS: v1.RootFS{Type: "layers"},
-		}
-		img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-		img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-		if img, err = mutate.ConfigFile(img, cfg); err != nil {
-			return nil, err
-		}
-		img, err = mutate.Append(img,
-			mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{Created: cfg.Created, CreatedBy: "walpost image: passwd, group, CA certificates", Comment: "base"}},
-			mutate.Addendum{Layer: app, MediaType: types.OCILayer, History: v1.History{Created: cfg.Created, CreatedBy: "walpost image: " + binPath, Comment: "walpost " + o.Version}},
-		)
-		if err != nil {
-			return nil, err
-		}
-		img = mutate.Annotations(img, labels).(v1.Image)
 		d, err := img.Digest()
 		if err != nil {
 			return nil, err
@@ -269,16 +219,88 @@ func Build(o Options) (*Result, error) {
 		return nil, err
 	}
 
-	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+	if err := writeOutputs(o, ref, idx, images, created, res); err != nil {
 		return nil, err
+	}
+	return res, nil
+}
+
+// goBuild compiles walpost for platform p (goos/arch) in work and returns the binary.
+func goBuild(o Options, work, date, p, goos, arch string) ([]byte, error) {
+	bin := filepath.Join(work, "walpost-"+goos+"-"+arch)
+	fmt.Fprintf(o.Log, "image: go build %s\n", p)
+	cmd := exec.Command(o.Go, "build", "-trimpath",
+		"-ldflags", fmt.Sprintf("-s -w -X main.version=%s -X main.commit=%s -X main.date=%s", o.Version, o.Commit, date),
+		"-o", bin, "./cmd/walpost")
+	cmd.Dir = o.Root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+arch)
+	cmd.Stdout, cmd.Stderr = o.Log, o.Log
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("go build %s: %w", p, err)
+	}
+	return os.ReadFile(bin)
+}
+
+// platformImage is the image of one platform: the base layer, then the binary exe.
+func platformImage(o Options, created time.Time, labels map[string]string, base v1.Layer, exe []byte, goos, arch string) (v1.Image, v1.Platform, error) {
+	app, err := layer(created, []file{
+		{path: "usr/", mode: 0o755, dir: true},
+		{path: "usr/local/", mode: 0o755, dir: true},
+		{path: "usr/local/bin/", mode: 0o755, dir: true},
+		{path: strings.TrimPrefix(binPath, "/"), mode: 0o755, data: exe},
+	})
+	if err != nil {
+		return nil, v1.Platform{}, err
+	}
+	plat := v1.Platform{OS: goos, Architecture: arch}
+	if arch == "arm64" {
+		plat.Variant = "v8"
+	}
+	cfg := &v1.ConfigFile{
+		Created:      v1.Time{Time: created},
+		Author:       "walpost",
+		OS:           plat.OS,
+		Architecture: plat.Architecture,
+		Variant:      plat.Variant,
+		Config: v1.Config{
+			User:         fmt.Sprintf("%d:%d", uid, gid),
+			Entrypoint:   []string{binPath},
+			Cmd:          []string{"run"},
+			Env:          []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+			WorkingDir:   "/",
+			ExposedPorts: map[string]struct{}{"9187/tcp": {}},
+			Labels:       labels,
+		},
+		RootFS: v1.RootFS{Type: "layers"},
+	}
+	img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	if img, err = mutate.ConfigFile(img, cfg); err != nil {
+		return nil, plat, err
+	}
+	img, err = mutate.Append(img,
+		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{Created: cfg.Created, CreatedBy: "walpost image: passwd, group, CA certificates", Comment: "base"}},
+		mutate.Addendum{Layer: app, MediaType: types.OCILayer, History: v1.History{Created: cfg.Created, CreatedBy: "walpost image: " + binPath, Comment: "walpost " + o.Version}},
+	)
+	if err != nil {
+		return nil, plat, err
+	}
+	img = mutate.Annotations(img, labels).(v1.Image)
+	return img, plat, nil
+}
+
+// writeOutputs writes the OCI layout of idx, its tar, and one docker tar per platform into o.Out.
+func writeOutputs(o Options, ref name.Tag, idx v1.ImageIndex, images map[string]v1.Image, created time.Time, res *Result) error {
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return err
 	}
 	ociDir := filepath.Join(o.Out, "oci")
 	if err := os.RemoveAll(ociDir); err != nil {
-		return nil, err
+		return err
 	}
 	lp, err := layout.Write(ociDir, empty.Index)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// The name, as Docker (io.containerd.image.name) and podman/skopeo
 	// (org.opencontainers.image.ref.name) read it on load.
@@ -286,21 +308,21 @@ func Build(o Options) (*Result, error) {
 		"org.opencontainers.image.ref.name": ref.String(),
 		"io.containerd.image.name":          ref.String(),
 	})); err != nil {
-		return nil, err
+		return err
 	}
 	res.Files = append(res.Files, "oci")
 	if err := tarDir(ociDir, filepath.Join(o.Out, "walpost.oci.tar"), created); err != nil {
-		return nil, err
+		return err
 	}
 	res.Files = append(res.Files, "walpost.oci.tar")
 	for _, p := range o.Platforms {
 		f := "walpost-" + strings.ReplaceAll(p, "/", "-") + ".docker.tar"
 		if err := tarball.WriteToFile(filepath.Join(o.Out, f), ref, images[p]); err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
+			return fmt.Errorf("%s: %w", f, err)
 		}
 		res.Files = append(res.Files, f)
 	}
-	return res, nil
+	return nil
 }
 
 // A file is one entry of a layer; paths are relative to /, directories
