@@ -177,21 +177,39 @@ func report(rs []result, kinds []*kindStats, svg, note, rev string) string {
 	fmt.Fprintf(&b, "walpost %s; %d CPUs (%s/%s). Kafka: three combined broker+controller nodes (KAFKA_NODES=3), replication factor 3, min.insync.replicas 2, 512 MiB heap each; PostgreSQL wal_sender_timeout 5 s; walpost's /readyz stall timeout 5 s, exactly-once transaction timeout 10 s. Eight writers (transactions of 1–60 rows) throughout. Made by `make nemesis` (integration.TestNemesisCluster, then `go run ./bench/nemesis`); one schedule is replayed with `make nemesis SEED=<seed> SCHEDULES=1 MODES=<mode>`.\n\n",
 		rev, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
 
-	type tot struct {
-		schedules, written, delivered, lost, ooo, unexpected, dups, dupsRd, lostRd, over, poisoned, sessions, exits, startFail, failed int
-		rss                                                                                                                            int64
-		secs                                                                                                                           float64
+	modes, t, reds, greens := totalsByMode(rs)
+	writeVerdict(&b, modes, t)
+	sort.Float64s(reds)
+	sort.Float64s(greens)
+	if len(reds) > 0 {
+		fmt.Fprintf(&b, "/readyz with two brokers down (%d times): red after p50 %s, max %s; green again after the brokers' return p50 %s, max %s (-1 would be never).\n\n",
+			len(reds), secs(quantile(reds, .5)), secs(reds[len(reds)-1]), secs(quantile(greens, .5)), secs(greens[len(greens)-1]))
 	}
-	modes := []string{"at-least-once", "exactly-once"}
-	t := map[string]*tot{}
+
+	writeFaults(&b, kinds, svg)
+	writeFailures(&b, rs)
+	writeSchedules(&b, rs)
+	return b.String()
+}
+
+// modeTotals sums the schedules of one delivery mode.
+type modeTotals struct {
+	schedules, written, delivered, lost, ooo, unexpected, dups, dupsRd, lostRd, over, poisoned, sessions, exits, startFail, failed int
+	rss                                                                                                                            int64
+	secs                                                                                                                           float64
+}
+
+// totalsByMode sums rs per delivery mode, the two known modes first, and collects the /readyz timings.
+func totalsByMode(rs []result) (modes []string, t map[string]*modeTotals, reds, greens []float64) {
+	modes = []string{"at-least-once", "exactly-once"}
+	t = map[string]*modeTotals{}
 	for _, m := range modes {
-		t[m] = &tot{}
+		t[m] = &modeTotals{}
 	}
-	var reds, greens []float64
 	for _, r := range rs {
 		x := t[r.Mode]
 		if x == nil {
-			x = &tot{}
+			x = &modeTotals{}
 			t[r.Mode] = x
 			modes = append(modes, r.Mode)
 		}
@@ -219,70 +237,78 @@ func report(rs []result, kinds []*kindStats, svg, note, rev string) string {
 			greens = append(greens, z.GreenAfterMs)
 		}
 	}
+	return modes, t, reds, greens
+}
+
+// writeVerdict writes the table of totals, one column per mode, and the events in all.
+func writeVerdict(b *strings.Builder, modes []string, t map[string]*modeTotals) {
 	b.WriteString("## Verdict per delivery mode\n\n")
 	b.WriteString("| | " + strings.Join(modes, " | ") + " |\n|---|" + strings.Repeat("---|", len(modes)) + "\n")
-	row := func(name string, f func(*tot) string) {
+	row := func(name string, f func(*modeTotals) string) {
 		b.WriteString("| " + name + " |")
 		for _, m := range modes {
 			b.WriteString(" " + f(t[m]) + " |")
 		}
 		b.WriteString("\n")
 	}
-	row("schedules (failed)", func(x *tot) string { return fmt.Sprintf("%d (%d)", x.schedules, x.failed) })
-	row("events committed", func(x *tot) string { return fmt.Sprint(x.written) })
-	row("delivered (distinct keys)", func(x *tot) string { return fmt.Sprint(x.delivered) })
-	row("lost", func(x *tot) string { return fmt.Sprint(x.lost) })
-	row("out of order (per key and partition)", func(x *tot) string { return fmt.Sprint(x.ooo) })
-	row("delivered but never committed", func(x *tot) string { return fmt.Sprint(x.unexpected) })
-	row("quarantined (poison_outbox)", func(x *tot) string { return fmt.Sprint(x.poisoned) })
-	row("duplicates, franz-go read_committed", func(x *tot) string { return fmt.Sprint(x.dups) })
-	row("duplicates, librdkafka read_committed", func(x *tot) string {
+	row("schedules (failed)", func(x *modeTotals) string { return fmt.Sprintf("%d (%d)", x.schedules, x.failed) })
+	row("events committed", func(x *modeTotals) string { return fmt.Sprint(x.written) })
+	row("delivered (distinct keys)", func(x *modeTotals) string { return fmt.Sprint(x.delivered) })
+	row("lost", func(x *modeTotals) string { return fmt.Sprint(x.lost) })
+	row("out of order (per key and partition)", func(x *modeTotals) string { return fmt.Sprint(x.ooo) })
+	row("delivered but never committed", func(x *modeTotals) string { return fmt.Sprint(x.unexpected) })
+	row("quarantined (poison_outbox)", func(x *modeTotals) string { return fmt.Sprint(x.poisoned) })
+	row("duplicates, franz-go read_committed", func(x *modeTotals) string { return fmt.Sprint(x.dups) })
+	row("duplicates, librdkafka read_committed", func(x *modeTotals) string {
 		if x.dupsRd == 0 && x.lostRd == 0 && x.schedules > 0 && x != t["exactly-once"] {
 			return "(not read)"
 		}
 		return fmt.Sprintf("%d (lost %d)", x.dupsRd, x.lostRd)
 	})
-	row("duplicates beyond their bound", func(x *tot) string { return fmt.Sprint(x.over) })
-	row("sessions (starts)", func(x *tot) string { return fmt.Sprint(x.sessions) })
-	row("walpost exits by itself (+ at start, Kafka unreachable)", func(x *tot) string { return fmt.Sprintf("%d (+%d)", x.exits, x.startFail) })
-	row("peak RSS", func(x *tot) string { return fmt.Sprintf("%.0f MiB", float64(x.rss)/1024) })
-	row("time", func(x *tot) string { return fmt.Sprintf("%.0f min", x.secs/60) })
+	row("duplicates beyond their bound", func(x *modeTotals) string { return fmt.Sprint(x.over) })
+	row("sessions (starts)", func(x *modeTotals) string { return fmt.Sprint(x.sessions) })
+	row("walpost exits by itself (+ at start, Kafka unreachable)", func(x *modeTotals) string { return fmt.Sprintf("%d (+%d)", x.exits, x.startFail) })
+	row("peak RSS", func(x *modeTotals) string { return fmt.Sprintf("%.0f MiB", float64(x.rss)/1024) })
+	row("time", func(x *modeTotals) string { return fmt.Sprintf("%.0f min", x.secs/60) })
 	total := 0
 	for _, m := range modes {
 		total += t[m].written
 	}
-	fmt.Fprintf(&b, "\n%d events in all. At-least-once duplicates are bounded per key: a record may appear at most once per session that started (from the slot's confirmed position) at or before its commit.\n\n", total)
-	sort.Float64s(reds)
-	sort.Float64s(greens)
-	if len(reds) > 0 {
-		fmt.Fprintf(&b, "/readyz with two brokers down (%d times): red after p50 %s, max %s; green again after the brokers' return p50 %s, max %s (-1 would be never).\n\n",
-			len(reds), secs(quantile(reds, .5)), secs(reds[len(reds)-1]), secs(quantile(greens, .5)), secs(greens[len(greens)-1]))
-	}
+	fmt.Fprintf(b, "\n%d events in all. At-least-once duplicates are bounded per key: a record may appear at most once per session that started (from the slot's confirmed position) at or before its commit.\n\n", total)
+}
 
+// writeFaults writes the recovery times per fault kind.
+func writeFaults(b *strings.Builder, kinds []*kindStats, svg string) {
 	b.WriteString("## Faults and recovery\n\n")
-	fmt.Fprintf(&b, "Recovery: from the heal (for a fault that heals itself — a kill, a crash with restart, a takeover, a moved leader, a large transaction — from the end of its hold) until the slot confirmed every WAL byte written before that moment; it includes catching up with what the writers committed meanwhile.\n\n![recovery time per fault kind](%s)\n\n", svg)
+	fmt.Fprintf(b, "Recovery: from the heal (for a fault that heals itself — a kill, a crash with restart, a takeover, a moved leader, a large transaction — from the end of its hold) until the slot confirmed every WAL byte written before that moment; it includes catching up with what the writers committed meanwhile.\n\n![recovery time per fault kind](%s)\n\n", svg)
 	b.WriteString("| fault | hits | at-least-once | exactly-once | recovery p50 | p99 | max | never |\n|---|---|---|---|---|---|---|---|\n")
 	for _, k := range kinds {
 		mx := math.NaN()
 		if len(k.Recoveries) > 0 {
 			mx = k.Recoveries[len(k.Recoveries)-1]
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s | %d |\n", k.Kind, k.Count, k.ByMode["at-least-once"], k.ByMode["exactly-once"],
+		fmt.Fprintf(b, "| %s | %d | %d | %d | %s | %s | %s | %d |\n", k.Kind, k.Count, k.ByMode["at-least-once"], k.ByMode["exactly-once"],
 			secs(quantile(k.Recoveries, .5)), secs(quantile(k.Recoveries, .99)), secs(mx), k.Never)
 	}
+}
 
+// writeFailures lists every failure, one line each.
+func writeFailures(b *strings.Builder, rs []result) {
 	b.WriteString("\n## Failures\n\n")
 	nf := 0
 	for _, r := range rs {
 		for _, f := range r.Failures {
 			nf++
-			fmt.Fprintf(&b, "- seed %d (%s): %s\n", r.Seed, r.Mode, strings.ReplaceAll(firstLine(f), "|", "\\|"))
+			fmt.Fprintf(b, "- seed %d (%s): %s\n", r.Seed, r.Mode, strings.ReplaceAll(firstLine(f), "|", "\\|"))
 		}
 	}
 	if nf == 0 {
 		b.WriteString("None.\n")
 	}
+}
 
+// writeSchedules writes the table of schedules.
+func writeSchedules(b *strings.Builder, rs []result) {
 	b.WriteString("\n## Schedules\n\n| seed | mode | faults | events | duplicates | sessions | time | result |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
 		var fs []string
@@ -293,9 +319,8 @@ func report(rs []result, kinds []*kindStats, svg, note, rev string) string {
 		if len(r.Failures) > 0 {
 			res = "FAILED"
 		}
-		fmt.Fprintf(&b, "| %d | %s | %s | %d | %d | %d | %.0f s | %s |\n", r.Seed, r.Mode, strings.Join(fs, ", "), r.Written, r.Duplicates, r.Sessions, r.Seconds, res)
+		fmt.Fprintf(b, "| %d | %s | %s | %d | %d | %d | %.0f s | %s |\n", r.Seed, r.Mode, strings.Join(fs, ", "), r.Written, r.Duplicates, r.Sessions, r.Seconds, res)
 	}
-	return b.String()
 }
 
 func firstLine(s string) string {
