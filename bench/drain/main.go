@@ -265,26 +265,10 @@ func run(ctx context.Context, o options) error {
 	if pgURL == "" || brokersEnv == "" {
 		return errors.New("WALPOST_POSTGRES_URL / WALPOST_KAFKA_BROKERS unset: run scripts/stack.sh up and source .stack/env (scripts/bench.sh does both)")
 	}
-	e := &env{o: o}
-	var err error
-	if e.walpostBin, err = filepath.Abs(o.walpost); err != nil {
-		return err
-	}
-	if _, err := os.Stat(e.walpostBin); err != nil {
-		return fmt.Errorf("walpost binary: %w (make build)", err)
-	}
 	needsBacklog := slices.Contains(o.workloads, wlDrain) || slices.Contains(o.workloads, wlBigTxn)
-	if needsBacklog {
-		e.recvlogical = "pg_recvlogical"
-		if o.pgBin != "" {
-			e.recvlogical = filepath.Join(o.pgBin, "pg_recvlogical")
-		}
-		if e.recvlogical, err = exec.LookPath(e.recvlogical); err != nil {
-			return fmt.Errorf("pg_recvlogical: %w (set WALPOST_STACK_PG_BIN)", err)
-		}
-	}
-	if e.self, err = os.Executable(); err != nil {
-		return fmt.Errorf("own executable (for the raw producer): %w", err)
+	e, err := newEnv(o, needsBacklog)
+	if err != nil {
+		return err
 	}
 
 	f := newFixture(pgURL, strings.Split(brokersEnv, ","), o.partitions)
@@ -317,41 +301,8 @@ func run(ctx context.Context, o options) error {
 		defer os.RemoveAll(f.workDir)
 	}
 
-	// The decode ceiling needs publication row filters (PostgreSQL 15+).
-	if needsBacklog {
-		if e.ceilSkip, err = f.rowFilterSkip(ctx); err != nil {
-			return err
-		}
-		if e.ceilSkip != "" {
-			logf("WARNING: no decode ceiling: %s", e.ceilSkip)
-		}
-	}
-	// The raw producer uses walpost's effective producer settings (its
-	// defaults plus any WALPOST_* override in the environment), the
-	// stream alone its in-flight bounds.
-	if needsBacklog && (o.raw || o.stream) {
-		cfg, err := walpostConfig()
-		if err != nil {
-			return err
-		}
-		e.produce = producerSettings(cfg)
-		if o.raw {
-			logf("raw produce baseline with walpost's settings: %s", e.produce)
-		}
-	}
-	switch {
-	case !needsBacklog:
-	case !o.debezium:
-		e.dbzSkip = "BENCH_DEBEZIUM=0"
-	default:
-		logf("installing Debezium (scripts/debezium.sh install)")
-		if e.dbzLibs, err = debeziumLibs(ctx); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			e.dbzSkip = "not installed: " + firstLine(err.Error())
-			logf("WARNING: Debezium unavailable, continuing without it: %v", err)
-		}
+	if err := e.prepareBaselines(ctx, needsBacklog); err != nil {
+		return err
 	}
 
 	loadBefore := loadAvg()
@@ -360,23 +311,9 @@ func run(ctx context.Context, o options) error {
 	}
 
 	// --- workloads ----------------------------------------------------
-	var cases []*caseResult
-	for _, wl := range o.workloads {
-		for _, p := range o.payloads {
-			var c *caseResult
-			var err error
-			switch wl {
-			case wlDrain, wlBigTxn:
-				c, err = e.runBacklogCase(ctx, wl, p)
-			case wlSteady:
-				c, err = e.runSteadyCase(ctx, p)
-			}
-			if err != nil {
-				return fmt.Errorf("%s, %d-byte payloads: %w", wl, p, err)
-			}
-			cases = append(cases, c)
-			logf("%s, %d-byte payloads done:\n%s", wl, p, c.summary())
-		}
+	cases, err := e.runCases(ctx)
+	if err != nil {
+		return err
 	}
 
 	// --- report -------------------------------------------------------
@@ -397,6 +334,96 @@ func run(ctx context.Context, o options) error {
 	}
 	logf("wrote %s", path)
 	return nil
+}
+
+// newEnv finds the binaries: walpost, pg_recvlogical when a backlog is read, and this one.
+func newEnv(o options, needsBacklog bool) (*env, error) {
+	e := &env{o: o}
+	var err error
+	if e.walpostBin, err = filepath.Abs(o.walpost); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(e.walpostBin); err != nil {
+		return nil, fmt.Errorf("walpost binary: %w (make build)", err)
+	}
+	if needsBacklog {
+		e.recvlogical = "pg_recvlogical"
+		if o.pgBin != "" {
+			e.recvlogical = filepath.Join(o.pgBin, "pg_recvlogical")
+		}
+		if e.recvlogical, err = exec.LookPath(e.recvlogical); err != nil {
+			return nil, fmt.Errorf("pg_recvlogical: %w (set WALPOST_STACK_PG_BIN)", err)
+		}
+	}
+	if e.self, err = os.Executable(); err != nil {
+		return nil, fmt.Errorf("own executable (for the raw producer): %w", err)
+	}
+	return e, nil
+}
+
+// prepareBaselines decides which baselines run: the decode ceiling, the raw producer's and stream's settings, and Debezium.
+func (e *env) prepareBaselines(ctx context.Context, needsBacklog bool) error {
+	var err error
+	// The decode ceiling needs publication row filters (PostgreSQL 15+).
+	if needsBacklog {
+		if e.ceilSkip, err = e.f.rowFilterSkip(ctx); err != nil {
+			return err
+		}
+		if e.ceilSkip != "" {
+			logf("WARNING: no decode ceiling: %s", e.ceilSkip)
+		}
+	}
+	// The raw producer uses walpost's effective producer settings (its
+	// defaults plus any WALPOST_* override in the environment), the
+	// stream alone its in-flight bounds.
+	if needsBacklog && (e.o.raw || e.o.stream) {
+		cfg, err := walpostConfig()
+		if err != nil {
+			return err
+		}
+		e.produce = producerSettings(cfg)
+		if e.o.raw {
+			logf("raw produce baseline with walpost's settings: %s", e.produce)
+		}
+	}
+	switch {
+	case !needsBacklog:
+	case !e.o.debezium:
+		e.dbzSkip = "BENCH_DEBEZIUM=0"
+	default:
+		logf("installing Debezium (scripts/debezium.sh install)")
+		if e.dbzLibs, err = debeziumLibs(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			e.dbzSkip = "not installed: " + firstLine(err.Error())
+			logf("WARNING: Debezium unavailable, continuing without it: %v", err)
+		}
+	}
+	return nil
+}
+
+// runCases runs every workload with every payload size.
+func (e *env) runCases(ctx context.Context) ([]*caseResult, error) {
+	var cases []*caseResult
+	for _, wl := range e.o.workloads {
+		for _, p := range e.o.payloads {
+			var c *caseResult
+			var err error
+			switch wl {
+			case wlDrain, wlBigTxn:
+				c, err = e.runBacklogCase(ctx, wl, p)
+			case wlSteady:
+				c, err = e.runSteadyCase(ctx, p)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s, %d-byte payloads: %w", wl, p, err)
+			}
+			cases = append(cases, c)
+			logf("%s, %d-byte payloads done:\n%s", wl, p, c.summary())
+		}
+	}
+	return cases, nil
 }
 
 func firstLine(s string) string {
