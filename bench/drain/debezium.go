@@ -262,45 +262,117 @@ func (f *fixture) debeziumConfig(s debeziumSpec, restPort int) (worker, connecto
 // memory, the walsender's CPU and the broker's CPU; then it stops the JVM
 // and checks that no record arrived twice.
 func (f *fixture) runDebezium(ctx context.Context, s debeziumSpec) (debeziumResult, error) {
-	res := debeziumResult{walsndSecs: -1, kafkaSecs: -1}
+	d := &debeziumRun{f: f, s: s, res: debeziumResult{walsndSecs: -1, kafkaSecs: -1}}
+	cmd, logFile, err := d.prepare(ctx)
+	if err != nil {
+		return d.res, err
+	}
+	defer logFile.Close()
+	d.cmd, d.done = cmd, make(chan struct{})
+
+	busy0, kafka0 := machineBusy(), f.kafkaCPU()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return d.res, fmt.Errorf("start java: %w", err)
+	}
+	go func() { d.waitErr = cmd.Wait(); close(d.done) }()
+	pid := cmd.Process.Pid
+
+	if err := d.awaitRecords(ctx, pid, start); err != nil {
+		return d.fail(err)
+	}
+	res := &d.res
+	res.busySecs, res.kafkaSecs = machineBusy()-busy0, since(kafka0, f.kafkaCPU())
+	if cpu, ok := f.walsenderCPU(ctx, s.slot); ok {
+		res.walsndSecs = cpu
+	}
+	cpu, err := procCPU(pid)
+	if err != nil {
+		return d.fail(fmt.Errorf("read JVM CPU: %w", err))
+	}
+	res.cpuSecs = cpu
+	if _, hwm, err := procMem(pid); err == nil {
+		res.peakRSSKiB = max(res.peakRSSKiB, hwm)
+	}
+	reached := time.Now()
+
+	// SIGTERM: Connect stops the task, flushes the producer and commits
+	// offsets (confirming the slot); KILL if that takes too long.
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-d.done
+		logf("Kafka Connect did not exit within 20 s of SIGTERM; killed")
+	}
+
+	// Anything sent twice shows up as more records than events.
+	if rest := time.Until(reached.Add(time.Second)); rest > 0 {
+		time.Sleep(rest)
+	}
+	n, err := f.endOffsetSum(ctx, s.topic)
+	if err != nil {
+		return d.res, fmt.Errorf("list end offsets of %s: %w", s.topic, err)
+	}
+	if n != s.want {
+		return d.res, fmt.Errorf("topic %s holds %d records after Debezium stopped, want %d\nKafka Connect log %s (tail):\n%s",
+			s.topic, n, s.want, d.logPath, tail(d.logPath, 40))
+	}
+	return d.res, nil
+}
+
+// debeziumRun is one runDebezium: its spec, the Kafka Connect JVM and what was measured so far.
+type debeziumRun struct {
+	f        *fixture
+	s        debeziumSpec
+	res      debeziumResult
+	restPort int
+	logPath  string
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the JVM has exited
+	waitErr  error         // the JVM's exit, once done is closed
+}
+
+// prepare writes the worker and connector properties and returns the JVM's command and its open log file.
+func (d *debeziumRun) prepare(ctx context.Context) (*exec.Cmd, *os.File, error) {
+	f, s := d.f, &d.s
 	var err error
 	if s.workDir, err = filepath.Abs(s.workDir); err != nil {
-		return res, err
+		return nil, nil, err
 	}
 	if err := os.MkdirAll(s.workDir, 0o755); err != nil {
-		return res, err
+		return nil, nil, err
 	}
 	log4j := filepath.Join(s.libs, "log4j2.properties")
 	if _, err := os.Stat(log4j); err != nil {
-		return res, fmt.Errorf("%w (run scripts/debezium.sh install)", err)
+		return nil, nil, fmt.Errorf("%w (run scripts/debezium.sh install)", err)
 	}
 	if n, err := f.endOffsetSum(ctx, s.topic); err != nil {
-		return res, fmt.Errorf("list end offsets of %s: %w", s.topic, err)
+		return nil, nil, fmt.Errorf("list end offsets of %s: %w", s.topic, err)
 	} else if n != 0 {
-		return res, fmt.Errorf("topic %s is not empty (%d records)", s.topic, n)
+		return nil, nil, fmt.Errorf("topic %s is not empty (%d records)", s.topic, n)
 	}
-	restPort, err := freeLoopbackPort()
-	if err != nil {
-		return res, err
+	if d.restPort, err = freeLoopbackPort(); err != nil {
+		return nil, nil, err
 	}
-	worker, connector, err := f.debeziumConfig(s, restPort)
+	worker, connector, err := f.debeziumConfig(*s, d.restPort)
 	if err != nil {
-		return res, err
+		return nil, nil, err
 	}
 	workerProps := filepath.Join(s.workDir, "worker.properties")
 	connectorProps := filepath.Join(s.workDir, "connector.properties")
 	if err := writeProperties(workerProps, worker); err != nil {
-		return res, err
+		return nil, nil, err
 	}
 	if err := writeProperties(connectorProps, connector); err != nil {
-		return res, err
+		return nil, nil, err
 	}
-	logPath := filepath.Join(s.workDir, "connect.log")
-	logFile, err := os.Create(logPath)
+	d.logPath = filepath.Join(s.workDir, "connect.log")
+	logFile, err := os.Create(d.logPath)
 	if err != nil {
-		return res, err
+		return nil, nil, err
 	}
-	defer logFile.Close()
 
 	args := append([]string{}, debeziumJVMOptions...)
 	args = append(args,
@@ -313,41 +385,37 @@ func (f *fixture) runDebezium(ctx context.Context, s debeziumSpec) (debeziumResu
 	// Its own process group (a Ctrl-C reaches the harness, which stops the
 	// JVM), and killed if the harness dies.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd, logFile, nil
+}
 
-	done := make(chan struct{})
-	var waitErr error
-	fail := func(err error) (debeziumResult, error) {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		return res, fmt.Errorf("%w\nKafka Connect log %s (tail):\n%s", err, logPath, tail(logPath, 40))
+// fail kills the JVM if it still runs and returns err with the tail of its log.
+func (d *debeziumRun) fail(err error) (debeziumResult, error) {
+	select {
+	case <-d.done:
+	default:
+		_ = d.cmd.Process.Kill()
+		<-d.done
 	}
+	return d.res, fmt.Errorf("%w\nKafka Connect log %s (tail):\n%s", err, d.logPath, tail(d.logPath, 40))
+}
 
-	busy0, kafka0 := machineBusy(), f.kafkaCPU()
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		return res, fmt.Errorf("start java: %w", err)
-	}
-	go func() { waitErr = cmd.Wait(); close(done) }()
-	pid := cmd.Process.Pid
-
+// awaitRecords samples the JVM (process pid, started at start) until the topic holds s.want records.
+func (d *debeziumRun) awaitRecords(ctx context.Context, pid int, start time.Time) error {
+	f, s, res := d.f, d.s, &d.res
 	var first time.Time
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for i := 1; ; i++ {
 		select {
 		case <-ctx.Done():
-			return fail(ctx.Err())
-		case <-done:
-			return fail(fmt.Errorf("the Kafka Connect JVM exited early: %v", waitErr))
+			return ctx.Err()
+		case <-d.done:
+			return fmt.Errorf("the Kafka Connect JVM exited early: %v", d.waitErr)
 		case <-tick.C:
 		}
 		if i%10 == 0 {
-			if msg := connectorFailure(ctx, restPort); msg != "" {
-				return fail(errors.New(msg))
+			if msg := connectorFailure(ctx, d.restPort); msg != "" {
+				return errors.New(msg)
 			}
 		}
 		// VmHWM only grows, but the last reading before the JVM exits must
@@ -370,45 +438,7 @@ func (f *fixture) runDebezium(ctx context.Context, s debeziumSpec) (debeziumResu
 			res.wall = now.Sub(start)
 			res.startup = first.Sub(start)
 			res.firstToLast = now.Sub(first)
-			break
+			return nil
 		}
 	}
-	res.busySecs, res.kafkaSecs = machineBusy()-busy0, since(kafka0, f.kafkaCPU())
-	if cpu, ok := f.walsenderCPU(ctx, s.slot); ok {
-		res.walsndSecs = cpu
-	}
-	cpu, err := procCPU(pid)
-	if err != nil {
-		return fail(fmt.Errorf("read JVM CPU: %w", err))
-	}
-	res.cpuSecs = cpu
-	if _, hwm, err := procMem(pid); err == nil {
-		res.peakRSSKiB = max(res.peakRSSKiB, hwm)
-	}
-	reached := time.Now()
-
-	// SIGTERM: Connect stops the task, flushes the producer and commits
-	// offsets (confirming the slot); KILL if that takes too long.
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-		logf("Kafka Connect did not exit within 20 s of SIGTERM; killed")
-	}
-
-	// Anything sent twice shows up as more records than events.
-	if d := time.Until(reached.Add(time.Second)); d > 0 {
-		time.Sleep(d)
-	}
-	n, err := f.endOffsetSum(ctx, s.topic)
-	if err != nil {
-		return res, fmt.Errorf("list end offsets of %s: %w", s.topic, err)
-	}
-	if n != s.want {
-		return res, fmt.Errorf("topic %s holds %d records after Debezium stopped, want %d\nKafka Connect log %s (tail):\n%s",
-			s.topic, n, s.want, logPath, tail(logPath, 40))
-	}
-	return res, nil
 }
