@@ -243,22 +243,8 @@ func produceChild(specJSON string) error {
 		return err
 	}
 	defer k.Close()
-	// Warm up outside the clock: metadata, connections, the topic's
-	// max.message.bytes (CheckSize reads and caches it).
-	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := k.Client().Ping(wctx); err != nil {
-		return fmt.Errorf("ping brokers: %w", err)
-	}
-	k.Client().ForceMetadataRefresh()
-	if len(events) > 0 {
-		r, err := kafka.BuildRecord(&events[0], spec.Topic)
-		if err != nil {
-			return err
-		}
-		if err := k.CheckSize(r); err != nil {
-			return err
-		}
+	if err := warmUp(k, events, spec.Topic); err != nil {
+		return err
 	}
 
 	fmt.Println("ready", len(events))
@@ -267,6 +253,38 @@ func produceChild(specJSON string) error {
 		return errors.New("no go from the parent")
 	}
 
+	rep := produceAll(k, events, cfg.Pipeline)
+	b, _ := json.Marshal(rep)
+	fmt.Println("done", string(b))
+	// Stay alive until the parent has read CPU and memory from /proc.
+	for in.Scan() {
+	}
+	return nil
+}
+
+// warmUp readies k outside the clock: metadata, connections, the topic's
+// max.message.bytes (CheckSize reads and caches it).
+func warmUp(k *kafka.Sink, events []outbox.Event, topic string) error {
+	wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.Client().Ping(wctx); err != nil {
+		return fmt.Errorf("ping brokers: %w", err)
+	}
+	k.Client().ForceMetadataRefresh()
+	if len(events) > 0 {
+		r, err := kafka.BuildRecord(&events[0], topic)
+		if err != nil {
+			return err
+		}
+		if err := k.CheckSize(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// produceAll produces events through k within the in-flight bounds and reports the time to the last acknowledgement.
+func produceAll(k *kafka.Sink, events []outbox.Event, bounds config.Pipeline) produceReport {
 	// In-flight bounds like walpost's tracker: events and their Size(),
 	// released on acknowledgement.
 	var (
@@ -286,8 +304,8 @@ func produceChild(specJSON string) error {
 		ev := &events[i]
 		size := int64(ev.Size())
 		mu.Lock()
-		for nEvents > 0 && ((nEvents >= cfg.Pipeline.MaxInFlightEvents) ||
-			(nBytes+size > cfg.Pipeline.MaxInFlightBytes)) {
+		for nEvents > 0 && ((nEvents >= bounds.MaxInFlightEvents) ||
+			(nBytes+size > bounds.MaxInFlightBytes)) {
 			cond.Wait()
 		}
 		nEvents++
@@ -321,12 +339,7 @@ func produceChild(specJSON string) error {
 	if firstErr != nil {
 		rep.FirstEr = firstErr.Error()
 	}
-	b, _ := json.Marshal(rep)
-	fmt.Println("done", string(b))
-	// Stay alive until the parent has read CPU and memory from /proc.
-	for in.Scan() {
-	}
-	return nil
+	return rep
 }
 
 // loadEvents reads the rows file into events as walpost's stream would
