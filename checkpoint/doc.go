@@ -1,7 +1,7 @@
 // Package checkpoint turns out-of-order acknowledgements of individual
 // events into the one LSN that may be confirmed to PostgreSQL.
 //
-// Transactions enter a FIFO in commit order (Open), receive their events
+// Transactions enter a FIFO in commit order (OpenAt), receive their events
 // (Add) and are closed with their end LSN (Seal). Each event is handled
 // exactly once (Done): acked by Kafka or committed to poison_outbox.
 // Confirmed returns the TransactionEndLSN of the longest prefix of sealed
@@ -15,8 +15,10 @@
 //     every earlier transaction is done.
 //   - INV-4: the confirmed LSN only moves forward; an attempt to seal
 //     or advance below it is an assertion error (ErrRegression).
-//   - INV-6: in-flight events are bounded by count and bytes; Full
-//     reports when the reader must pause and Wait blocks until space frees.
+//   - INV-6: in-flight events are bounded by count and bytes: a Budget
+//     the reader owns, which the Tracker takes from in Add and gives back
+//     in Done; Full reports when the reader must pause and Freed when
+//     space frees. Pause is the isolator's own hold on the reader.
 //     Transactions are bounded by events too: a sealed transaction without
 //     events merges into the queued one before it (its end LSN extends
 //     that one's), so a million empty transactions behind an unacknowledged
@@ -26,7 +28,8 @@
 // nothing is in flight and no transaction is open, so a quiet outbox on a
 // busy database does not pin WAL (DESIGN.md, PostgreSQL facts).
 //
-// Concurrency: one reader goroutine calls Open, Add, Seal, Idle, Confirmed
-// and Full; Done may be called from any goroutine. All state is behind one
-// mutex; Done never blocks beyond it.
+// Concurrency: one reader goroutine calls OpenAt, Add, Seal, Idle and
+// Confirmed; Done may be called from any goroutine. The Tracker's state is
+// behind one mutex, Done never blocks beyond it; the Budget and the Pause
+// are atomics.
 package checkpoint

@@ -28,7 +28,7 @@ func isPrivilege(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "42501"
 }
 
-// prunePass is one prune of the outbox (Forwarder.prunePass); the rows it
+// prunePass is one prune of the outbox (watchers.prunePass); the rows it
 // deleted are in the report, also when it failed part way.
 type prunePass func(ctx context.Context) (*prune.Report, error)
 

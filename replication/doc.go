@@ -13,13 +13,14 @@
 //
 // Invariants (DESIGN.md) enforced here:
 //
-//   - INV-1: the flush position sent is checkpoint.Tracker.Confirmed,
+//   - INV-1: the flush position sent is the Frontier's Confirmed,
 //     never the received position; Write, Flush and Apply are always set
 //     explicitly (pglogrepl copies Write into a zero Flush).
 //   - INV-3: events are emitted in the order pgoutput sends them:
 //     commit order, insert order within a transaction.
 //   - INV-4: replication starts at LSN 0, so the server resumes from
 //     the slot's confirmed_flush_lsn and never past it.
-//   - INV-6: when the tracker is full the stream stops reading WAL but
-//     keeps sending status updates, so wal_sender_timeout never fires.
+//   - INV-6: when the Budget is full (or the isolator's Pause is on) the
+//     stream stops reading WAL but keeps sending status updates, so
+//     wal_sender_timeout never fires.
 package replication
