@@ -18,7 +18,7 @@ const (
 	// transaction is reused.
 	maxEventAllocs = 0
 	// maxTxnAllocs: a transaction of one event (OpenAt, Add, Seal, Done,
-	// Confirmed, Position): none, transactions are pooled.
+	// Confirmed, Watermark): none, transactions are pooled.
 	maxTxnAllocs = 0
 )
 
@@ -89,13 +89,13 @@ func TestTxnAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr.Done(k)
-		if tr.Confirmed() != end || tr.Position().LSN != end {
+		if tr.Confirmed() != end || tr.Watermark().LSN != end {
 			t.Fatal("not confirmed")
 		}
 	})
 	t.Logf("checkpoint: %.0f allocations per one-event transaction (budget %d)", got, maxTxnAllocs)
 	if got > maxTxnAllocs {
-		t.Fatalf("checkpoint: the tracker's calls for a one-event transaction (OpenAt, Add, Seal, Done, Confirmed, Position) allocate %.0f objects, budget %d (maxTxnAllocs)", got, maxTxnAllocs)
+		t.Fatalf("checkpoint: the tracker's calls for a one-event transaction (OpenAt, Add, Seal, Done, Confirmed, Watermark) allocate %.0f objects, budget %d (maxTxnAllocs)", got, maxTxnAllocs)
 	}
 }
 

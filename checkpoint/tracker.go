@@ -43,7 +43,7 @@ type Tracker struct {
 	commit    time.Time // commit time of the last confirmed transaction
 	txns      uint64    // transactions confirmed
 	budget    *Budget   // takes each event's place in Add, gives it back in Done; nil: none
-	// Hold: while held, the watermark reported (Confirmed, Position)
+	// Hold: while held, the watermark reported (Confirmed, Watermark)
 	// stays at or below hold, whatever was handled.
 	held       bool
 	hold       pglogrepl.LSN
@@ -163,7 +163,7 @@ func (t *Tracker) Confirmed() pglogrepl.LSN {
 	return t.confirmed
 }
 
-// Hold caps the watermark Confirmed and Position report at at (or the
+// Hold caps the watermark Confirmed and Watermark report at at (or the
 // watermark, when it is higher) until Release: events are handled and the
 // FIFO advances as usual, only nothing past at is reported to be
 // confirmed. A handler that skips events on a claim it has not verified
@@ -173,7 +173,7 @@ func (t *Tracker) Hold(at pglogrepl.LSN) {
 	defer t.mu.Unlock()
 	t.advance()
 	// INV-4: never below what was reported already. Past the hold,
-	// Position reports the commit time and count of the hold's start:
+	// Watermark reports the commit time and count of the hold's start:
 	// older, so a recover reading it re-sends more, never less. A hold
 	// while held keeps the lower of the two: the first hold's claim is
 	// still unverified.
@@ -230,23 +230,23 @@ func (t *Tracker) advance() {
 	}
 }
 
-// Position is the watermark with what a durable record of it needs.
-type Position struct {
+// Watermark is the confirmed LSN with what a durable record of it needs.
+type Watermark struct {
 	LSN    pglogrepl.LSN // the watermark (Confirmed)
 	Commit time.Time     // commit time of the last confirmed transaction; zero before the first
 	Txns   uint64        // transactions confirmed by this tracker; moves only when one is
 }
 
-// Position advances like Confirmed and returns the watermark, the commit
+// Watermark advances like Confirmed and returns the watermark, the commit
 // time of the last confirmed transaction and how many were confirmed.
-func (t *Tracker) Position() Position {
+func (t *Tracker) Watermark() Watermark {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance()
 	if t.held && t.confirmed > t.hold {
-		return Position{LSN: t.hold, Commit: t.holdCommit, Txns: t.holdTxns}
+		return Watermark{LSN: t.hold, Commit: t.holdCommit, Txns: t.holdTxns}
 	}
-	return Position{LSN: t.confirmed, Commit: t.commit, Txns: t.txns}
+	return Watermark{LSN: t.confirmed, Commit: t.commit, Txns: t.txns}
 }
 
 // Idle confirms walEnd, a keepalive's ServerWALEnd, when nothing is in

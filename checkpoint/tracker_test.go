@@ -580,13 +580,13 @@ func TestTrackerDoneTwicePanics(t *testing.T) {
 	})
 }
 
-// TestTrackerPosition: Position follows the watermark, carries the commit
+// TestTrackerPosition: Watermark follows the watermark, carries the commit
 // time of the last confirmed transaction and counts confirmed transactions
 // only (an Idle move changes the LSN, not the count or the commit time).
 func TestTrackerPosition(t *testing.T) {
 	tr := checkpoint.New(0x100, nil)
-	if got := tr.Position(); got.LSN != 0x100 || got.Txns != 0 || !got.Commit.IsZero() {
-		t.Fatalf("fresh tracker: Position = %+v, want LSN 0/100, 0 txns, no commit time", got)
+	if got := tr.Watermark(); got.LSN != 0x100 || got.Txns != 0 || !got.Commit.IsZero() {
+		t.Fatalf("fresh tracker: Watermark = %+v, want LSN 0/100, 0 txns, no commit time", got)
 	}
 	t1 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	t2 := t1.Add(time.Second)
@@ -600,22 +600,22 @@ func TestTrackerPosition(t *testing.T) {
 	if err := tr.Seal(x2, 0x300); err != nil {
 		t.Fatal(err)
 	}
-	if got := tr.Position(); got.LSN != 0x100 || got.Txns != 0 {
-		t.Fatalf("nothing done: Position = %+v, want LSN 0/100, 0 txns", got)
+	if got := tr.Watermark(); got.LSN != 0x100 || got.Txns != 0 {
+		t.Fatalf("nothing done: Watermark = %+v, want LSN 0/100, 0 txns", got)
 	}
 	tr.Done(k2)
-	if got := tr.Position(); got.LSN != 0x100 || got.Txns != 0 {
-		t.Fatalf("second done, first pending: Position = %+v, want LSN 0/100, 0 txns", got)
+	if got := tr.Watermark(); got.LSN != 0x100 || got.Txns != 0 {
+		t.Fatalf("second done, first pending: Watermark = %+v, want LSN 0/100, 0 txns", got)
 	}
 	tr.Done(k1)
-	if got := tr.Position(); got.LSN != 0x300 || got.Txns != 2 || !got.Commit.Equal(t2) {
-		t.Fatalf("both done: Position = %+v, want LSN 0/300, 2 txns, commit %s", got, t2)
+	if got := tr.Watermark(); got.LSN != 0x300 || got.Txns != 2 || !got.Commit.Equal(t2) {
+		t.Fatalf("both done: Watermark = %+v, want LSN 0/300, 2 txns, commit %s", got, t2)
 	}
 	if !tr.Idle(0x400) {
 		t.Fatal("Idle(0/400) with nothing in flight did not move the watermark")
 	}
-	if got := tr.Position(); got.LSN != 0x400 || got.Txns != 2 || !got.Commit.Equal(t2) {
-		t.Fatalf("after Idle: Position = %+v, want LSN 0/400, still 2 txns and commit %s", got, t2)
+	if got := tr.Watermark(); got.LSN != 0x400 || got.Txns != 2 || !got.Commit.Equal(t2) {
+		t.Fatalf("after Idle: Watermark = %+v, want LSN 0/400, still 2 txns and commit %s", got, t2)
 	}
 }
 
@@ -640,7 +640,7 @@ func TestHoldCapsTheWatermark(t *testing.T) {
 		t.Errorf("held at 0/200: Confirmed %s", got)
 	}
 	tr.Idle(0x400)
-	if p := tr.Position(); p.LSN != 0x200 || p.Txns != 0 {
+	if p := tr.Watermark(); p.LSN != 0x200 || p.Txns != 0 {
 		t.Errorf("held at 0/200: Position %+v, want 0/200 and the count at the hold", p)
 	}
 	// A second hold while held (data loss reported while the first is
@@ -657,7 +657,7 @@ func TestHoldCapsTheWatermark(t *testing.T) {
 	if got := tr.Confirmed(); got != 0x400 {
 		t.Errorf("released: Confirmed %s, want 0/400", got)
 	}
-	if p := tr.Position(); p.LSN != 0x400 || p.Txns != 2 {
+	if p := tr.Watermark(); p.LSN != 0x400 || p.Txns != 2 {
 		t.Errorf("released: Position %+v", p)
 	}
 }

@@ -141,7 +141,7 @@ func (w *positionWriter) remember() {
 	if w.known == nil {
 		return
 	}
-	p := w.tracker.Position()
+	p := w.tracker.Watermark()
 	if k := w.known; k.Slot == w.row.Slot && k.Identity == w.row.Identity && k.LSN >= p.LSN {
 		return
 	}
@@ -173,7 +173,7 @@ func (w *positionWriter) run(ctx context.Context, every time.Duration) error {
 // every interval on an idle database.
 func (w *positionWriter) write(ctx context.Context, final bool) {
 	w.remember()
-	p := w.tracker.Position()
+	p := w.tracker.Watermark()
 	if p.Txns == w.txns && !(final && p.LSN > w.written) {
 		return
 	}

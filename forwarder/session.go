@@ -420,6 +420,10 @@ func (s *session) serve(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	ictx, isoDone := isolatorContext(gctx, s.stop)
 	defer isoDone()
+	if s.tx != nil {
+		// Set before any actor runs: the stream's quarantines use it.
+		s.tx.ctx = ictx
+	}
 	actors := []actor{
 		{"data-loss watch", func() error { return watchLoss(gctx) }},
 		{"isolator", func() error { return s.settle(ictx) }},
@@ -452,7 +456,6 @@ func (s *session) serve(ctx context.Context) error {
 // settle runs the isolator, or in exactly-once mode the transactor.
 func (s *session) settle(ctx context.Context) error {
 	if s.tx != nil {
-		s.tx.ctx = ctx
 		return s.tx.Run(ctx)
 	}
 	return s.iso.Run(ctx)

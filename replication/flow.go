@@ -37,8 +37,11 @@ type Pause interface {
 	Resumed() <-chan struct{}
 }
 
-// Flow is what the stream reports to and waits for. Budget and Pause may
-// be nil: unbounded, never paused.
+// Flow is what the stream reports to and waits for. Budget must be the one
+// the Frontier's events count against (checkpoint.New): the stream pauses
+// on it and, at a stop, waits on it for the events in flight. A nil Budget
+// bounds nothing and waits for nothing at a stop (what is in flight is
+// sent again by the next session); a nil Pause never pauses.
 type Flow struct {
 	Frontier Frontier
 	Budget   Budget
