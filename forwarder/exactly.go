@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/checkpoint"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
@@ -59,7 +60,7 @@ func (f *Forwarder) checkCheckpointTopic(ctx context.Context, cl *kgo.Client) er
 func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sink, kafka.Checkpoint, bool, error) {
 	cfg := s.cfg
 	var cp kafka.Checkpoint
-	kcfg, err := kafka.ConfigFrom(cfg)
+	kcfg, err := kafkaconf.ConfigFrom(cfg)
 	if err != nil {
 		return nil, cp, false, err
 	}
@@ -77,7 +78,7 @@ func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sin
 		k.Close()
 		return nil, cp, false, err
 	}
-	cl, err := kafka.NewClient(cfg.Kafka)
+	cl, err := kafkaconf.NewClient(cfg.Kafka)
 	if err != nil {
 		k.Close()
 		return nil, cp, false, err

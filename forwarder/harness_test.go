@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication/replicationtest"
@@ -204,7 +205,7 @@ func exactlyOnce(k *kafkaFake) func(*config.Config) {
 // it fences the producer of a running session.
 func (h *sessionHarness) transactional() *kafka.Sink {
 	h.t.Helper()
-	kcfg, err := kafka.ConfigFrom(h.cfg)
+	kcfg, err := kafkaconf.ConfigFrom(h.cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink/kafka"
@@ -29,7 +30,7 @@ func (f *Forwarder) openKafka(ctx context.Context) (*kafka.Sink, error) {
 	if ok, err := f.waitKafka(ctx); !ok || err != nil {
 		return nil, err
 	}
-	kcfg, err := kafka.ConfigFrom(f.cfg)
+	kcfg, err := kafkaconf.ConfigFrom(f.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +173,7 @@ func (f *Forwarder) checkTopic(ctx context.Context) error {
 	// Metadata requests are answered from a cache younger than
 	// MetadataMinAge (5 s by default): a topic that was missing a moment
 	// ago would stay missing for that long.
-	cl, err := kafka.NewClient(cfg, kgo.MetadataMinAge(100*time.Millisecond))
+	cl, err := kafkaconf.NewClient(cfg, kgo.MetadataMinAge(100*time.Millisecond))
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
@@ -46,13 +47,13 @@ func (s *session) setColumnTypes(ctx context.Context, q replication.Querier, tab
 }
 
 // TableTypes reads the table's key and payload column types for the
-// record formats of m (kafka.MappingTypes).
+// record formats of m (kafkaconf.MappingTypes).
 func TableTypes(ctx context.Context, conn replication.Querier, table replication.TableName, m config.Mapping) (key, value kafka.ColumnType, err error) {
 	types, err := replication.ColumnTypes(ctx, conn, table)
 	if err != nil {
 		return key, value, fmt.Errorf("read column types of %s: %w", table, err)
 	}
-	key, value, err = kafka.MappingTypes(m, func(c string) (string, bool, bool) {
+	key, value, err = kafkaconf.MappingTypes(m, func(c string) (string, bool, bool) {
 		t, ok := types[c]
 		return t.Type, t.NotNull, ok
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication/replicationtest"
 	"github.com/walpost/walpost/sink/kafka"
@@ -194,7 +195,7 @@ func TestSessionSkipsUpToCheckpoint(t *testing.T) {
 	after := h.pg.Append(row(3))
 
 	// The checkpoint of a walpost that committed k1 and k2 to Kafka.
-	cl, err := kafka.NewClient(h.cfg.Kafka)
+	cl, err := kafkaconf.NewClient(h.cfg.Kafka)
 	if err != nil {
 		t.Fatal(err)
 	}

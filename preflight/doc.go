@@ -12,7 +12,7 @@
 // slot, publication and table checks include the very ones walpost run
 // makes at start-up (replication.CheckSlot, CheckPublication,
 // CheckColumns); some checks here are stricter. The Kafka client is built by
-// sink/kafka.NewClient, so TLS and SASL settings apply.
+// internal/kafkaconf.NewClient, so TLS and SASL settings apply.
 //
 // # Output and exit code
 //

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/position"
@@ -344,7 +345,7 @@ func columnsOf(m config.Mapping) replication.Columns {
 }
 
 // checkFormats checks the key and payload column types as walpost run
-// does at each session start (kafka.MappingTypes: a column it cannot
+// does at each session start (kafkaconf.MappingTypes: a column it cannot
 // encode is an error naming it) and says how the record carries each;
 // binary reports a bytea payload.
 func checkFormats(ctx context.Context, conn *pgx.Conn, table replication.TableName, m config.Mapping) (encodings string, binary bool, err error) {
@@ -352,7 +353,7 @@ func checkFormats(ctx context.Context, conn *pgx.Conn, table replication.TableNa
 	if err != nil {
 		return "", false, fmt.Errorf("read column types of %s: %w", table, err)
 	}
-	kt, vt, err := kafka.MappingTypes(m, func(c string) (string, bool, bool) {
+	kt, vt, err := kafkaconf.MappingTypes(m, func(c string) (string, bool, bool) {
 		t, ok := types[c]
 		return t.Type, t.NotNull, ok
 	})
@@ -401,7 +402,7 @@ func checkPublicationOps(ctx context.Context, conn *pgx.Conn, pub string, table 
 }
 
 func checkKafka(ctx context.Context, cfg *config.Config, r *runner) {
-	cl, err := kafka.NewClient(cfg.Kafka, kgo.DialTimeout(5*time.Second))
+	cl, err := kafkaconf.NewClient(cfg.Kafka, kgo.DialTimeout(5*time.Second))
 	if err != nil {
 		r.fail("kafka", err)
 		r.skip("topic", "no Kafka client")
@@ -431,7 +432,7 @@ func checkKafka(ctx context.Context, cfg *config.Config, r *runner) {
 // subjects must hold a usable schema under the topic strategy.
 func checkSchemaRegistry(cfg *config.Config, r *runner) {
 	var details []string
-	for _, from := range []func(config.Schema) (*kafka.Schema, error){kafka.SchemaFrom, kafka.KeySchemaFrom} {
+	for _, from := range []func(config.Schema) (*kafka.Schema, error){kafkaconf.SchemaFrom, kafkaconf.KeySchemaFrom} {
 		s, err := from(cfg.Schema)
 		if err != nil {
 			r.fail("schema_registry", err)

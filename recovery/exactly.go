@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/sink"
@@ -53,7 +54,7 @@ const initTimeout = 30 * time.Second
 // which fences every earlier producer of the id and completes or aborts its
 // open transaction.
 func openTxn(ctx context.Context, cfg *config.Config, id position.Identity, log *slog.Logger) (*kafka.Sink, error) {
-	kcfg, err := kafka.ConfigFrom(cfg)
+	kcfg, err := kafkaconf.ConfigFrom(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +65,7 @@ func openTxn(ctx context.Context, cfg *config.Config, id position.Identity, log 
 	kcfg.Logger = log.With("component", "kafka")
 	ictx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
-	cl, err := kafka.NewClient(cfg.Kafka)
+	cl, err := kafkaconf.NewClient(cfg.Kafka)
 	if err != nil {
 		return nil, err
 	}

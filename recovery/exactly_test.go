@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/sink/kafka"
@@ -126,7 +127,7 @@ func txnEvent(i, size int) *outbox.Event {
 // txnCheckpoint reads the slot's checkpoint as walpost run does.
 func txnCheckpoint(t *testing.T, cfg *config.Config) kafka.Checkpoint {
 	t.Helper()
-	cl, err := kafka.NewClient(cfg.Kafka)
+	cl, err := kafkaconf.NewClient(cfg.Kafka)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/position"
@@ -713,7 +714,7 @@ func setTableTypes(ctx context.Context, q replication.Querier, table replication
 	if err != nil {
 		return fmt.Errorf("read column types of %s: %w", table, err)
 	}
-	return kafka.SetTableTypes(s, m, func(c string) (string, bool, bool) {
+	return kafkaconf.SetTableTypes(s, m, func(c string) (string, bool, bool) {
 		t, ok := types[c]
 		return t.Type, t.NotNull, ok
 	})

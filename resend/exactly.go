@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
@@ -52,7 +53,7 @@ func openTxn(ctx context.Context, cfg *config.Config, log *slog.Logger) (*kafka.
 	if err != nil {
 		return nil, id, err
 	}
-	kcfg, err := kafka.ConfigFrom(cfg)
+	kcfg, err := kafkaconf.ConfigFrom(cfg)
 	if err != nil {
 		return nil, id, err
 	}
@@ -63,7 +64,7 @@ func openTxn(ctx context.Context, cfg *config.Config, log *slog.Logger) (*kafka.
 	kcfg.Logger = log.With("component", "kafka")
 	ictx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
-	cl, err := kafka.NewClient(cfg.Kafka)
+	cl, err := kafkaconf.NewClient(cfg.Kafka)
 	if err != nil {
 		return nil, id, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/replication"
@@ -120,7 +121,7 @@ func (p Progress) String() string {
 type Resender struct {
 	Config *config.Config
 	// Sink receives the records: walpost's idempotent Kafka producer
-	// (kafka.New of kafka.ConfigFrom). Unused with DryRun and in
+	// (kafka.New of kafkaconf.ConfigFrom). Unused with DryRun and in
 	// exactly-once mode, where Run opens a transactional producer of its
 	// own (exactly.go).
 	Sink   sink.Sink
@@ -351,7 +352,7 @@ func (r *Resender) produce(ctx context.Context, tx pgx.Tx, q query, opts Options
 			return rep, fmt.Errorf("exactly-once: read column types of %s: %w; nothing was produced", q.table, err)
 		}
 		// A bytea payload is produced as its bytes, as walpost run does.
-		if err := kafka.SetTableTypes(txs, cfg.Mapping, func(c string) (string, bool, bool) {
+		if err := kafkaconf.SetTableTypes(txs, cfg.Mapping, func(c string) (string, bool, bool) {
 			t, ok := types[c]
 			return t.Type, t.NotNull, ok
 		}); err != nil {
@@ -429,7 +430,7 @@ func (r *Resender) failed(ctx context.Context, err, saveErr error, opts Options,
 
 // checkTopic refuses a --topic Kafka does not have.
 func checkTopic(ctx context.Context, cfg *config.Config, topic string) error {
-	cl, err := kafka.NewClient(cfg.Kafka)
+	cl, err := kafkaconf.NewClient(cfg.Kafka)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@
 // could not read are null. A report therefore always has every section.
 // Catalog reads go through replication's catalog queries, the same ones
 // walpost run's start-up checks use; Kafka clients are built by
-// sink/kafka.NewClient, so TLS and SASL settings apply.
+// internal/kafkaconf.NewClient, so TLS and SASL settings apply.
 //
 // Messages that come from PostgreSQL have connection-string passwords
 // redacted.

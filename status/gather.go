@@ -15,10 +15,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/replication"
-	"github.com/walpost/walpost/sink/kafka"
 )
 
 // timeout bounds the PostgreSQL part and, separately, the Kafka part.
@@ -256,7 +256,7 @@ func gatherKafka(ctx context.Context, cfg *config.Config, timeout time.Duration)
 	if len(cfg.Kafka.Brokers) == 0 {
 		return fail("kafka.brokers (WALPOST_KAFKA_BROKERS) is not set")
 	}
-	cl, err := kafka.NewClient(cfg.Kafka, kgo.DialTimeout(timeout/2), kgo.RetryTimeout(timeout))
+	cl, err := kafkaconf.NewClient(cfg.Kafka, kgo.DialTimeout(timeout/2), kgo.RetryTimeout(timeout))
 	if err != nil {
 		return fail("%s", err)
 	}

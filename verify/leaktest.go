@@ -44,7 +44,7 @@ type LeakTest struct {
 	// (walpost-verify-admin, walpost-verify), so they may replace those,
 	// and before the consumer's own partitions, start offsets, fetch wait
 	// and hook, which they do not replace. `walpost verify` passes
-	// sink/kafka.ClientOpts, so kafka.tls.* and kafka.sasl.* apply.
+	// internal/kafkaconf.ClientOpts, so kafka.tls.* and kafka.sasl.* apply.
 	// Default none: plaintext, no authentication.
 	KafkaOpts []kgo.Opt
 

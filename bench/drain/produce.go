@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
@@ -233,7 +234,7 @@ func produceChild(specJSON string) error {
 	}
 	// The producer `walpost run` builds from the same configuration,
 	// without the metrics hooks.
-	kcfg, err := kafka.ConfigFrom(cfg)
+	kcfg, err := kafkaconf.ConfigFrom(cfg)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/forwarder"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/recovery"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
@@ -100,7 +101,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 // is produced as its bytes), as walpost run reads them at each session
 // start.
 func commandSink(ctx context.Context, cfg *config.Config, logger *slog.Logger, suffix string, tune func(*kafka.Config)) (*kafka.Sink, error) {
-	kcfg, err := kafka.ConfigFrom(cfg)
+	kcfg, err := kafkaconf.ConfigFrom(cfg)
 	if err != nil {
 		return nil, err
 	}

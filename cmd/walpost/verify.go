@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/internal/redact"
-	"github.com/walpost/walpost/sink/kafka"
 	"github.com/walpost/walpost/verify"
 )
 
@@ -57,7 +57,7 @@ interrupted; 2 when the test could not run.`,
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			kopts, err := kafka.ClientOpts(cfg.Kafka)
+			kopts, err := kafkaconf.ClientOpts(cfg.Kafka)
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}

@@ -26,23 +26,25 @@ var allowed = map[string][]string{
 	"config":             {"internal/redact"},
 	"replication":        {"checkpoint", "outbox"},
 	"sink":               {"outbox"},
-	"sink/kafka":         {"sink", "outbox", "config"},
+	"sink/kafka":         {"sink", "outbox"},
+	// sink/kafka's options built from walpost's configuration.
+	"internal/kafkaconf": {"config", "sink", "sink/kafka"},
 	"poison":             {"outbox", "sink"},
 	"migrations":         {},
 	"position":           {},
 	"lint":               {},
 	// recovery builds the slot's transactional producer in exactly-once
 	// mode, as forwarder does (recovery/exactly.go).
-	"recovery":        {"config", "replication", "position", "sink", "sink/kafka", "outbox", "internal/redact"},
+	"recovery":        {"config", "replication", "position", "sink", "sink/kafka", "internal/kafkaconf", "outbox", "internal/redact"},
 	"prune":           {"config", "replication", "position", "internal/redact"},
-	"forwarder":       {"config", "replication", "checkpoint", "sink", "sink/kafka", "poison", "position", "prune", "outbox", "internal/redact", "internal/buildinfo", "internal/otlphttp"},
-	"status":          {"config", "replication", "sink/kafka", "internal/redact", "poison", "checkpoint", "outbox"},
-	"preflight":       {"config", "replication", "sink/kafka", "internal/redact", "poison", "position", "outbox"},
+	"forwarder":       {"config", "replication", "checkpoint", "sink", "sink/kafka", "internal/kafkaconf", "poison", "position", "prune", "outbox", "internal/redact", "internal/buildinfo", "internal/otlphttp"},
+	"status":          {"config", "replication", "sink/kafka", "internal/kafkaconf", "internal/redact", "poison", "checkpoint", "outbox"},
+	"preflight":       {"config", "replication", "sink/kafka", "internal/kafkaconf", "internal/redact", "poison", "position", "outbox"},
 	"verify":          {"config", "replication", "sink/kafka", "internal/redact", "outbox"},
 	"integration":     {"config", "replication", "sink", "sink/kafka", "verify", "status", "outbox", "checkpoint", "position", "internal/redact", "writer", "inbox"},
-	"bench/drain":     {"config", "forwarder", "outbox", "sink", "sink/kafka", "replication", "checkpoint"},
+	"bench/drain":     {"config", "forwarder", "outbox", "sink", "sink/kafka", "internal/kafkaconf", "replication", "checkpoint"},
 	"bench/nemesis":   {},
-	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "recovery", "prune", "resend", "migrations", "lint", "sink/kafka", "replication", "internal/redact", "internal/buildinfo"},
+	"cmd/walpost":     {"config", "forwarder", "status", "preflight", "verify", "poison", "recovery", "prune", "resend", "migrations", "lint", "sink/kafka", "internal/kafkaconf", "replication", "internal/redact", "internal/buildinfo"},
 	"internal/layers": {},
 	"writer":          {},
 	// The consumer's half: a public package like writer, on pgx and
@@ -50,7 +52,7 @@ var allowed = map[string][]string{
 	"inbox": {},
 	// walpost resend re-produces outbox rows still in the table, beside a
 	// running walpost, as recover produces a gap.
-	"resend": {"config", "replication", "position", "sink", "sink/kafka", "outbox", "internal/redact"},
+	"resend": {"config", "replication", "position", "sink", "sink/kafka", "internal/kafkaconf", "outbox", "internal/redact"},
 
 	// walpost's OTLP/HTTP trace client (otel.enabled): the protobuf
 	// runtime and the OTLP messages, no gRPC.
@@ -76,6 +78,10 @@ var banned = map[string][]string{
 	"prune":       {"github.com/twmb/franz-go", "github.com/spf13/cobra", "github.com/spf13/viper"},
 	"resend":      {"github.com/spf13/cobra", "github.com/spf13/viper"},
 	"inbox":       {"github.com/spf13/cobra", "github.com/spf13/viper"},
+
+	// The configuration's adapter to sink/kafka reads no database and no
+	// flags.
+	"internal/kafkaconf": {"github.com/jackc/pgx", "github.com/spf13/cobra", "github.com/spf13/viper"},
 }
 
 func TestImportEdges(t *testing.T) {

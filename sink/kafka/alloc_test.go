@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 )
 
@@ -77,10 +76,8 @@ func allocDebeziumEvent() *outbox.Event {
 }
 
 func debeziumLayout(format string) *Layout {
-	return LayoutFrom(config.Mapping{
-		Profile: config.ProfileDebezium, KeyFormat: format, ValueFormat: format,
-		TopicTemplate: "outbox.event." + config.RoutedByValue, HeaderColumns: []string{"type:header:eventType"},
-	})
+	return NewLayout(Layout{Debezium: true, KeyFormat: format, ValueFormat: format, HeaderNames: []string{"eventType"}},
+		"outbox.event."+RoutedByValue)
 }
 
 // allocSink is a sink as New makes it for layout l (nil: walpost's
@@ -117,8 +114,8 @@ func recordCases(tb testing.TB) []struct {
 	}{
 		{"walpost", allocSink(tb, nil), allocEvent(false), maxRecordAllocs},
 		{"walpost_row_headers", allocSink(tb, nil), allocEvent(true), maxRecordAllocsRowHeaders},
-		{"debezium", allocSink(tb, debeziumLayout(config.FormatString)), allocDebeziumEvent(), maxRecordAllocsDebezium},
-		{"debezium_json", allocSink(tb, debeziumLayout(config.FormatJSON)), allocDebeziumEvent(), maxRecordAllocsDebeziumJSON},
+		{"debezium", allocSink(tb, debeziumLayout(FormatString)), allocDebeziumEvent(), maxRecordAllocsDebezium},
+		{"debezium_json", allocSink(tb, debeziumLayout(FormatJSON)), allocDebeziumEvent(), maxRecordAllocsDebeziumJSON},
 	}
 }
 
@@ -181,7 +178,7 @@ func TestPartitionAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector adds allocations; scripts/test.sh runs the gates without it")
 	}
-	for _, name := range []string{config.PartitionerMurmur2, config.PartitionerConsistentRandom, config.PartitionerFNV1a} {
+	for _, name := range []string{PartitionerMurmur2, PartitionerConsistentRandom, PartitionerFNV1a} {
 		t.Run(name, func(t *testing.T) {
 			keyed, err := KeyPartitioner(name)
 			if err != nil {
@@ -214,7 +211,7 @@ func BenchmarkRecord(b *testing.B) {
 
 // BenchmarkPartition is the partitioner of a record with a partition key.
 func BenchmarkPartition(b *testing.B) {
-	keyed, err := KeyPartitioner(config.PartitionerMurmur2)
+	keyed, err := KeyPartitioner(PartitionerMurmur2)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,11 +3,9 @@ package kafka_test
 import (
 	"bytes"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
@@ -43,12 +41,12 @@ func hexText(b []byte) []byte {
 // dropping binaryValue from Sink.build sends the \x text.
 func TestBinaryPayloadRecord(t *testing.T) {
 	want := binaryPayload()
-	for _, profile := range []string{config.ProfileWalpost, config.ProfileDebezium} {
+	for _, profile := range []string{"walpost", "debezium"} {
 		t.Run(profile, func(t *testing.T) {
 			c := newCluster(t)
 			kcfg := kafka.Config{}
-			if profile == config.ProfileDebezium {
-				kcfg.Layout = kafka.LayoutFrom(debeziumMapping(t, config.FormatString, config.FormatString))
+			if profile == "debezium" {
+				kcfg.Layout = debeziumLayout(kafka.FormatString, kafka.FormatString)
 			}
 			k := newKafka(t, c, kcfg)
 			ev := func(key string, payload []byte) *outbox.Event {
@@ -85,7 +83,7 @@ func TestBinaryPayloadRecord(t *testing.T) {
 // TestBinaryPayloadJSON: in the json formats a bytea payload is Connect
 // bytes, base64 in the JSON, as Debezium's JsonConverter writes it.
 func TestBinaryPayloadJSON(t *testing.T) {
-	l := kafka.LayoutFrom(debeziumMapping(t, config.FormatString, config.FormatJSONSchema))
+	l := debeziumLayout(kafka.FormatString, kafka.FormatJSONSchema)
 	vt, err := kafka.ConnectType("bytea", true)
 	if err != nil {
 		t.Fatal(err)
@@ -99,50 +97,5 @@ func TestBinaryPayloadJSON(t *testing.T) {
 	}
 	if want := `{"schema":{"type":"bytes","optional":false},"payload":"AP9oaQ=="}`; string(r.Value) != want {
 		t.Errorf("value %s, want %s", r.Value, want)
-	}
-}
-
-// TestMappingTypesRefusesBytea: a bytea column walpost sends as text (the
-// key, id, topic and header columns, walpost's partition_key) is refused
-// naming the column and its key; a bytea payload is Binary in both
-// profiles.
-func TestMappingTypesRefusesBytea(t *testing.T) {
-	walpost := config.Default().Mapping
-	deb := debeziumMapping(t, config.FormatString, config.FormatString, "type:header:eventType")
-	types := func(bytea ...string) func(string) (string, bool, bool) {
-		return func(c string) (string, bool, bool) {
-			for _, b := range bytea {
-				if c == b {
-					return "bytea", true, true
-				}
-			}
-			return "text", true, true
-		}
-	}
-	for _, c := range []struct {
-		name   string
-		m      config.Mapping
-		column string
-		want   string // "" accepted, binary payload
-	}{
-		{"walpost payload", walpost, "payload", ""},
-		{"debezium payload", deb, "payload", ""},
-		{"walpost key", walpost, "idempotency_key", `column "idempotency_key" (mapping.key_column) is bytea`},
-		{"walpost partition_key", walpost, "partition_key", `column "partition_key" () is bytea`},
-		{"walpost topic", walpost, "topic", `column "topic" (mapping.topic_column) is bytea`},
-		{"debezium key", deb, "aggregateid", `column "aggregateid" (mapping.key_column) is bytea`},
-		{"debezium id", deb, "id", `column "id" (mapping.id_column) is bytea`},
-		{"debezium header", deb, "type", `column "type" (mapping.header_columns) is bytea`},
-	} {
-		_, vt, err := kafka.MappingTypes(c.m, types(c.column))
-		switch {
-		case c.want == "" && (err != nil || !vt.Binary):
-			t.Errorf("%s: %+v, %v; want a binary payload", c.name, vt, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
-		}
-	}
-	if _, vt, err := kafka.MappingTypes(walpost, types()); err != nil || vt.Binary {
-		t.Errorf("jsonb payload: %+v, %v; want not binary", vt, err)
 	}
 }

@@ -3,28 +3,22 @@ package kafka_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
+	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
 
-	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/sink/kafka"
 )
 
 // mechanism is the SASL mechanism ClientOpts configures for s (kfake
 // speaks only PLAIN and SCRAM, so the others are checked by the first
 // message they send).
-func mechanism(t *testing.T, s config.SASL) sasl.Mechanism {
+func mechanism(t *testing.T, s kafka.SASL) sasl.Mechanism {
 	t.Helper()
-	opts, err := kafka.ClientOpts(config.Kafka{SASL: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	opts := kafka.ClientOpts(kafka.Connection{SASL: s})
 	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers("127.0.0.1:1"))...)
 	if err != nil {
 		t.Fatal(err)
@@ -37,9 +31,9 @@ func mechanism(t *testing.T, s config.SASL) sasl.Mechanism {
 	return ms[0]
 }
 
-// TestClientOptsOAuthBearer: OAUTHBEARER sends kafka.sasl.oauth_token as
-// the bearer token; with oauth_token_file the file is read at every
-// connection, so a rotated token is sent by the next one.
+// TestClientOptsOAuthBearer: OAUTHBEARER sends the token SASL.OAuthToken
+// gives, asked again at every connection (a rotated token is sent by the
+// next one); its error fails the connection.
 func TestClientOptsOAuthBearer(t *testing.T) {
 	first := func(m sasl.Mechanism) string {
 		t.Helper()
@@ -49,33 +43,21 @@ func TestClientOptsOAuthBearer(t *testing.T) {
 		}
 		return string(msg)
 	}
-	m := mechanism(t, config.SASL{Mechanism: "oauthbearer", OAuthToken: "static-token"})
+	tok, fail := "token-1", error(nil)
+	m := mechanism(t, kafka.SASL{Mechanism: "oauthbearer", OAuthToken: func(context.Context) (string, error) { return tok, fail }})
 	if m.Name() != "OAUTHBEARER" {
 		t.Fatalf("mechanism %s", m.Name())
 	}
-	if msg := first(m); !strings.Contains(msg, "auth=Bearer static-token\x01") {
-		t.Fatalf("initial message %q has no bearer static-token", msg)
-	}
-
-	file := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(file, []byte("token-1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m = mechanism(t, config.SASL{Mechanism: "OAUTHBEARER", OAuthToken: "token-1", OAuthTokenFile: file})
 	if msg := first(m); !strings.Contains(msg, "auth=Bearer token-1\x01") {
 		t.Fatalf("initial message %q has no bearer token-1", msg)
 	}
-	if err := os.WriteFile(file, []byte("token-2\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tok = "token-2"
 	if msg := first(m); !strings.Contains(msg, "auth=Bearer token-2\x01") {
 		t.Fatalf("after the rotation the initial message %q has no bearer token-2", msg)
 	}
-	if err := os.Remove(file); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := m.Authenticate(context.Background(), "broker:9093"); err == nil || !strings.Contains(err.Error(), "kafka.sasl.oauth_token_file") {
-		t.Fatalf("missing token file: err %v, want one naming kafka.sasl.oauth_token_file", err)
+	fail = errors.New("no token")
+	if _, _, err := m.Authenticate(context.Background(), "broker:9093"); !errors.Is(err, fail) {
+		t.Fatalf("failing token: err %v, want %v", err, fail)
 	}
 }
 
@@ -104,7 +86,7 @@ func TestClientOptsAWSMSKIAM(t *testing.T) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "ENVSECRET")
 	t.Setenv("AWS_SESSION_TOKEN", "env-session")
 
-	m := mechanism(t, config.SASL{Mechanism: "AWS_MSK_IAM", AWSAccessKeyID: "AKIACONFIG", AWSSecretAccessKey: "CONFIGSECRET"})
+	m := mechanism(t, kafka.SASL{Mechanism: "AWS_MSK_IAM", AWSAccessKeyID: "AKIACONFIG", AWSSecretAccessKey: "CONFIGSECRET"})
 	if m.Name() != "AWS_MSK_IAM" {
 		t.Fatalf("mechanism %s", m.Name())
 	}
@@ -119,7 +101,7 @@ func TestClientOptsAWSMSKIAM(t *testing.T) {
 		t.Errorf("challenge %v", kv)
 	}
 
-	m = mechanism(t, config.SASL{Mechanism: "AWS_MSK_IAM"})
+	m = mechanism(t, kafka.SASL{Mechanism: "AWS_MSK_IAM"})
 	kv = challenge(m)
 	if c := kv["x-amz-credential"]; !strings.HasPrefix(c, "AKIAENVIRONMENT/") {
 		t.Errorf("x-amz-credential %q: want the environment's key", c)
@@ -135,65 +117,5 @@ func TestClientOptsAWSMSKIAM(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "")
 	if _, _, err := m.Authenticate(context.Background(), host); err == nil || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") {
 		t.Fatalf("no credentials: err %v", err)
-	}
-}
-
-// TestProducerSettings: kafka.request_timeout, kafka.metadata_max_age and
-// kafka.client_rack reach the producing client (and the last two every
-// client), and the defaults are franz-go's own, so leaving them alone
-// changes nothing. Mutation: dropping the ProduceRequestTimeout option
-// (the client keeps 10s).
-func TestProducerSettings(t *testing.T) {
-	c := config.Default()
-	c.Kafka.Brokers = []string{"127.0.0.1:1"}
-	def, err := kafka.ConfigFrom(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := kafka.New(def)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range []any{kgo.ProduceRequestTimeout, kgo.MetadataMaxAge, kgo.Rack} {
-		if got, want := k.Client().OptValue(o), plain.OptValue(o); got != want {
-			t.Errorf("default %T: %v, franz-go's default %v", o, got, want)
-		}
-	}
-	plain.Close()
-	k.Close()
-
-	c.Kafka.RequestTimeout, c.Kafka.MetadataMaxAge, c.Kafka.ClientRack = 45*time.Second, time.Minute, "use1-az2"
-	kc, err := kafka.ConfigFrom(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err = kafka.New(kc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
-	admin, err := kafka.NewClient(c.Kafka)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	for _, tc := range []struct {
-		cl   *kgo.Client
-		opt  any
-		want any
-	}{
-		{k.Client(), kgo.ProduceRequestTimeout, 45 * time.Second},
-		{k.Client(), kgo.MetadataMaxAge, time.Minute},
-		{k.Client(), kgo.Rack, "use1-az2"},
-		{admin, kgo.MetadataMaxAge, time.Minute},
-		{admin, kgo.Rack, "use1-az2"},
-	} {
-		if got := tc.cl.OptValue(tc.opt); got != tc.want {
-			t.Errorf("%T: %v, want %v", tc.opt, got, tc.want)
-		}
 	}
 }

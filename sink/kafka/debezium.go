@@ -12,7 +12,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
 )
@@ -21,6 +20,18 @@ import (
 // Debezium-compatible mode): the record Debezium's Outbox Event Router
 // emits for the same row under its defaults, in the bytes of the Kafka
 // Connect converter named by mapping.key_format and mapping.value_format.
+
+// Formats of Layout.KeyFormat and ValueFormat: the bytes Kafka Connect's
+// converter writes.
+const (
+	FormatString     = "string"      // StringConverter: the column's text as it is
+	FormatJSON       = "json"        // JsonConverter, schemas.enable=false: a JSON string
+	FormatJSONSchema = "json_schema" // JsonConverter, schemas.enable=true: {"schema":…,"payload":…}
+)
+
+// RoutedByValue is the placeholder of a topic template (NewLayout) that
+// the row's topic column replaces (Debezium route.topic.replacement).
+const RoutedByValue = "${routedByValue}"
 
 // HeaderID is the Debezium layout's header of the event id
 // (table.field.event.id).
@@ -45,7 +56,7 @@ type Layout struct {
 	// Debezium selects the Debezium record: key = the key column, value =
 	// the payload, header id, the header columns; no walpost headers.
 	Debezium bool
-	// KeyFormat and ValueFormat: config.FormatString, FormatJSON or
+	// KeyFormat and ValueFormat: FormatString, FormatJSON or
 	// FormatJSONSchema.
 	KeyFormat, ValueFormat string
 	// HeaderNames name the event's HeaderValues.
@@ -72,24 +83,15 @@ type Layout struct {
 	topics *topicTemplate
 }
 
-// LayoutFrom is the layout of the configuration's mapping: nil for
-// walpost's own record with the identity topic template.
-func LayoutFrom(m config.Mapping) *Layout {
-	var t *topicTemplate
-	if m.TopicTemplate != config.RoutedByValue {
-		t = &topicTemplate{tmpl: m.TopicTemplate, cache: map[string]string{}}
+// NewLayout is l routing each record by template: the row's topic column
+// replaces RoutedByValue in it (Debezium route.topic.replacement). "" or
+// RoutedByValue alone keeps the column's value as the topic.
+func NewLayout(l Layout, template string) *Layout {
+	l.topics = nil
+	if template != "" && template != RoutedByValue {
+		l.topics = &topicTemplate{tmpl: template, cache: map[string]string{}}
 	}
-	if m.Profile != config.ProfileDebezium {
-		if t == nil && !m.TombstoneOnEmptyPayload {
-			return nil
-		}
-		return &Layout{topics: t, Tombstones: m.TombstoneOnEmptyPayload}
-	}
-	l := &Layout{Debezium: true, KeyFormat: m.KeyFormat, ValueFormat: m.ValueFormat, Tombstones: m.TombstoneOnEmptyPayload, Tracing: m.TracingColumn != "", topics: t}
-	for _, h := range m.Headers() {
-		l.HeaderNames = append(l.HeaderNames, h.Header)
-	}
-	return l
+	return &l
 }
 
 // BuildRecordWith is BuildRecord in layout l (nil: walpost's record).
@@ -136,7 +138,7 @@ func (t *topicTemplate) of(v string) string {
 	if s, ok := t.cache[v]; ok {
 		return s
 	}
-	s := strings.ReplaceAll(t.tmpl, config.RoutedByValue, v)
+	s := strings.ReplaceAll(t.tmpl, RoutedByValue, v)
 	if len(t.cache) < maxCachedTopics {
 		t.cache[strings.Clone(v)] = s
 	}
@@ -209,10 +211,10 @@ func orDefault(c ColumnType) ColumnType {
 // encode writes text in format for a column of type c.
 func encode(format string, c ColumnType, text []byte) []byte {
 	switch format {
-	case config.FormatJSON:
+	case FormatJSON:
 		// Sized as json_schema's below: the quotes and a few escapes.
 		return appendJSON(make([]byte, 0, len(text)+32), orDefault(c), text)
-	case config.FormatJSONSchema:
+	case FormatJSONSchema:
 		c = orDefault(c)
 		b := make([]byte, 0, len(text)+len(c.Schema)+32)
 		b = append(b, `{"schema":`...)
@@ -312,9 +314,9 @@ func appendUEscape(dst []byte, u rune) []byte {
 // schemas, the envelope with a null payload with them.
 func encodeNull(format string, c ColumnType) []byte {
 	switch format {
-	case config.FormatJSON:
+	case FormatJSON:
 		return []byte("null")
-	case config.FormatJSONSchema:
+	case FormatJSONSchema:
 		return []byte(`{"schema":` + orDefault(c).Schema + `,"payload":null}`)
 	}
 	return nil
@@ -425,97 +427,14 @@ func validTopic(t string) bool {
 	return true
 }
 
-// MappingTypes are the key and payload column types the record formats
-// of m need, from the table's columns (types(column) = PostgreSQL type
-// name and NOT NULL): a bytea payload column is Binary in every profile
-// and format (its record value is the bytes, as Debezium's
-// BinaryDataConverter and ByteArrayConverter write them; base64 in the
-// json formats, as JsonConverter writes Connect bytes), and the json
-// formats of the debezium profile need the Connect type of the key and
-// payload columns. A column walpost cannot encode is an error naming it
-// and its key: a bytea column anywhere but the payload (the key, id,
-// topic and header columns are text: the idempotency key, a topic name
-// and header strings), or a type the json formats do not reproduce.
-func MappingTypes(m config.Mapping, types func(column string) (pgType string, notNull, ok bool)) (key, value ColumnType, err error) {
-	for _, c := range textColumns(m) {
-		if t, _, ok := types(c.column); ok && t == "bytea" {
-			return key, value, fmt.Errorf("column %q (%s) is bytea, which walpost cannot encode there: it sends this column as text (%s); only the payload column (mapping.payload_column) may be bytea; fix: make the column text, or map another column", c.column, c.key, c.as)
-		}
-	}
-	if t, _, ok := types(m.PayloadColumn); ok && t == "bytea" {
-		value.Binary = true
-	}
-	if m.Profile != config.ProfileDebezium {
-		return key, value, nil
-	}
-	one := func(formatKey, format, columnKey, column string, plain ColumnType) (ColumnType, error) {
-		if format == config.FormatString {
-			return plain, nil
-		}
-		t, notNull, ok := types(column)
-		if !ok {
-			return ColumnType{}, fmt.Errorf("%s = %s: the table has no column %q (%s)", formatKey, format, column, columnKey)
-		}
-		c, err := ConnectType(t, notNull)
-		if err != nil {
-			return ColumnType{}, fmt.Errorf("%s = %s: column %q (%s) has %v; use %s = string", formatKey, format, column, columnKey, err, formatKey)
-		}
-		return c, nil
-	}
-	if key, err = one("mapping.key_format", m.KeyFormat, "mapping.key_column", m.KeyColumn, key); err != nil {
-		return key, value, err
-	}
-	value, err = one("mapping.value_format", m.ValueFormat, "mapping.payload_column", m.PayloadColumn, value)
-	return key, value, err
-}
-
-// SetTableTypes gives s the key and payload column types of the table
-// whose columns types describes (column → PostgreSQL type name and NOT
-// NULL, as replication.ColumnTypes reads them), MappingTypes of m; a
-// column walpost cannot encode is MappingTypes' error. The commands that
-// produce outbox rows beside walpost run (recover, resend in exactly-once
-// mode) call it as walpost run does at each session start.
-func SetTableTypes(s sink.ColumnTyped, m config.Mapping, types func(column string) (pgType string, notNull, ok bool)) error {
-	kt, vt, err := MappingTypes(m, types)
-	if err != nil {
-		return err
-	}
-	s.SetColumnTypes(kt, vt)
-	return nil
-}
-
-// mappedColumn is a column the record carries as text.
-type mappedColumn struct{ column, key, as string }
-
-// textColumns are the columns of m whose text the record carries as it
-// is (every mapped column but the payload).
-func textColumns(m config.Mapping) []mappedColumn {
-	keyAs, idAs := "the record key and the idempotency_key header", "the outbox_id header"
-	if m.Profile == config.ProfileDebezium {
-		keyAs, idAs = "the record key", "the id header and the idempotency key"
-	}
-	out := []mappedColumn{
-		{m.KeyColumn, "mapping.key_column", keyAs},
-		{m.IDColumn, "mapping.id_column", idAs},
-		{m.TopicColumn, "mapping.topic_column", "the topic name"},
-	}
-	for _, h := range m.Headers() {
-		out = append(out, mappedColumn{h.Column, "mapping.header_columns", "the header " + h.Header})
-	}
-	if m.Profile == config.ProfileWalpost {
-		out = append(out, mappedColumn{"partition_key", "", "the partition key"})
-	}
-	return out
-}
-
 // Encoding says how the record carries a column of PostgreSQL type
-// pgType and sink type c in format (config.FormatString, FormatJSON,
+// pgType and sink type c in format (FormatString, FormatJSON,
 // FormatJSONSchema), for walpost check.
 func Encoding(pgType, format string, c ColumnType) string {
 	switch {
-	case format == config.FormatString && c.Binary:
+	case format == FormatString && c.Binary:
 		return "its raw bytes (" + pgType + ", not its \\x text)"
-	case format == config.FormatString:
+	case format == FormatString:
 		return "its PostgreSQL text (" + pgType + ")"
 	case c.Binary:
 		return format + ", its bytes in base64 (" + pgType + ")"

@@ -15,7 +15,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
@@ -68,27 +67,13 @@ func TestConnectType(t *testing.T) {
 	}
 }
 
-// debeziumMapping is the debezium profile's mapping as config.Load makes it.
-func debeziumMapping(t *testing.T, keyFormat, valueFormat string, headers ...string) config.Mapping {
-	t.Helper()
-	t.Setenv("WALPOST_MAPPING_PROFILE", "debezium")
-	t.Setenv("WALPOST_MAPPING_KEY_FORMAT", keyFormat)
-	t.Setenv("WALPOST_MAPPING_VALUE_FORMAT", valueFormat)
-	if len(headers) > 0 {
-		hs := ""
-		for i, h := range headers {
-			if i > 0 {
-				hs += ","
-			}
-			hs += h
-		}
-		t.Setenv("WALPOST_MAPPING_HEADER_COLUMNS", hs)
-	}
-	cfg, err := config.Load(nil, config.NeedNothing)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg.Mapping
+// debeziumLayout is the debezium profile's layout with Debezium's
+// default topic template, the key and value formats and the header names
+// of mapping.header_columns (what kafkaconf.LayoutFrom makes of the
+// profile's mapping: kafkaconf's TestLayoutFrom).
+func debeziumLayout(keyFormat, valueFormat string, headerNames ...string) *kafka.Layout {
+	return kafka.NewLayout(kafka.Layout{Debezium: true, KeyFormat: keyFormat, ValueFormat: valueFormat, HeaderNames: headerNames},
+		"outbox.event."+kafka.RoutedByValue)
 }
 
 // debeziumEvent is a row of Debezium's outbox table as the stream decodes
@@ -157,8 +142,8 @@ func TestDebeziumRecordGolden(t *testing.T) {
 	}
 	part := kgo.StickyKeyPartitioner(nil).ForTopic("t")
 	got := map[string][]debeziumGolden{}
-	for _, format := range []string{config.FormatString, config.FormatJSON, config.FormatJSONSchema} {
-		l := kafka.LayoutFrom(debeziumMapping(t, format, format, "type:header:eventType", "tenant:header"))
+	for _, format := range []string{kafka.FormatString, kafka.FormatJSON, kafka.FormatJSONSchema} {
+		l := debeziumLayout(format, format, "eventType", "tenant")
 		l.KeyType, l.ValueType = types["varchar"][0], types["jsonb"][0]
 		for _, row := range rows {
 			ev := debeziumEvent()
@@ -180,7 +165,7 @@ func TestDebeziumRecordGolden(t *testing.T) {
 			}
 			got[format] = append(got[format], g)
 			// The JSON formats are JSON, and carry the row's text.
-			if format != config.FormatString {
+			if format != kafka.FormatString {
 				var key, value any
 				if err := json.Unmarshal(r.Key, &key); err != nil {
 					t.Errorf("%s %s: key %s is not JSON: %v", format, row.name, r.Key, err)
@@ -188,7 +173,7 @@ func TestDebeziumRecordGolden(t *testing.T) {
 				if err := json.Unmarshal(r.Value, &value); err != nil {
 					t.Errorf("%s %s: value %s is not JSON: %v", format, row.name, r.Value, err)
 				}
-				if format == config.FormatJSONSchema {
+				if format == kafka.FormatJSONSchema {
 					key, value = key.(map[string]any)["payload"], value.(map[string]any)["payload"]
 				}
 				if key != ev.PartitionKey || value != string(ev.Payload) {
@@ -222,7 +207,7 @@ func TestDebeziumRecordGolden(t *testing.T) {
 // TestDebeziumRecordContract states the debezium profile's record without
 // the golden file.
 func TestDebeziumRecordContract(t *testing.T) {
-	l := kafka.LayoutFrom(debeziumMapping(t, config.FormatString, config.FormatString))
+	l := debeziumLayout(kafka.FormatString, kafka.FormatString)
 	ev := debeziumEvent()
 	r, err := kafka.BuildRecordWith(&ev, defaultTopic, l)
 	if err != nil {
@@ -237,29 +222,21 @@ func TestDebeziumRecordContract(t *testing.T) {
 	if r, _ := kafka.BuildRecordWith(&ev, defaultTopic, l); r.Topic != defaultTopic {
 		t.Errorf("NULL aggregatetype: topic %q, want kafka.topic %q", r.Topic, defaultTopic)
 	}
-	// The same layout with walpost's profile keeps walpost's record, the
-	// template applied.
-	t.Setenv("WALPOST_MAPPING_TOPIC_TEMPLATE", "events.${routedByValue}")
-	t.Setenv("WALPOST_MAPPING_PROFILE", "walpost")
-	t.Setenv("WALPOST_MAPPING_KEY_FORMAT", "string")
-	t.Setenv("WALPOST_MAPPING_VALUE_FORMAT", "string")
-	cfg, err := config.Load(nil, config.NeedNothing)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A layout of walpost's record keeps walpost's record, the template
+	// applied.
 	w := baseEvent()
 	w.Topic = "orders"
-	r, err = kafka.BuildRecordWith(&w, defaultTopic, kafka.LayoutFrom(cfg.Mapping))
+	r, err = kafka.BuildRecordWith(&w, defaultTopic, kafka.NewLayout(kafka.Layout{}, "events."+kafka.RoutedByValue))
 	if err != nil || r.Topic != "events.orders" || string(r.Key) != w.IdempotencyKey || r.Headers[0].Key != kafka.HeaderIdempotencyKey {
 		t.Errorf("walpost profile with a template: %v, %+v; want topic events.orders and walpost's record", err, r)
 	}
-	if kafka.LayoutFrom(config.Default().Mapping) != nil {
-		t.Error("LayoutFrom(the defaults) is not nil: walpost's default record must take the unchanged path")
+	if r, err = kafka.BuildRecordWith(&w, defaultTopic, kafka.NewLayout(kafka.Layout{}, kafka.RoutedByValue)); err != nil || r.Topic != "orders" {
+		t.Errorf("identity template: %v, %+v; want topic orders", err, r)
 	}
 }
 
 func TestDebeziumRecordErrors(t *testing.T) {
-	l := kafka.LayoutFrom(debeziumMapping(t, config.FormatJSON, config.FormatJSON))
+	l := debeziumLayout(kafka.FormatJSON, kafka.FormatJSON)
 	cases := []struct {
 		name string
 		edit func(*outbox.Event)
@@ -293,29 +270,21 @@ func TestNullPayloadRecords(t *testing.T) {
 		payload      []byte
 		want         []byte // nil: a tombstone
 	}{
-		{"string, off", config.FormatString, false, nil, nil},
-		{"json, off", config.FormatJSON, false, nil, []byte("null")},
-		{"json_schema, off", config.FormatJSONSchema, false, nil, []byte(`{"schema":` + jsonbSchema + `,"payload":null}`)},
-		{"json, off, blank", config.FormatJSON, false, []byte(" \t"), []byte(`" \t"`)},
-		{"string, on", config.FormatString, true, nil, nil},
-		{"json, on", config.FormatJSON, true, nil, nil},
-		{"json_schema, on", config.FormatJSONSchema, true, nil, nil},
-		{"json_schema, on, blank", config.FormatJSONSchema, true, []byte(" \t\r\n\x00 "), nil},
-		{"string, on, empty", config.FormatString, true, []byte{}, nil},
-		{"json, on, JSON null", config.FormatJSON, true, []byte("null"), []byte(`"null"`)},
-		{"string, on, text", config.FormatString, true, []byte(" x "), []byte(" x ")},
+		{"string, off", kafka.FormatString, false, nil, nil},
+		{"json, off", kafka.FormatJSON, false, nil, []byte("null")},
+		{"json_schema, off", kafka.FormatJSONSchema, false, nil, []byte(`{"schema":` + jsonbSchema + `,"payload":null}`)},
+		{"json, off, blank", kafka.FormatJSON, false, []byte(" \t"), []byte(`" \t"`)},
+		{"string, on", kafka.FormatString, true, nil, nil},
+		{"json, on", kafka.FormatJSON, true, nil, nil},
+		{"json_schema, on", kafka.FormatJSONSchema, true, nil, nil},
+		{"json_schema, on, blank", kafka.FormatJSONSchema, true, []byte(" \t\r\n\x00 "), nil},
+		{"string, on, empty", kafka.FormatString, true, []byte{}, nil},
+		{"json, on, JSON null", kafka.FormatJSON, true, []byte("null"), []byte(`"null"`)},
+		{"string, on, text", kafka.FormatString, true, []byte(" x "), []byte(" x ")},
 	}
 	for _, c := range cases {
-		if c.tombstones {
-			t.Setenv("WALPOST_MAPPING_TOMBSTONE_ON_EMPTY_PAYLOAD", "true")
-		} else {
-			t.Setenv("WALPOST_MAPPING_TOMBSTONE_ON_EMPTY_PAYLOAD", "false")
-		}
-		m := debeziumMapping(t, config.FormatString, c.format, "type:header:eventType")
-		if m.TombstoneOnEmptyPayload != c.tombstones {
-			t.Fatalf("%s: mapping.tombstone_on_empty_payload = %v, want %v", c.name, m.TombstoneOnEmptyPayload, c.tombstones)
-		}
-		l := kafka.LayoutFrom(m)
+		l := debeziumLayout(kafka.FormatString, c.format, "eventType")
+		l.Tombstones = c.tombstones
 		l.ValueType = kafka.ColumnType{Schema: jsonbSchema}
 		ev := debeziumEvent()
 		ev.Payload = c.payload
@@ -334,21 +303,16 @@ func TestNullPayloadRecords(t *testing.T) {
 		}
 	}
 
-	// The walpost profile: off, ErrNullPayload; on, a tombstone with the
-	// contract's headers.
-	t.Setenv("WALPOST_MAPPING_PROFILE", "walpost")
-	t.Setenv("WALPOST_MAPPING_KEY_FORMAT", "string")
-	t.Setenv("WALPOST_MAPPING_VALUE_FORMAT", "string")
-	t.Setenv("WALPOST_MAPPING_HEADER_COLUMNS", "")
+	// The walpost profile: off (its layout is nil), ErrNullPayload; on, a
+	// tombstone with the contract's headers.
 	for _, on := range []bool{false, true} {
-		t.Setenv("WALPOST_MAPPING_TOMBSTONE_ON_EMPTY_PAYLOAD", fmt.Sprint(on))
-		cfg, err := config.Load(nil, config.NeedNothing)
-		if err != nil {
-			t.Fatal(err)
+		var l *kafka.Layout
+		if on {
+			l = kafka.NewLayout(kafka.Layout{Tombstones: true}, kafka.RoutedByValue)
 		}
 		ev := baseEvent()
 		ev.Payload = nil
-		r, err := kafka.BuildRecordWith(&ev, defaultTopic, kafka.LayoutFrom(cfg.Mapping))
+		r, err := kafka.BuildRecordWith(&ev, defaultTopic, l)
 		if !on {
 			if !errors.Is(err, kafka.ErrNullPayload) || !strings.Contains(err.Error(), "mapping.tombstone_on_empty_payload") {
 				t.Errorf("walpost profile, off: %v, want ErrNullPayload naming mapping.tombstone_on_empty_payload", err)
@@ -360,7 +324,7 @@ func TestNullPayloadRecords(t *testing.T) {
 			t.Errorf("walpost profile, on: %v, %+v; want a tombstone keyed %q with the contract's headers", err, r, ev.IdempotencyKey)
 		}
 		ev.Payload = []byte{}
-		if r, err := kafka.BuildRecordWith(&ev, defaultTopic, kafka.LayoutFrom(cfg.Mapping)); err != nil || r.Value == nil {
+		if r, err := kafka.BuildRecordWith(&ev, defaultTopic, l); err != nil || r.Value == nil {
 			t.Errorf("walpost profile, on, empty text payload: %v, value nil %v; want the empty value (only NULL is a tombstone)", err, r == nil || r.Value == nil)
 		}
 	}
@@ -372,9 +336,8 @@ func TestNullPayloadRecords(t *testing.T) {
 // their order per key.
 func TestDebeziumProducePartitionsByKeyBytes(t *testing.T) {
 	c := newCluster(t)
-	m := debeziumMapping(t, config.FormatJSON, config.FormatString)
-	m.TopicTemplate = testTopic
-	k := newKafka(t, c, kafka.Config{Layout: kafka.LayoutFrom(m)})
+	l := kafka.NewLayout(kafka.Layout{Debezium: true, KeyFormat: kafka.FormatJSON, ValueFormat: kafka.FormatString}, testTopic)
+	k := newKafka(t, c, kafka.Config{Layout: l})
 	part := kgo.StickyKeyPartitioner(nil).ForTopic(testTopic)
 	const n = 200
 	var mu sync.Mutex

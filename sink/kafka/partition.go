@@ -6,11 +6,22 @@ import (
 	"hash/fnv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/walpost/walpost/config"
 )
 
-// KeyPartitioner is the partitioner of kafka.partitioner for keyed
+// Partitioners of KeyPartitioner (Config.Partitioner).
+const (
+	// PartitionerMurmur2 is the Java client's default partitioner for a
+	// keyed record: toPositive(murmur2(key)) % partitions.
+	PartitionerMurmur2 = "murmur2"
+	// PartitionerConsistentRandom is librdkafka's default partitioner
+	// for a keyed record: CRC32(key) % partitions.
+	PartitionerConsistentRandom = "consistent_random"
+	// PartitionerFNV1a is librdkafka's fnv1a partitioner (Sarama's
+	// default): abs(int32(FNV-1a 32(key))) % partitions.
+	PartitionerFNV1a = "fnv1a"
+)
+
+// KeyPartitioner is the partitioner named name for keyed
 // records; every record walpost produces has a key (its partition key,
 // else its idempotency key), so the choice for a record without one
 // never arises. Each hash places a key as the client that defines it
@@ -34,13 +45,13 @@ import (
 // in uint32 itself; the hashes are the standard library's.
 func KeyPartitioner(name string) (kgo.Partitioner, error) {
 	switch name {
-	case "", config.PartitionerMurmur2:
+	case "", PartitionerMurmur2:
 		return kgo.StickyKeyPartitioner(nil), nil
-	case config.PartitionerConsistentRandom:
+	case PartitionerConsistentRandom:
 		return kgo.StickyKeyPartitioner(func(key []byte, n int) int {
 			return int(crc32.ChecksumIEEE(key) % uint32(n))
 		}), nil
-	case config.PartitionerFNV1a:
+	case PartitionerFNV1a:
 		return kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv1a32)), nil
 	}
 	return nil, fmt.Errorf("sink: unknown partitioner %q (murmur2, consistent_random or fnv1a)", name)

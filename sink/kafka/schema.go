@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,8 +21,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/dynamicpb"
-
-	"github.com/walpost/walpost/config"
 )
 
 // ErrSchema: the row's payload does not fit the schema that frames its
@@ -83,60 +79,71 @@ type subjectSchema struct {
 	index   []int                                // the Protobuf message index
 }
 
-// SchemaFrom is the value framing of the configuration's schema_registry
-// keys; nil when schema_registry.value_format is none. An unreadable CA,
-// certificate or key file is an error naming its key.
-func SchemaFrom(c config.Schema) (*Schema, error) {
-	return newSchema(c, c.ValueFormat, false)
+// Registry formats (SchemaOptions.Format).
+const (
+	SchemaNone       = "none"
+	SchemaAvro       = "avro"
+	SchemaJSONSchema = "json_schema"
+	SchemaProtobuf   = "protobuf"
+)
+
+// Subject strategies (SchemaOptions.SubjectStrategy): the subject whose
+// latest schema frames a record.
+const (
+	SubjectTopicName       = "topic_name"        // <topic>-value
+	SubjectRecordName      = "record_name"       // the row's event_type
+	SubjectTopicRecordName = "topic_record_name" // <topic>-<event_type>
+)
+
+// SchemaOptions configure a Schema.
+type SchemaOptions struct {
+	// Format is the registry format: SchemaAvro, SchemaJSONSchema or
+	// SchemaProtobuf; "" or SchemaNone frames nothing (NewSchema is nil).
+	Format string
+	// Key frames record keys (the key text as a string value, subject
+	// <topic>-key, no SchemaIDHeader) instead of values.
+	Key bool
+	// URL is the registry's base URL.
+	URL string
+	// Username and Password, when Username is set, are basic auth.
+	Username, Password string
+	// TLS, when not nil, is the TLS configuration of the registry's
+	// transport; nil uses Go's default.
+	TLS *tls.Config
+	// SubjectStrategy: SubjectTopicName (also ""), SubjectRecordName or
+	// SubjectTopicRecordName.
+	SubjectStrategy string
+	// SchemaIDHeader names the record header whose schema id picks the
+	// schema; "" always uses the subject's latest.
+	SchemaIDHeader string
+	// Timeout bounds each registry request; RefreshInterval is how long a
+	// subject's latest schema is kept.
+	Timeout, RefreshInterval time.Duration
 }
 
-// KeySchemaFrom is the key framing (schema_registry.key_format): the key
-// text as a string value, framed with the latest schema of subject
-// <topic>-key; nil when the key format is none.
-func KeySchemaFrom(c config.Schema) (*Schema, error) {
-	return newSchema(c, c.KeyFormat, true)
-}
-
-func newSchema(c config.Schema, format string, key bool) (*Schema, error) {
-	if format == "" || format == config.SchemaNone {
+// NewSchema is the framing of o; nil when o.Format is "" or SchemaNone.
+// Its only error is the registry client's refusal of o (the URL).
+func NewSchema(o SchemaOptions) (*Schema, error) {
+	if o.Format == "" || o.Format == SchemaNone {
 		return nil, nil
 	}
-	opts := []sr.ClientOpt{sr.URLs(c.URL), sr.UserAgent("walpost")}
-	if c.Username != "" {
-		opts = append(opts, sr.BasicAuth(c.Username, c.Password))
+	opts := []sr.ClientOpt{sr.URLs(o.URL), sr.UserAgent("walpost")}
+	if o.Username != "" {
+		opts = append(opts, sr.BasicAuth(o.Username, o.Password))
 	}
-	if c.TLSCAFile != "" || c.TLSCertFile != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if c.TLSCAFile != "" {
-			pem, err := os.ReadFile(c.TLSCAFile)
-			if err != nil {
-				return nil, fmt.Errorf("schema_registry.tls_ca_file: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("schema_registry.tls_ca_file %s: no PEM certificate found", c.TLSCAFile)
-			}
-			tc.RootCAs = pool
-		}
-		if c.TLSCertFile != "" {
-			cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("schema_registry.tls_cert_file/tls_key_file: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		opts = append(opts, sr.HTTPClient(&http.Client{Timeout: c.Timeout, Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}}))
+	if o.TLS != nil {
+		opts = append(opts, sr.HTTPClient(&http.Client{Timeout: o.Timeout, Transport: &http.Transport{TLSClientConfig: o.TLS, Proxy: http.ProxyFromEnvironment}}))
 	} else {
-		opts = append(opts, sr.HTTPClient(&http.Client{Timeout: c.Timeout}))
+		opts = append(opts, sr.HTTPClient(&http.Client{Timeout: o.Timeout}))
 	}
 	cl, err := sr.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("schema_registry.url: %w", err)
+		return nil, err
 	}
-	s := &Schema{cl: cl, format: format, strategy: c.SubjectStrategy, timeout: c.Timeout, refresh: c.RefreshInterval,
-		idHeader: c.SchemaIDHeader, key: key, subjects: map[string]*subjectSchema{}, ids: map[int]*subjectSchema{}}
-	if key {
-		s.strategy, s.idHeader = config.SubjectTopicName, ""
+	s := &Schema{cl: cl, format: o.Format, strategy: o.SubjectStrategy, timeout: o.Timeout, refresh: o.RefreshInterval,
+		idHeader: o.SchemaIDHeader, key: o.Key, subjects: map[string]*subjectSchema{}, ids: map[int]*subjectSchema{}}
+	if o.Key {
+		s.strategy, s.idHeader = SubjectTopicName, ""
 	}
 	return s, nil
 }
@@ -146,11 +153,11 @@ func newSchema(c config.Schema, format string, key bool) (*Schema, error) {
 // strategies is ErrSchema.
 func (s *Schema) Subject(topic, eventType string) (string, error) {
 	switch s.strategy {
-	case config.SubjectRecordName, config.SubjectTopicRecordName:
+	case SubjectRecordName, SubjectTopicRecordName:
 		if eventType == "" {
 			return "", fmt.Errorf("%w: subject strategy %s names the subject after the row's event_type, which is NULL", ErrSchema, s.strategy)
 		}
-		if s.strategy == config.SubjectRecordName {
+		if s.strategy == SubjectRecordName {
 			return eventType, nil
 		}
 		return topic + "-" + eventType, nil
@@ -260,7 +267,7 @@ func (s *Schema) byID(id int) (*subjectSchema, error) {
 // other topics are named by rows); under the record strategies, whose
 // subjects rows name, the registry must answer.
 func (s *Schema) Check(topic string) (string, error) {
-	if s.strategy == config.SubjectTopicName {
+	if s.strategy == SubjectTopicName {
 		subject, _ := s.Subject(topic, "")
 		ss, err := s.fetch(subject)
 		if err != nil {
@@ -340,7 +347,7 @@ var errUnusable = errors.New("unusable schema")
 
 // compile builds the encoder of a schema of the configured format.
 func (s *Schema) compile(got sr.Schema, what string) (*subjectSchema, error) {
-	want := map[string]sr.SchemaType{config.SchemaAvro: sr.TypeAvro, config.SchemaJSONSchema: sr.TypeJSON, config.SchemaProtobuf: sr.TypeProtobuf}[s.format]
+	want := map[string]sr.SchemaType{SchemaAvro: sr.TypeAvro, SchemaJSONSchema: sr.TypeJSON, SchemaProtobuf: sr.TypeProtobuf}[s.format]
 	if got.Type != want {
 		return nil, fmt.Errorf("%w: %s is a %s schema, schema_registry.value_format is %s", errUnusable, what, got.Type, s.format)
 	}
@@ -350,11 +357,11 @@ func (s *Schema) compile(got sr.Schema, what string) (*subjectSchema, error) {
 	ss := &subjectSchema{}
 	var err error
 	switch s.format {
-	case config.SchemaAvro:
+	case SchemaAvro:
 		ss.encode, err = avroEncoder(got.Schema)
-	case config.SchemaJSONSchema:
+	case SchemaJSONSchema:
 		ss.encode, err = jsonSchemaEncoder(got.Schema)
-	case config.SchemaProtobuf:
+	case SchemaProtobuf:
 		ss.encode, err = protobufEncoder(got.Schema)
 		ss.index = []int{0}
 	}

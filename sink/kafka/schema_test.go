@@ -2,14 +2,9 @@ package kafka_test
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/binary"
-	"encoding/pem"
 	"errors"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
-	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
 )
@@ -33,7 +27,7 @@ const (
 
 func newSchema(t *testing.T, reg *srfake.Registry, format, strategy string) *kafka.Schema {
 	t.Helper()
-	s, err := kafka.SchemaFrom(config.Schema{ValueFormat: format, URL: reg.URL(), SubjectStrategy: strategy,
+	s, err := kafka.NewSchema(kafka.SchemaOptions{Format: format, URL: reg.URL(), SubjectStrategy: strategy,
 		Timeout: 5 * time.Second, RefreshInterval: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +52,7 @@ func TestSchemaFrames(t *testing.T) {
 	reg.SeedSchema("orders-shop.Order", 1, 9, sr.Schema{Schema: protoOrder, Type: sr.TypeProtobuf})
 
 	t.Run("avro", func(t *testing.T) {
-		s := newSchema(t, reg, config.SchemaAvro, config.SubjectTopicName)
+		s := newSchema(t, reg, kafka.SchemaAvro, kafka.SubjectTopicName)
 		out, err := s.Frame("orders", "", nil, []byte(`{"id": 42, "note": {"string": "gift"}}`))
 		if err != nil {
 			t.Fatal(err)
@@ -78,7 +72,7 @@ func TestSchemaFrames(t *testing.T) {
 		}
 	})
 	t.Run("json_schema", func(t *testing.T) {
-		s := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectRecordName)
+		s := newSchema(t, reg, kafka.SchemaJSONSchema, kafka.SubjectRecordName)
 		payload := []byte(`{"id": 1}`)
 		out, err := s.Frame("orders", "shop.Order", nil, payload)
 		if err != nil {
@@ -89,7 +83,7 @@ func TestSchemaFrames(t *testing.T) {
 		}
 	})
 	t.Run("protobuf", func(t *testing.T) {
-		s := newSchema(t, reg, config.SchemaProtobuf, config.SubjectTopicRecordName)
+		s := newSchema(t, reg, kafka.SchemaProtobuf, kafka.SubjectTopicRecordName)
 		out, err := s.Frame("orders", "shop.Order", nil, []byte(`{"id": "5", "note": "x"}`))
 		if err != nil {
 			t.Fatal(err)
@@ -111,10 +105,10 @@ func TestSchemaRefuses(t *testing.T) {
 	reg.SeedSchema("things-value", 1, 9, sr.Schema{Schema: protoOrder, Type: sr.TypeProtobuf})
 	reg.SeedSchema("draft4-value", 1, 10, sr.Schema{Schema: `{"$schema":"http://json-schema.org/draft-04/schema#","type":"object"}`, Type: sr.TypeJSON})
 	reg.SeedSchema("draft7-value", 1, 11, sr.Schema{Schema: `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"n":{"type":"integer","exclusiveMaximum":3}}}`, Type: sr.TypeJSON})
-	avro := newSchema(t, reg, config.SchemaAvro, config.SubjectTopicName)
-	js := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectTopicName)
-	pb := newSchema(t, reg, config.SchemaProtobuf, config.SubjectTopicName)
-	byName := newSchema(t, reg, config.SchemaAvro, config.SubjectRecordName)
+	avro := newSchema(t, reg, kafka.SchemaAvro, kafka.SubjectTopicName)
+	js := newSchema(t, reg, kafka.SchemaJSONSchema, kafka.SubjectTopicName)
+	pb := newSchema(t, reg, kafka.SchemaProtobuf, kafka.SubjectTopicName)
+	byName := newSchema(t, reg, kafka.SchemaAvro, kafka.SubjectRecordName)
 
 	for _, tc := range []struct {
 		name    string
@@ -165,7 +159,7 @@ func TestSchemaRegistryDown(t *testing.T) {
 		}
 		return false
 	})
-	s, err := kafka.SchemaFrom(config.Schema{ValueFormat: config.SchemaAvro, URL: reg.URL(), SubjectStrategy: config.SubjectTopicName,
+	s, err := kafka.NewSchema(kafka.SchemaOptions{Format: kafka.SchemaAvro, URL: reg.URL(), SubjectStrategy: kafka.SubjectTopicName,
 		Timeout: 5 * time.Second, RefreshInterval: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +184,7 @@ func TestSchemaJSONError(t *testing.T) {
 	reg := srfake.New()
 	defer reg.Close()
 	reg.SeedSchema("people-value", 1, 8, sr.Schema{Schema: jsonOrder, Type: sr.TypeJSON})
-	_, err := newSchema(t, reg, config.SchemaJSONSchema, config.SubjectTopicName).Frame("people", "", nil, []byte(`{"id": 1, "colour": "red"}`))
+	_, err := newSchema(t, reg, kafka.SchemaJSONSchema, kafka.SubjectTopicName).Frame("people", "", nil, []byte(`{"id": 1, "colour": "red"}`))
 	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "colour") {
 		t.Fatalf("Frame: %q, want one line naming colour", err)
 	}
@@ -208,7 +202,7 @@ func TestSchemaIDHeader(t *testing.T) {
 	reg.SeedSchema("orders-value", 1, 7, sr.Schema{Schema: avroOrder, Type: sr.TypeAvro})
 	reg.SeedSchema("orders-value", 2, 11, sr.Schema{Schema: v2, Type: sr.TypeAvro})
 	reg.SeedSchema("people-value", 1, 8, sr.Schema{Schema: jsonOrder, Type: sr.TypeJSON})
-	s, err := kafka.SchemaFrom(config.Schema{ValueFormat: config.SchemaAvro, URL: reg.URL(), SubjectStrategy: config.SubjectTopicName,
+	s, err := kafka.NewSchema(kafka.SchemaOptions{Format: kafka.SchemaAvro, URL: reg.URL(), SubjectStrategy: kafka.SubjectTopicName,
 		SchemaIDHeader: "schema_id", Timeout: 5 * time.Second, RefreshInterval: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -246,14 +240,14 @@ func TestSchemaKeys(t *testing.T) {
 	reg.SeedSchema("orders-key", 1, 3, sr.Schema{Schema: `"string"`, Type: sr.TypeAvro})
 	reg.SeedSchema("people-key", 1, 4, sr.Schema{Schema: `{"type":"string","pattern":"^k-"}`, Type: sr.TypeJSON})
 	keys := func(format string) *kafka.Schema {
-		s, err := kafka.KeySchemaFrom(config.Schema{KeyFormat: format, ValueFormat: config.SchemaNone, URL: reg.URL(),
-			SubjectStrategy: config.SubjectRecordName, SchemaIDHeader: "schema_id", Timeout: 5 * time.Second, RefreshInterval: time.Minute})
+		s, err := kafka.NewSchema(kafka.SchemaOptions{Format: format, Key: true, URL: reg.URL(),
+			SubjectStrategy: kafka.SubjectRecordName, SchemaIDHeader: "schema_id", Timeout: 5 * time.Second, RefreshInterval: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	out, err := keys(config.SchemaAvro).Frame("orders", "shop.Order", nil, []byte("k-1"))
+	out, err := keys(kafka.SchemaAvro).Frame("orders", "shop.Order", nil, []byte("k-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +255,7 @@ func TestSchemaKeys(t *testing.T) {
 	if id, body := header(t, out); id != 3 || !bytes.Equal(body, []byte{6, 'k', '-', '1'}) {
 		t.Errorf("avro key: id %d body % x", id, body)
 	}
-	js := keys(config.SchemaJSONSchema)
+	js := keys(kafka.SchemaJSONSchema)
 	out, err = js.Frame("people", "", nil, []byte("k-2"))
 	if err != nil {
 		t.Fatal(err)
@@ -272,56 +266,7 @@ func TestSchemaKeys(t *testing.T) {
 	if _, err := js.Frame("people", "", nil, []byte("other")); !errors.Is(err, kafka.ErrSchema) {
 		t.Errorf("a key the schema refuses: %v, want ErrSchema", err)
 	}
-	if s, _ := kafka.KeySchemaFrom(config.Schema{KeyFormat: config.SchemaNone, ValueFormat: config.SchemaAvro, URL: reg.URL()}); s != nil {
-		t.Error("key_format none frames keys")
-	}
-}
-
-// The registry's TLS (a CA file) and basic auth (a password file read by
-// ReadSecretFiles) reach the registry; wrong credentials are a destination
-// failure that names the keys to check, never the row's.
-func TestSchemaTLSAndBasicAuth(t *testing.T) {
-	reg := srfake.New(srfake.WithAuth("Basic " + base64.StdEncoding.EncodeToString([]byte("walpost:s3cret"))))
-	defer reg.Close()
-	reg.SeedSchema("orders-value", 1, 7, sr.Schema{Schema: avroOrder, Type: sr.TypeAvro})
-	srv := httptest.NewTLSServer(reg.Handler())
-	defer srv.Close()
-	dir := t.TempDir()
-	ca := filepath.Join(dir, "ca.pem")
-	pw := filepath.Join(dir, "password")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	frame := func(password string) error {
-		if err := os.WriteFile(pw, []byte(password+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		c := config.Config{Schema: config.Schema{ValueFormat: config.SchemaAvro, URL: srv.URL, SubjectStrategy: config.SubjectTopicName,
-			Username: "walpost", PasswordFile: pw, TLSCAFile: ca, Timeout: 5 * time.Second, RefreshInterval: time.Minute}}
-		if err := c.ReadSecretFiles(); err != nil {
-			t.Fatal(err)
-		}
-		s, err := kafka.SchemaFrom(c.Schema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = s.Frame("orders", "", nil, []byte(`{"id": 1, "note": null}`))
-		return err
-	}
-	if err := frame("s3cret"); err != nil {
-		t.Fatalf("over TLS with the password file: %v", err)
-	}
-	err := frame("wrong")
-	if kind, _ := kafka.Classify(err); kind != sink.Destination || !strings.Contains(err.Error(), "schema_registry.password") {
-		t.Fatalf("with a wrong password: %v (%v), want a destination failure naming schema_registry.password", err, kind)
-	}
-	// Without the CA the registry's certificate is not trusted.
-	s, err := kafka.SchemaFrom(config.Schema{ValueFormat: config.SchemaAvro, URL: srv.URL, SubjectStrategy: config.SubjectTopicName,
-		Username: "walpost", Password: "s3cret", Timeout: 5 * time.Second, RefreshInterval: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Frame("orders", "", nil, []byte(`{"id": 1, "note": null}`)); !errors.Is(err, kafka.ErrSchemaRegistry) {
-		t.Fatalf("without schema_registry.tls_ca_file: %v, want ErrSchemaRegistry (untrusted certificate)", err)
+	if s, _ := kafka.NewSchema(kafka.SchemaOptions{Format: kafka.SchemaNone, Key: true, URL: reg.URL()}); s != nil {
+		t.Error("format none frames keys")
 	}
 }

@@ -38,7 +38,8 @@ type Config struct {
 	// franz-go's default (1 MB).
 	MaxMessageBytes int
 	// Partitioner names the hash that maps a partition key to a
-	// partition (config kafka.partitioner, KeyPartitioner); "" is murmur2.
+	// partition (KeyPartitioner: PartitionerMurmur2, also "",
+	// PartitionerConsistentRandom or PartitionerFNV1a).
 	Partitioner string
 	// RequestTimeout is franz-go's ProduceRequestTimeout (Java and
 	// librdkafka request.timeout.ms); 0 leaves franz-go's default (10 s).
@@ -55,15 +56,14 @@ type Config struct {
 	// to send again (the forwarder restarts its session from the slot).
 	// It must not block.
 	OnDataLoss func(topic string, partition int32)
-	// Layout is the record format (config mapping.*, LayoutFrom); nil is
-	// walpost's own record.
+	// Layout is the record format (NewLayout); nil is walpost's own
+	// record.
 	Layout *Layout
 	// Schema frames each record value with its subject's registry schema
-	// (config schema_registry.*, SchemaFrom) after Layout built it; nil
-	// sends the value as built.
+	// (NewSchema) after Layout built it; nil sends the value as built.
 	Schema *Schema
-	// KeySchema frames each record key (config schema_registry.key_format,
-	// KeySchemaFrom); nil sends the key as built.
+	// KeySchema frames each record key (NewSchema with
+	// SchemaOptions.Key); nil sends the key as built.
 	KeySchema *Schema
 	// TransactionalID makes the producer transactional (exactly-once
 	// mode; TransactionalID builds it): records are produced inside the

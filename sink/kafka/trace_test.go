@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink/kafka"
 )
@@ -77,11 +76,11 @@ func TestParseTraceContext(t *testing.T) {
 // is left out and reported, the record still built; without the column
 // nothing changes.
 func TestDebeziumTraceHeaders(t *testing.T) {
-	m := config.Default().Mapping
-	m.Profile = config.ProfileDebezium
-	m.IDColumn, m.KeyColumn, m.PayloadColumn, m.TopicColumn, m.TopicTemplate = "id", "aggregateid", "payload", "aggregatetype", "outbox.event."+config.RoutedByValue
-	m.TracingColumn = "tracingspancontext"
-	l := kafka.LayoutFrom(m)
+	layout := func(tracing bool) *kafka.Layout {
+		return kafka.NewLayout(kafka.Layout{Debezium: true, KeyFormat: kafka.FormatString, ValueFormat: kafka.FormatString, Tracing: tracing},
+			"outbox.event."+kafka.RoutedByValue)
+	}
+	l := layout(true)
 	var reported []string
 	l.OnInvalidTrace = func(ev *outbox.Event, err error) { reported = append(reported, ev.ID+": "+err.Error()) }
 	ev := func(trace string) *outbox.Event {
@@ -118,8 +117,7 @@ func TestDebeziumTraceHeaders(t *testing.T) {
 		t.Errorf("reported %q, want the two malformed contexts with the event id", reported)
 	}
 
-	m.TracingColumn = ""
-	if r, err := kafka.BuildRecordWith(ev("traceparent="+tp), "d", kafka.LayoutFrom(m)); err != nil || len(r.Headers) != 1 {
+	if r, err := kafka.BuildRecordWith(ev("traceparent="+tp), "d", layout(false)); err != nil || len(r.Headers) != 1 {
 		t.Errorf("without mapping.tracing_column: headers %v, %v; want id only", r.Headers, err)
 	}
 }

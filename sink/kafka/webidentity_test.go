@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/walpost/walpost/config"
 )
 
 // fakeSTS answers AssumeRoleWithWebIdentity for role with credentials that
@@ -55,7 +53,7 @@ func TestAWSWebIdentity(t *testing.T) {
 	t.Setenv("AWS_ROLE_ARN", role)
 	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", file)
 	t.Setenv("AWS_ENDPOINT_URL_STS", srv.URL)
-	creds := awsCredentials(config.SASL{Mechanism: "AWS_MSK_IAM"})
+	creds := awsCredentials(SASL{Mechanism: "AWS_MSK_IAM"})
 	for range 3 {
 		a, err := creds(context.Background())
 		if err != nil {
@@ -72,7 +70,7 @@ func TestAWSWebIdentity(t *testing.T) {
 	if err := os.WriteFile(file, []byte("jwt-2"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bad := awsCredentials(config.SASL{Mechanism: "AWS_MSK_IAM"})
+	bad := awsCredentials(SASL{Mechanism: "AWS_MSK_IAM"})
 	if _, err := bad(context.Background()); err == nil || !strings.Contains(err.Error(), "trust policy") || !strings.Contains(err.Error(), "InvalidIdentityToken") {
 		t.Fatalf("refused token: %v, want an error naming the trust policy", err)
 	}
@@ -80,7 +78,7 @@ func TestAWSWebIdentity(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIA")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
 	before := calls.Load()
-	if a, err := awsCredentials(config.SASL{Mechanism: "AWS_MSK_IAM"})(context.Background()); err != nil || a.AccessKey != "AKIA" || calls.Load() != before {
+	if a, err := awsCredentials(SASL{Mechanism: "AWS_MSK_IAM"})(context.Background()); err != nil || a.AccessKey != "AKIA" || calls.Load() != before {
 		t.Fatalf("static credentials: %+v, %v; STS calls %d → %d", a, err, before, calls.Load())
 	}
 }

@@ -1,4 +1,4 @@
-package kafka_test
+package kafkaconf_test
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 	"software.sslmate.com/src/go-pkcs12"
 
 	"github.com/walpost/walpost/config"
-	"github.com/walpost/walpost/sink/kafka"
+	"github.com/walpost/walpost/internal/kafkaconf"
 )
 
 // pki is a CA, a client certificate it signed, and the client's key,
@@ -112,7 +112,7 @@ func handshake(t *testing.T, p pki, c config.TLS) (string, error) {
 		seen <- tc.ConnectionState().PeerCertificates[0].Subject.CommonName
 	}()
 	c.Enabled, c.InsecureSkipVerify = true, true
-	opts, err := kafka.ClientOpts(config.Kafka{TLS: c})
+	opts, err := kafkaconf.ClientOpts(config.Kafka{TLS: c})
 	if err != nil {
 		return "", err
 	}
