@@ -18,6 +18,7 @@ import (
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/poison"
 	"github.com/walpost/walpost/position"
@@ -178,7 +179,7 @@ func (s *session) connect(ctx context.Context) error {
 		Slot:           cfg.Postgres.Slot,
 		Publication:    cfg.Postgres.Publication,
 		Table:          cfg.Postgres.Table,
-		Columns:        Columns(cfg.Mapping),
+		Columns:        kafkaconf.Columns(cfg.Mapping),
 		StatusInterval: cfg.Postgres.StatusInterval,
 		ReceiveTimeout: cfg.Postgres.ReceiveTimeout,
 		DrainTimeout:   cfg.Kafka.FlushTimeout,

@@ -174,7 +174,7 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	table, err := replication.ResolveTable(ctx, conn, cfg.Postgres.Table)
 	tableOK := err == nil
 	if err == nil {
-		err = replication.CheckColumns(ctx, conn, table, columnsOf(cfg.Mapping))
+		err = replication.CheckColumns(ctx, conn, table, kafkaconf.Columns(cfg.Mapping))
 	}
 	idCol := cfg.Mapping.KeyColumn // walpost: the key is the idempotency key
 	if cfg.Mapping.Profile == config.ProfileDebezium {
@@ -330,20 +330,6 @@ func checkUniqueKey(ctx context.Context, conn *pgx.Conn, table replication.Table
 	return nil
 }
 
-// columnsOf is forwarder.Columns (which preflight may not import): the
-// columns walpost run reads under mapping m.
-func columnsOf(m config.Mapping) replication.Columns {
-	c := replication.Columns{
-		Debezium: m.Profile == config.ProfileDebezium,
-		ID:       m.IDColumn, Key: m.KeyColumn, Payload: m.PayloadColumn, Topic: m.TopicColumn,
-		Timestamp: m.TimestampColumn,
-	}
-	for _, h := range m.Headers() {
-		c.Headers = append(c.Headers, h.Column)
-	}
-	return c
-}
-
 // checkFormats checks the key and payload column types as walpost run
 // does at each session start (kafkaconf.MappingTypes: a column it cannot
 // encode is an error naming it) and says how the record carries each;
@@ -353,10 +339,7 @@ func checkFormats(ctx context.Context, conn *pgx.Conn, table replication.TableNa
 	if err != nil {
 		return "", false, fmt.Errorf("read column types of %s: %w", table, err)
 	}
-	kt, vt, err := kafkaconf.MappingTypes(m, func(c string) (string, bool, bool) {
-		t, ok := types[c]
-		return t.Type, t.NotNull, ok
-	})
+	kt, vt, err := kafkaconf.MappingTypes(m, kafkaconf.Lookup(types))
 	if err != nil {
 		return "", false, err
 	}

@@ -352,10 +352,7 @@ func (r *Resender) produce(ctx context.Context, tx pgx.Tx, q query, opts Options
 			return rep, fmt.Errorf("exactly-once: read column types of %s: %w; nothing was produced", q.table, err)
 		}
 		// A bytea payload is produced as its bytes, as walpost run does.
-		if err := kafkaconf.SetTableTypes(txs, cfg.Mapping, func(c string) (string, bool, bool) {
-			t, ok := types[c]
-			return t.Type, t.NotNull, ok
-		}); err != nil {
+		if err := kafkaconf.SetTableTypes(txs, cfg.Mapping, kafkaconf.Lookup(types)); err != nil {
 			return rep, fmt.Errorf("exactly-once: %w; nothing was produced", err)
 		}
 		em.sink, em.txs = txs, txs

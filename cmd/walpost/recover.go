@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/walpost/walpost/config"
-	"github.com/walpost/walpost/forwarder"
 	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/recovery"
 	"github.com/walpost/walpost/replication"
@@ -122,7 +121,7 @@ func commandSink(ctx context.Context, cfg *config.Config, logger *slog.Logger, s
 }
 
 // setTableTypes gives s the outbox table's key and payload column types
-// (forwarder.TableTypes); a column walpost cannot encode is an error
+// (kafkaconf.TableTypes); a column walpost cannot encode is an error
 // naming it.
 func setTableTypes(ctx context.Context, cfg *config.Config, s *kafka.Sink) error {
 	conn, err := replication.ConnectSQL(ctx, cfg.Postgres.URL)
@@ -134,7 +133,7 @@ func setTableTypes(ctx context.Context, cfg *config.Config, s *kafka.Sink) error
 	if err != nil {
 		return err
 	}
-	kt, vt, err := forwarder.TableTypes(ctx, conn, table, cfg.Mapping)
+	kt, vt, err := kafkaconf.TableTypes(ctx, conn, table, cfg.Mapping)
 	if err != nil {
 		return err
 	}

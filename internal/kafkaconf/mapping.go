@@ -1,9 +1,11 @@
 package kafkaconf
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink"
 	"github.com/walpost/walpost/sink/kafka"
 )
@@ -23,6 +25,45 @@ func LayoutFrom(m config.Mapping) *kafka.Layout {
 		l.HeaderNames = append(l.HeaderNames, h.Header)
 	}
 	return kafka.NewLayout(l, m.TopicTemplate)
+}
+
+// Columns are the outbox columns the stream reads under mapping m
+// (walpost run's stream, and walpost check's look at the table).
+func Columns(m config.Mapping) replication.Columns {
+	c := replication.Columns{
+		Debezium: m.Profile == config.ProfileDebezium,
+		ID:       m.IDColumn, Key: m.KeyColumn, Payload: m.PayloadColumn, Topic: m.TopicColumn,
+		Timestamp: m.TimestampColumn, Tracing: m.TracingColumn,
+	}
+	for _, h := range m.Headers() {
+		c.Headers = append(c.Headers, h.Column)
+	}
+	return c
+}
+
+// TableTypes reads the table's key and payload column types for the
+// record formats of m (MappingTypes); a column walpost cannot encode is
+// replication.ErrConfig naming the table.
+func TableTypes(ctx context.Context, conn replication.Querier, table replication.TableName, m config.Mapping) (key, value kafka.ColumnType, err error) {
+	types, err := replication.ColumnTypes(ctx, conn, table)
+	if err != nil {
+		return key, value, fmt.Errorf("read column types of %s: %w", table, err)
+	}
+	key, value, err = MappingTypes(m, Lookup(types))
+	if err != nil {
+		return key, value, fmt.Errorf("%w: %s: %w", replication.ErrConfig, table, err)
+	}
+	return key, value, nil
+}
+
+// Lookup is the types argument of MappingTypes and SetTableTypes for the
+// columns replication.ColumnTypes read: a column's PostgreSQL type name,
+// whether it is NOT NULL, and whether the table has it.
+func Lookup(types map[string]replication.ColumnType) func(column string) (pgType string, notNull, ok bool) {
+	return func(c string) (string, bool, bool) {
+		t, ok := types[c]
+		return t.Type, t.NotNull, ok
+	}
 }
 
 // MappingTypes are the key and payload column types the record formats

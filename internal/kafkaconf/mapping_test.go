@@ -9,6 +9,7 @@ import (
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/outbox"
+	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
 )
 
@@ -59,6 +60,22 @@ func TestLayoutFrom(t *testing.T) {
 	r, err := kafka.BuildRecordWith(&ev, "outbox", kafkaconf.LayoutFrom(m))
 	if err != nil || r.Topic != "events.orders" || r.Headers[0].Key != kafka.HeaderIdempotencyKey {
 		t.Errorf("walpost profile with a template: %v, %+v; want topic events.orders and walpost's record", err, r)
+	}
+}
+
+// TestColumns: the columns walpost run's stream reads, and walpost check
+// looks for, are the mapping's, the tracing column included.
+func TestColumns(t *testing.T) {
+	t.Setenv("WALPOST_MAPPING_TRACING_COLUMN", "trace")
+	t.Setenv("WALPOST_MAPPING_TIMESTAMP_COLUMN", "at")
+	m := debeziumMapping(t, config.FormatString, config.FormatString, "type:header:eventType")
+	want := replication.Columns{Debezium: true, ID: m.IDColumn, Key: m.KeyColumn, Payload: m.PayloadColumn, Topic: m.TopicColumn,
+		Headers: []string{"type"}, Timestamp: "at", Tracing: "trace"}
+	if got := kafkaconf.Columns(m); !reflect.DeepEqual(got, want) {
+		t.Errorf("Columns = %+v, want %+v", got, want)
+	}
+	if got := kafkaconf.Columns(config.Default().Mapping); got.Debezium || got.ID != "id" || got.Key != "idempotency_key" || len(got.Headers) != 0 {
+		t.Errorf("walpost defaults: %+v", got)
 	}
 }
 

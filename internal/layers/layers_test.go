@@ -27,8 +27,9 @@ var allowed = map[string][]string{
 	"replication":        {"checkpoint", "outbox"},
 	"sink":               {"outbox"},
 	"sink/kafka":         {"sink", "outbox"},
-	// sink/kafka's options built from walpost's configuration.
-	"internal/kafkaconf": {"config", "sink", "sink/kafka"},
+	// sink/kafka's options built from walpost's configuration, and the
+	// mapping's views walpost run and walpost check share.
+	"internal/kafkaconf": {"config", "replication", "sink", "sink/kafka"},
 	"poison":             {"outbox", "sink"},
 	"migrations":         {},
 	"position":           {},
