@@ -115,6 +115,12 @@ func (r *runner) fail(name string, err error) {
 	r.add(Check{Name: name, Status: Fail, Detail: err.Error(), Err: err})
 }
 
+// checkPostgres runs PostgreSQL's checks, in order: the connection and
+// the server's version, then on that connection the server's settings
+// (checkServer), the outbox table and publication (checkOutbox), the slot
+// and walpost's position on it (checkSlotAndPosition), the capacity and
+// the poison table. Without a connection, or on a server too old, the
+// rest are skipped.
 func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	names := []string{"wal_level", "replication", "sessions", "outbox", "publication", "slot", "position", "capacity", "poison_table"}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -140,6 +146,25 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	}
 	r.ok("postgres", fmt.Sprintf("connected to %s:%d/%s as %s (PostgreSQL %s)", pc.Host, pc.Port, srv.Database, srv.User, srv.Version))
 
+	checkServer(ctx, conn, srv, r)
+	binary := checkOutbox(ctx, conn, cfg, r)
+	slot := checkSlotAndPosition(ctx, conn, cfg, srv, r)
+	checkCapacity(ctx, conn, slot, r)
+
+	// What walpost run checks at the start of every session: a poison
+	// table it cannot write would stop it at the first quarantine.
+	if err := poison.CheckTable(ctx, conn, cfg.Postgres.PoisonTable); err != nil {
+		r.fail("poison_table", err)
+	} else if err := checkBinaryPoison(ctx, conn, cfg.Postgres.PoisonTable, binary); err != nil {
+		r.fail("poison_table", err)
+	} else {
+		r.ok("poison_table", fmt.Sprintf("%q has the columns walpost writes, keyed by (outbox_id, commit_lsn)", cfg.Postgres.PoisonTable))
+	}
+}
+
+// checkServer checks the server's settings and the role: wal_level,
+// replication and sessions.
+func checkServer(ctx context.Context, conn *pgx.Conn, srv replication.Server, r *runner) {
 	// The fixes name the managed service's own setting or role when the
 	// server looks like one (a failed read: the self-managed fixes).
 	managed, _ := replication.ReadManaged(ctx, conn)
@@ -170,7 +195,12 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	} else {
 		r.ok("sessions", sessionsDetail(found, srv.User, srv.Database))
 	}
+}
 
+// checkOutbox checks the outbox table (its columns under the mapping, the
+// unique idempotency key, the column types the record formats need) and
+// the publication; binary reports a bytea payload column.
+func checkOutbox(ctx context.Context, conn *pgx.Conn, cfg *config.Config, r *runner) (binary bool) {
 	table, err := replication.ResolveTable(ctx, conn, cfg.Postgres.Table)
 	tableOK := err == nil
 	if err == nil {
@@ -184,7 +214,6 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 		err = checkUniqueKey(ctx, conn, table, idCol)
 	}
 	var encodings string
-	binary := false
 	if err == nil {
 		encodings, binary, err = checkFormats(ctx, conn, table, cfg.Mapping)
 	}
@@ -201,7 +230,12 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	} else {
 		r.ok("publication", fmt.Sprintf("%q covers exactly %s, inserts only", cfg.Postgres.Publication, table))
 	}
+	return binary
+}
 
+// checkSlotAndPosition checks the slot (checkSlot) and walpost's
+// recorded position on it (checkPosition), and returns the slot as read.
+func checkSlotAndPosition(ctx context.Context, conn *pgx.Conn, cfg *config.Config, srv replication.Server, r *runner) replication.SlotInfo {
 	row, found, rowErr := position.NewStore(conn).Load(ctx, cfg.Postgres.Slot)
 	slot, err := replication.ReadSlot(ctx, conn, cfg.Postgres.Slot)
 	switch {
@@ -221,29 +255,7 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 			r.ok("slot", detail)
 		}
 	default:
-		if err := replication.CheckSlot(ctx, conn, cfg.Postgres.Slot, slot); err != nil {
-			r.fail("slot", err)
-		} else {
-			state := "inactive"
-			if slot.Active {
-				state = fmt.Sprintf("active (backend pid %d)", slot.ActivePID)
-			}
-			detail := fmt.Sprintf("%q logical/pgoutput in %s, wal_status %s, confirmed %s, %s", cfg.Postgres.Slot, slot.Database, slot.WALStatus, slot.ConfirmedFlush, state)
-			if srv.VersionNum >= replication.FailoverSlotsVersionNum {
-				if slot.Failover {
-					detail += ", failover slot"
-				} else {
-					detail += ", not a failover slot (created without failover: a promoted standby will not have it)"
-				}
-			}
-			synced, unsynced := standbysDetail(ctx, cfg)
-			detail += synced
-			if w := joinWarnings(failoverWarning(ctx, conn, srv, slot.Failover), idleTimeoutWarning(ctx, conn, cfg.Postgres.OutageBudget), unsynced); w != "" {
-				r.warn("slot", detail+"; "+w)
-			} else {
-				r.ok("slot", detail)
-			}
-		}
+		checkSlot(ctx, conn, cfg, srv, slot, r)
 	}
 
 	switch {
@@ -254,7 +266,40 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 	default:
 		checkPosition(ctx, cfg, row, found, slot, r)
 	}
+	return slot
+}
 
+// checkSlot checks a slot that exists: replication.CheckSlot, its state,
+// whether it is a failover slot and its copies on the standbys.
+func checkSlot(ctx context.Context, conn *pgx.Conn, cfg *config.Config, srv replication.Server, slot replication.SlotInfo, r *runner) {
+	if err := replication.CheckSlot(ctx, conn, cfg.Postgres.Slot, slot); err != nil {
+		r.fail("slot", err)
+		return
+	}
+	state := "inactive"
+	if slot.Active {
+		state = fmt.Sprintf("active (backend pid %d)", slot.ActivePID)
+	}
+	detail := fmt.Sprintf("%q logical/pgoutput in %s, wal_status %s, confirmed %s, %s", cfg.Postgres.Slot, slot.Database, slot.WALStatus, slot.ConfirmedFlush, state)
+	if srv.VersionNum >= replication.FailoverSlotsVersionNum {
+		if slot.Failover {
+			detail += ", failover slot"
+		} else {
+			detail += ", not a failover slot (created without failover: a promoted standby will not have it)"
+		}
+	}
+	synced, unsynced := standbysDetail(ctx, cfg)
+	detail += synced
+	if w := joinWarnings(failoverWarning(ctx, conn, srv, slot.Failover), idleTimeoutWarning(ctx, conn, cfg.Postgres.OutageBudget), unsynced); w != "" {
+		r.warn("slot", detail+"; "+w)
+	} else {
+		r.ok("slot", detail)
+	}
+}
+
+// checkCapacity checks that a replication slot (when walpost still has
+// to create its own) and a WAL sender are free.
+func checkCapacity(ctx context.Context, conn *pgx.Conn, slot replication.SlotInfo, r *runner) {
 	c, err := replication.ReadCapacity(ctx, conn)
 	switch {
 	case err != nil:
@@ -265,16 +310,6 @@ func checkPostgres(ctx context.Context, cfg *config.Config, r *runner) {
 		r.fail("capacity", fmt.Errorf("all %d WAL senders are in use; fix: raise max_wal_senders", c.MaxWALSenders))
 	default:
 		r.ok("capacity", fmt.Sprintf("slots %d/%d used, wal senders %d/%d used", c.UsedSlots, c.MaxSlots, c.UsedWALSenders, c.MaxWALSenders))
-	}
-
-	// What walpost run checks at the start of every session: a poison
-	// table it cannot write would stop it at the first quarantine.
-	if err := poison.CheckTable(ctx, conn, cfg.Postgres.PoisonTable); err != nil {
-		r.fail("poison_table", err)
-	} else if err := checkBinaryPoison(ctx, conn, cfg.Postgres.PoisonTable, binary); err != nil {
-		r.fail("poison_table", err)
-	} else {
-		r.ok("poison_table", fmt.Sprintf("%q has the columns walpost writes, keyed by (outbox_id, commit_lsn)", cfg.Postgres.PoisonTable))
 	}
 }
 
