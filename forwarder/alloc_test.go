@@ -1,11 +1,10 @@
-package forwarder_test
+package forwarder
 
 import (
 	"context"
 	"testing"
 
 	"github.com/walpost/walpost/checkpoint"
-	"github.com/walpost/walpost/forwarder"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
 )
@@ -36,7 +35,7 @@ func TestIsolatorReusesPending(t *testing.T) {
 		t.Skip("the race detector drops sync.Pool items at random")
 	}
 	prod, tr := &ackingProducer{}, &doneTracker{}
-	iso := forwarder.NewIsolator(forwarder.IsolatorConfig{}, prod, nil, tr)
+	iso := newIsolator(isolatorConfig{}, prod, nil, tr)
 	ev := &outbox.Event{IdempotencyKey: "k", Payload: []byte(`{}`)}
 	iso.Emit(ev, checkpoint.Ticket{}) // warm the pool
 	allocs := testing.AllocsPerRun(1000, func() { iso.Emit(ev, checkpoint.Ticket{}) })

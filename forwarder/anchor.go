@@ -19,12 +19,12 @@ const (
 	refusedNotInWAL = "not_in_wal"
 )
 
-// ErrCheckpointMismatch: the WAL the session reads does not hold the
+// errCheckpointMismatch: the WAL the session reads does not hold the
 // transactions the exactly-once checkpoint names (the server was restored
 // to an earlier point of the same timeline, or walpost recover reset the
 // position below it). The session ends with nothing confirmed past
 // walpost_position; the next one does not use that checkpoint.
-var ErrCheckpointMismatch = errors.New("the exactly-once checkpoint does not match the server's WAL")
+var errCheckpointMismatch = errors.New("the exactly-once checkpoint does not match the server's WAL")
 
 // anchorCheck verifies, while the skipper reads the WAL, what a checkpoint
 // claims past hold, the position PostgreSQL itself recorded (the slot and
@@ -36,7 +36,7 @@ var ErrCheckpointMismatch = errors.New("the exactly-once checkpoint does not mat
 // never confirmed: a mismatch ends the session (INV-1, INV-11; DESIGN.md,
 // "Exactly-once delivery").
 type anchorCheck struct {
-	cp      kafka.Checkpoint
+	cp      kafka.TxnMark
 	hold    pglogrepl.LSN // what PostgreSQL recorded; the tracker is held there
 	from    pglogrepl.LSN // the slot's confirmed position: the stream starts after it
 	tracker *checkpoint.Tracker
@@ -127,5 +127,5 @@ func (c *anchorCheck) fail(ev *outbox.Event, why string) {
 		attrs = append(attrs, "idempotency_key", ev.IdempotencyKey, "commit_lsn", ev.CommitLSN.String())
 	}
 	c.log.Warn("exactly-once: the checkpoint does not match the server's WAL (restored to an earlier point, or walpost recover reset the position): nothing past walpost_position is confirmed, the session restarts without the checkpoint and sends the events after walpost_position again", attrs...)
-	c.refute(refusedNotInWAL, fmt.Errorf("%w: checkpoint %s of slot %q: %s", ErrCheckpointMismatch, c.cp.LSN, c.slot, why))
+	c.refute(refusedNotInWAL, fmt.Errorf("%w: checkpoint %s of slot %q: %s", errCheckpointMismatch, c.cp.LSN, c.slot, why))
 }

@@ -81,7 +81,7 @@ func refusedCount(t *testing.T, f *session, reason string) float64 {
 func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 	id := position.Identity{SystemID: 7, Timeline: 1}
 	old := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	cp := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x900, Anchored: true, AnchorCommitLSN: 0x8d0, AnchorCommitTime: old}
+	cp := kafka.TxnMark{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x900, Anchored: true, AnchorCommitLSN: 0x8d0, AnchorCommitTime: old}
 	slot := replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}
 	plan := position.Plan{SkipTo: 0x100}
 	now := old.Add(time.Hour)
@@ -124,8 +124,8 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 		if confirmed > 0x100 {
 			t.Errorf("the tracker confirmed %s past walpost_position 0/100 over transactions never produced", confirmed)
 		}
-		if err := tx.failure(); !errors.Is(err, ErrCheckpointMismatch) {
-			t.Errorf("session error %v, want ErrCheckpointMismatch", err)
+		if err := tx.failure(); !errors.Is(err, errCheckpointMismatch) {
+			t.Errorf("session error %v, want errCheckpointMismatch", err)
 		}
 		if n := refusedCount(t, f, refusedNotInWAL); n != 1 {
 			t.Errorf("walpost_checkpoint_refused_total{reason=not_in_wal} = %v, want 1", n)
@@ -171,8 +171,8 @@ func TestCheckpointAheadOfRestoredServer(t *testing.T) {
 		if confirmed := runWAL(t, h, tx, tr, s, restored); confirmed > 0x200 {
 			t.Errorf("confirmed %s: want at most the anchor's transaction end 0/200", confirmed)
 		}
-		if err := tx.failure(); !errors.Is(err, ErrCheckpointMismatch) {
-			t.Errorf("session error %v, want ErrCheckpointMismatch", err)
+		if err := tx.failure(); !errors.Is(err, errCheckpointMismatch) {
+			t.Errorf("session error %v, want errCheckpointMismatch", err)
 		}
 	})
 }
@@ -183,14 +183,14 @@ func TestCheckpointPartialOfAnotherTransaction(t *testing.T) {
 	f, _ := eosForwarder()
 	id := position.Identity{SystemID: 7, Timeline: 1}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	cp := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x100, Anchored: true, PartialCommitLSN: 0x1d0, PartialCommitTime: at, Ordinal: 2}
+	cp := kafka.TxnMark{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x100, Anchored: true, PartialCommitLSN: 0x1d0, PartialCommitTime: at, Ordinal: 2}
 	slot := replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}
 	tr := checkpoint.New(slot.ConfirmedFlush, nil)
 	s := &fakeTxnSink{}
 	h, _, tx := f.exactlyOnce(position.Plan{SkipTo: 0x100}, id, 0x5000, slot, nil, tr, s, cp, true)
 	runWAL(t, h, tx, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(time.Minute), []string{"p1", "p2", "p3"}}})
-	if err := tx.failure(); !errors.Is(err, ErrCheckpointMismatch) {
-		t.Errorf("session error %v, want ErrCheckpointMismatch", err)
+	if err := tx.failure(); !errors.Is(err, errCheckpointMismatch) {
+		t.Errorf("session error %v, want errCheckpointMismatch", err)
 	}
 	if got := tr.Confirmed(); got != 0x100 {
 		t.Errorf("confirmed %s, want 0/100", got)
@@ -205,7 +205,7 @@ func TestExactlyOnceCountsTimelineChanges(t *testing.T) {
 	f, _ := eosForwarder()
 	tr := checkpoint.New(0x100, nil)
 	f.exactlyOnce(position.Plan{TimelineChanged: true, SwitchPoint: 0x500, SkipTo: 0x500}, position.Identity{SystemID: 7, Timeline: 3}, 0x5000,
-		replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}, nil, tr, &fakeTxnSink{}, kafka.Checkpoint{}, false)
+		replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}, nil, tr, &fakeTxnSink{}, kafka.TxnMark{}, false)
 	var m dto.Metric
 	if err := f.m.timelineChanged.Write(&m); err != nil {
 		t.Fatal(err)
@@ -224,7 +224,7 @@ func TestExactlyOnceCountsTimelineChanges(t *testing.T) {
 func TestCheckpointVerifiedOnQuietOutbox(t *testing.T) {
 	id := position.Identity{SystemID: 7, Timeline: 1}
 	at := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	cp := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x900, Anchored: true, AnchorCommitLSN: 0x8d0, AnchorCommitTime: at}
+	cp := kafka.TxnMark{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x900, Anchored: true, AnchorCommitLSN: 0x8d0, AnchorCommitTime: at}
 	slot := replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}
 	f, _ := eosForwarder()
 	tr := checkpoint.New(slot.ConfirmedFlush, nil)
@@ -249,8 +249,8 @@ func TestCheckpointVerifiedOnQuietOutbox(t *testing.T) {
 	runWAL(t, h, tx, tr, s, []restoredTxn{{0x1d0, 0x200, at.Add(-time.Minute), []string{"a"}}})
 	tr.Idle(0x5000)
 	skip.verify.idle()
-	if err := tx.failure(); !errors.Is(err, ErrCheckpointMismatch) {
-		t.Errorf("anchor never seen: session error %v, want ErrCheckpointMismatch", err)
+	if err := tx.failure(); !errors.Is(err, errCheckpointMismatch) {
+		t.Errorf("anchor never seen: session error %v, want errCheckpointMismatch", err)
 	}
 	if got := tr.Confirmed(); got != 0x100 {
 		t.Errorf("anchor never seen: confirmed %s, want 0/100", got)

@@ -36,9 +36,9 @@
 //  4. Destination and unknown failures end the session with a clear error:
 //     never quarantined, never confirmed past.
 //  5. More than poison.max_rate quarantined events within poison.rate_window
-//     trips the breaker (ErrBreaker): walpost stops rather than drain the
+//     trips the breaker (errBreaker): walpost stops rather than drain the
 //     outbox. The window starts with the poison rows of the window
-//     (IsolatorConfig.Recent, read at session start), so restarts do not
+//     (isolatorConfig.Recent, read at session start), so restarts do not
 //     reset it; a full window trips before another row is written.
 //  6. A clean stop does not interrupt it: the session runs it on a context
 //     of its own (isolatorContext) that ends when the stream has returned

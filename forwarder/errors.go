@@ -60,7 +60,7 @@ func (a Action) String() string {
 // login or privilege, the poison breaker, a checkpoint regression, a poison
 // table that cannot take an event: Fail),
 // then destination errors (WaitForDestination), then an active slot
-// (StandBy), else Retry (ErrDataLoss with its own cause). cause is the label of walpost_reconnects_total for
+// (StandBy), else Retry (errDataLoss with its own cause). cause is the label of walpost_reconnects_total for
 // the actions that reconnect, "" otherwise.
 //
 // A nil err is Stop when ctx ended (a clean shutdown) and Fail otherwise:
@@ -75,18 +75,18 @@ func Classify(ctx context.Context, err error) (a Action, cause string) {
 		return Stop, ""
 	case err == nil:
 		return Fail, ""
-	case replication.IsTerminal(err), position.IsTerminal(err), errors.Is(err, ErrBreaker), errors.Is(err, checkpoint.ErrRegression),
+	case replication.IsTerminal(err), position.IsTerminal(err), errors.Is(err, errBreaker), errors.Is(err, checkpoint.ErrRegression),
 		errors.Is(err, poison.ErrUnwritable), errors.Is(err, kafka.ErrFenced), errors.Is(err, kafka.ErrCheckpointTopic):
 		// Invariant INV-1: a regression means the watermark arithmetic is
 		// broken; reconnecting could confirm past an unacknowledged event.
 		return Fail, ""
-	case errors.As(err, new(*DestinationError)), destination(err):
+	case errors.As(err, new(*destinationError)), destination(err):
 		return WaitForDestination, "kafka_destination"
 	case errors.Is(err, replication.ErrSlotActive):
 		return StandBy, "slot_active"
-	case errors.Is(err, ErrDataLoss):
+	case errors.Is(err, errDataLoss):
 		return Retry, "kafka_data_loss"
-	case errors.Is(err, ErrFencedHoldingSlot):
+	case errors.Is(err, errFencedHoldingSlot):
 		return Retry, "kafka_fenced_holding_slot"
 	}
 	return Retry, retryCause(err)

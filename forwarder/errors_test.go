@@ -26,7 +26,7 @@ func TestClassify(t *testing.T) {
 	live := context.Background()
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	dest := &DestinationError{Key: "k", Topic: "t", Class: "TOPIC_AUTHORIZATION_FAILED", Err: &sink.Error{Kind: sink.Destination, Class: "TOPIC_AUTHORIZATION_FAILED", Err: errors.New("denied")}}
+	dest := &destinationError{Key: "k", Topic: "t", Class: "TOPIC_AUTHORIZATION_FAILED", Err: &sink.Error{Kind: sink.Destination, Class: "TOPIC_AUTHORIZATION_FAILED", Err: errors.New("denied")}}
 	transientSink := fmt.Errorf("kafka failed event %q: %w", "k", &sink.Error{Kind: sink.Transient, Class: "CLIENT", Err: errors.New("client closed")})
 	tests := []struct {
 		name   string
@@ -45,7 +45,7 @@ func TestClassify(t *testing.T) {
 		{"schema", live, replication.ErrSchema, Fail, ""},
 		{"set-up", live, replication.ErrConfig, Fail, ""},
 		{"wrong password", live, &pgconn.PgError{Code: "28P01"}, Fail, ""},
-		{"breaker", live, fmt.Errorf("%w: 101 events", ErrBreaker), Fail, ""},
+		{"breaker", live, fmt.Errorf("%w: 101 events", errBreaker), Fail, ""},
 		{"checkpoint regression is an assertion, never retried", live, fmt.Errorf("seal: %w", checkpoint.ErrRegression), Fail, ""},
 		{"poison table cannot take the event", live, fmt.Errorf("quarantine event %q: %w", "k", &poison.TableError{Table: "p", Column: "outbox_id", Problem: "does not cast"}), Fail, ""},
 		{"poison table schema", live, &poison.TableError{Table: "p", Column: "commit_lsn", Problem: "has type text"}, Fail, ""},
@@ -58,8 +58,8 @@ func TestClassify(t *testing.T) {
 		{"transient kafka failure", live, transientSink, Retry, "kafka"},
 		{"fenced by another walpost: terminal", live, fmt.Errorf("event %q: %w", "k", kafka.ErrFenced), Fail, ""},
 		{"fenced while holding the slot: the loser of a race stands by, this one goes on", live,
-			fmt.Errorf("%w: %s", ErrFencedHoldingSlot, fmt.Errorf("event %q: %w", "k", kafka.ErrFenced).Error()), Retry, "kafka_fenced_holding_slot"},
-		{"exactly-once checkpoint does not match the WAL", live, fmt.Errorf("%w: checkpoint 0/900", ErrCheckpointMismatch), Retry, "other"},
+			fmt.Errorf("%w: %s", errFencedHoldingSlot, fmt.Errorf("event %q: %w", "k", kafka.ErrFenced).Error()), Retry, "kafka_fenced_holding_slot"},
+		{"exactly-once checkpoint does not match the WAL", live, fmt.Errorf("%w: checkpoint 0/900", errCheckpointMismatch), Retry, "other"},
 		{"exactly-once ACL refused (InitProducerID)", live, fmt.Errorf("session: %w", &sink.Error{Kind: sink.Destination, Class: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", Err: errors.New("grant WRITE on TransactionalId walpost-s-1")}), WaitForDestination, "kafka_destination"},
 		{"anything else", live, errors.New("boom"), Retry, "other"},
 	}

@@ -17,11 +17,11 @@ import (
 	"github.com/walpost/walpost/sink/kafka"
 )
 
-// ErrFencedHoldingSlot: another walpost initialised this slot's
+// errFencedHoldingSlot: another walpost initialised this slot's
 // transactional id while this one held the slot (it lost the race for a
 // free slot after its InitProducerID and stands by). Retried: the next
 // session initialises the producer again and resumes from the checkpoint.
-var ErrFencedHoldingSlot = errors.New("kafka fenced this producer while this walpost held the slot (another walpost lost the race for it and stands by); the producer is initialised again")
+var errFencedHoldingSlot = errors.New("kafka fenced this producer while this walpost held the slot (another walpost lost the race for it and stands by); the producer is initialised again")
 
 // slotTakenOver says whether another walsender than this session's holds
 // the slot (a walpost that took it over); an unreadable slot counts as
@@ -57,9 +57,9 @@ func (f *Forwarder) checkCheckpointTopic(ctx context.Context, cl *kgo.Client) er
 // openTxn builds this session's transactional producer, initialises its
 // producer ID (fencing any earlier instance, and completing or aborting
 // its open transaction) and only then reads the checkpoint (INV-10).
-func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sink, kafka.Checkpoint, bool, error) {
+func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sink, kafka.TxnMark, bool, error) {
 	cfg := s.cfg
-	var cp kafka.Checkpoint
+	var cp kafka.TxnMark
 	kcfg, err := kafkaconf.ConfigFrom(cfg)
 	if err != nil {
 		return nil, cp, false, err
@@ -105,8 +105,7 @@ func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sin
 // only when it is consistent with the stored position and the server, and
 // what it claims past walpost_position is verified against the WAL before
 // it is confirmed (anchorCheck).
-func (s *session) exactlyOnce(plan position.Plan, id position.Identity, wal pglogrepl.LSN, slot replication.SlotInfo, iso *Isolator, tracker *checkpoint.Tracker,
-	txs TxnSink, cp kafka.Checkpoint, found bool) (replication.Handler, *skipper, *transactor) {
+func (s *session) exactlyOnce(plan position.Plan, id position.Identity, wal pglogrepl.LSN, slot replication.SlotInfo, iso *isolator, tracker *checkpoint.Tracker, txs txnSink, cp kafka.TxnMark, found bool) (replication.Handler, *skipper, *transactor) {
 	cfg := s.cfg
 	name := cfg.Postgres.Slot
 	if plan.TimelineChanged {
@@ -128,7 +127,7 @@ func (s *session) exactlyOnce(plan position.Plan, id position.Identity, wal pglo
 				"position_lsn", hold.String(), "server_wal_lsn", wal.String(), "reason", reason)
 		}
 	}
-	var resume kafka.Checkpoint
+	var resume kafka.TxnMark
 	if use {
 		resume = cp
 	}
@@ -173,7 +172,7 @@ func (s *session) exactlyOnce(plan position.Plan, id position.Identity, wal pglo
 // when it can): walpost_position went back below what this process wrote
 // (the database was restored), the checkpoint is past the server's WAL,
 // or a session found it does not match the WAL.
-func (s *session) checkpointRefusal(cp kafka.Checkpoint, wal pglogrepl.LSN) (reason, why string) {
+func (s *session) checkpointRefusal(cp kafka.TxnMark, wal pglogrepl.LSN) (reason, why string) {
 	switch {
 	case s.wentBack:
 		return refusedWentBack, "walpost_position went back below what this walpost wrote (the database was restored to an earlier point)"

@@ -7,6 +7,6 @@ import (
 
 // SetBackoffWait replaces the wait before re-sending a record that failed
 // alone; set it before Run starts.
-func SetBackoffWait(i *Isolator, wait func(ctx context.Context, d time.Duration) bool) {
+func SetBackoffWait(i *isolator, wait func(ctx context.Context, d time.Duration) bool) {
 	i.backoffWait = wait
 }

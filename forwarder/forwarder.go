@@ -87,7 +87,7 @@ func New(cfg *config.Config, deps Deps) (*Forwarder, error) {
 		f.log = slog.New(slog.DiscardHandler)
 	}
 	if f.reg == nil {
-		f.reg = NewRegistry()
+		f.reg = newRegistry()
 	}
 	f.registerMetrics(f.reg, deps.Build)
 	return f, nil
@@ -235,7 +235,7 @@ func (f *Forwarder) sessions(ctx context.Context) error {
 				cancel()
 			}
 			// The isolator settles on through a stop, so a failure that
-			// must end walpost (ErrBreaker, poison.ErrUnwritable) can
+			// must end walpost (errBreaker, poison.ErrUnwritable) can
 			// come during it: it is not a clean stop.
 			if a, _ := Classify(context.Background(), err); err != nil && a == Fail {
 				return err

@@ -21,18 +21,18 @@ import (
 	"github.com/walpost/walpost/sink/kafka"
 )
 
-// ErrBreaker: too many events were quarantined within the window; a
+// errBreaker: too many events were quarantined within the window; a
 // systematic failure must not drain the outbox into quarantine. Fatal.
-var ErrBreaker = errors.New("poison breaker tripped")
+var errBreaker = errors.New("poison breaker tripped")
 
-// DestinationError: Kafka refuses the destination (authorization, unknown
+// destinationError: Kafka refuses the destination (authorization, unknown
 // topic). Forwarding stops until it is fixed; nothing is poisoned.
-type DestinationError struct {
+type destinationError struct {
 	Key, Topic, Class string
 	Err               error
 }
 
-func (e *DestinationError) Error() string {
+func (e *destinationError) Error() string {
 	who := fmt.Sprintf("kafka refuses topic %q", e.Topic)
 	if e.Class == kafka.ClassSchemaSubject {
 		who = fmt.Sprintf("the schema registry has no usable schema for topic %q", e.Topic)
@@ -41,18 +41,18 @@ func (e *DestinationError) Error() string {
 		who, e.Class, e.Key, e.Err)
 }
 
-func (e *DestinationError) Unwrap() error { return e.Err }
+func (e *destinationError) Unwrap() error { return e.Err }
 
 // Quarantine stores an event that keeps failing; Put returns once it is
 // durable (poison.Store).
-type Quarantine interface {
+type quarantineStore interface {
 	Put(ctx context.Context, e poison.Entry) error
 }
 
 // Tracker is what the Isolator reports to: each event's Done to the
 // frontier (checkpoint.Tracker), and the hold on reading to the stream
 // (checkpoint.Pause) while failed records are isolated.
-type Tracker interface {
+type eventSettler interface {
 	Done(checkpoint.Ticket)
 	SetPaused(bool)
 }
@@ -66,8 +66,8 @@ type settler struct {
 // SetPaused holds the stream's reading (true) or lets it go on.
 func (s settler) SetPaused(on bool) { s.pause.Set(on) }
 
-// IsolatorConfig tunes the Isolator.
-type IsolatorConfig struct {
+// isolatorConfig tunes the Isolator.
+type isolatorConfig struct {
 	MaxAttempts  int           // attempts before quarantine; default 5
 	Backoff      time.Duration // pause before re-sending a record that failed alone, doubled each time; default 200ms
 	MaxRate      int           // quarantined events within RateWindow that trip the breaker; default 100
@@ -100,11 +100,11 @@ type IsolatorConfig struct {
 }
 
 // Isolator routes events to the sink and settles failed ones.
-type Isolator struct {
-	cfg     IsolatorConfig
+type isolator struct {
+	cfg     isolatorConfig
 	prod    sink.Sink
-	store   Quarantine
-	tracker Tracker
+	store   quarantineStore
+	tracker eventSettler
 
 	gate   sync.Mutex // held while producing, so held events keep their order
 	paused atomic.Bool
@@ -136,8 +136,8 @@ type item struct {
 	err    error
 }
 
-// NewIsolator wires an Isolator; Run must run for failures to be settled.
-func NewIsolator(cfg IsolatorConfig, prod sink.Sink, store Quarantine, tracker Tracker) *Isolator {
+// newIsolator wires an Isolator; Run must run for failures to be settled.
+func newIsolator(cfg isolatorConfig, prod sink.Sink, store quarantineStore, tracker eventSettler) *isolator {
 	if cfg.MaxAttempts < 1 {
 		cfg.MaxAttempts = 5
 	}
@@ -153,7 +153,7 @@ func NewIsolator(cfg IsolatorConfig, prod sink.Sink, store Quarantine, tracker T
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	i := &Isolator{cfg: cfg, prod: prod, store: store, tracker: tracker, kick: make(chan struct{}, 1), backoffWait: sleep}
+	i := &isolator{cfg: cfg, prod: prod, store: store, tracker: tracker, kick: make(chan struct{}, 1), backoffWait: sleep}
 	now := time.Now()
 	for _, age := range cfg.Recent {
 		i.poisoned = append(i.poisoned, now.Add(-age))
@@ -164,7 +164,7 @@ func NewIsolator(cfg IsolatorConfig, prod sink.Sink, store Quarantine, tracker T
 
 // Emit hands an event on: produced at once, or held in order while failed
 // records are being settled. Called from the replication goroutine.
-func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
+func (i *isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 	i.gate.Lock()
 	defer i.gate.Unlock()
 	it := item{ev: ev, ticket: t, seq: i.seq}
@@ -179,12 +179,12 @@ func (i *Isolator) Emit(ev *outbox.Event, t checkpoint.Ticket) {
 // Commit is the end of a PostgreSQL transaction; in at-least-once delivery
 // the isolator has nothing to do with it (the tracker confirms the
 // transaction once its events are acknowledged).
-func (i *Isolator) Commit(pglogrepl.LSN) {}
+func (i *isolator) Commit(pglogrepl.LSN) {}
 
 // pending is a produced event awaiting its outcome, its own callback,
 // reused through pendings once an acknowledged event is done with.
 type pending struct {
-	i  *Isolator
+	i  *isolator
 	it item
 	// What OnAck needs, copied while the event is in the cache: reading
 	// the event itself at the ack, milliseconds later, was a cache miss
@@ -198,7 +198,7 @@ var pendings = sync.Pool{New: func() any { return new(pending) }}
 
 // produce hands it to the sink; its produce latency counts from start
 // (now when zero).
-func (i *Isolator) produce(it item, start time.Time) {
+func (i *isolator) produce(it item, start time.Time) {
 	p := pendings.Get().(*pending)
 	p.i, p.it = i, it
 	if i.cfg.OnAck != nil {
@@ -250,9 +250,9 @@ func (p *pending) Acked(r sink.Result, err error) {
 }
 
 // Run settles failures until ctx ends or a failure must end the session
-// (a *DestinationError, ErrBreaker, or an unknown/transient failure). The
+// (a *destinationError, errBreaker, or an unknown/transient failure). The
 // session's ctx for it outlives a clean stop (isolatorContext).
-func (i *Isolator) Run(ctx context.Context) error {
+func (i *isolator) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -272,7 +272,7 @@ func (i *Isolator) Run(ctx context.Context) error {
 // a refused batch asynchronously, so a record of the same partition emitted
 // in the moment before the report is appended ahead of the refused record's
 // re-sent neighbours. It is logged with its key and counted.
-func (i *Isolator) checkOrder(r sink.Result, it item) {
+func (i *isolator) checkOrder(r sink.Result, it item) {
 	if !i.anyUnset.Load() {
 		return
 	}
@@ -288,7 +288,7 @@ func (i *Isolator) checkOrder(r sink.Result, it item) {
 	}
 }
 
-func (i *Isolator) settle(ctx context.Context) error {
+func (i *isolator) settle(ctx context.Context) error {
 	i.tracker.SetPaused(true)
 	// Every produced record gets its outcome first: franz-go fails all
 	// buffered records of a partition along with the guilty one.
@@ -327,7 +327,7 @@ func (i *Isolator) settle(ctx context.Context) error {
 	return nil
 }
 
-func (i *Isolator) settleOne(ctx context.Context, it item) error {
+func (i *isolator) settleOne(ctx context.Context, it item) error {
 	err := it.err
 	attempts := 1
 	topic := it.ev.Topic
@@ -352,7 +352,7 @@ func (i *Isolator) settleOne(ctx context.Context, it item) error {
 				return ctx.Err()
 			}
 		case sink.Destination:
-			return &DestinationError{Key: it.ev.IdempotencyKey, Topic: topic, Class: class, Err: err}
+			return &destinationError{Key: it.ev.IdempotencyKey, Topic: topic, Class: class, Err: err}
 		default:
 			return fmt.Errorf("kafka failed event %q on topic %q (%s, %s); the session restarts from the slot: %w",
 				it.ev.IdempotencyKey, topic, kind, class, err)
@@ -387,7 +387,7 @@ func attemptPause(first time.Duration, n int) time.Duration {
 // confirmed nor quarantined. Once more than MaxRate events were
 // quarantined within RateWindow (counting those of earlier sessions) the
 // breaker trips, before writing another row.
-func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attempts int, cause error, class string) error {
+func (i *isolator) quarantine(ctx context.Context, it item, topic string, attempts int, cause error, class string) error {
 	if err := i.breaker(time.Now(), class, topic); err != nil {
 		return err
 	}
@@ -425,9 +425,9 @@ func (i *Isolator) quarantine(ctx context.Context, it item, topic string, attemp
 	return i.breaker(now, class, topic)
 }
 
-// breaker forgets quarantines older than RateWindow and returns ErrBreaker
+// breaker forgets quarantines older than RateWindow and returns errBreaker
 // when more than MaxRate remain.
-func (i *Isolator) breaker(now time.Time, class, topic string) error {
+func (i *isolator) breaker(now time.Time, class, topic string) error {
 	cut := 0
 	for cut < len(i.poisoned) && now.Sub(i.poisoned[cut]) > i.cfg.RateWindow {
 		cut++
@@ -435,7 +435,7 @@ func (i *Isolator) breaker(now time.Time, class, topic string) error {
 	i.poisoned = i.poisoned[cut:]
 	if len(i.poisoned) > i.cfg.MaxRate {
 		return fmt.Errorf("%w: %d events quarantined within %s (poison.max_rate %d): a systematic failure (%s on topic %q) must not drain the outbox; fix the cause, then restart walpost (raise poison.max_rate if this volume is expected)",
-			ErrBreaker, len(i.poisoned), i.cfg.RateWindow, i.cfg.MaxRate, class, topic)
+			errBreaker, len(i.poisoned), i.cfg.RateWindow, i.cfg.MaxRate, class, topic)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package forwarder_test
+package forwarder
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/walpost/walpost/checkpoint"
-	"github.com/walpost/walpost/forwarder"
 	"github.com/walpost/walpost/internal/leak"
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/poison"
@@ -135,14 +134,14 @@ type harnessOpts struct {
 	maxRate  int
 	// permanent is every Put's error (fakeQuarantine.permanent).
 	permanent error
-	// recent is IsolatorConfig.Recent.
+	// recent is isolatorConfig.Recent.
 	recent []time.Duration
 	// onPoisoned is Config.OnPoisoned.
 	onPoisoned func(topic, class string)
 	// onOrderViolation is Config.OnOrderViolation.
 	onOrderViolation func(topic string, partition int32)
 	// wrap, when set, wraps the real tracker given to the Isolator.
-	wrap func(forwarder.Tracker) forwarder.Tracker
+	wrap func(eventSettler) eventSettler
 	// backoffWait, when set, replaces the Isolator's wait before
 	// re-sending a record that failed alone.
 	backoffWait func(ctx context.Context, d time.Duration) bool
@@ -157,7 +156,7 @@ type harness struct {
 	// while it settles failed records.
 	pause *checkpoint.Pause
 	q     *fakeQuarantine
-	iso   *forwarder.Isolator
+	iso   *isolator
 
 	cancel  context.CancelFunc
 	runDone chan struct{}
@@ -192,11 +191,11 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	h.tr = checkpoint.New(0, nil)
 	h.q = &fakeQuarantine{failFirst: o.failPuts, permanent: o.permanent}
 	h.pause = checkpoint.NewPause()
-	var tracker forwarder.Tracker = pausable{h.tr, h.pause}
+	var tracker eventSettler = pausable{h.tr, h.pause}
 	if o.wrap != nil {
 		tracker = o.wrap(tracker)
 	}
-	h.iso = forwarder.NewIsolator(forwarder.IsolatorConfig{
+	h.iso = newIsolator(isolatorConfig{
 		MaxAttempts:      maxAttempts,
 		Backoff:          2 * time.Millisecond,
 		MaxRate:          o.maxRate,
@@ -207,7 +206,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 		Recent:           o.recent,
 	}, k, h.q, tracker)
 	if o.backoffWait != nil {
-		forwarder.SetBackoffWait(h.iso, o.backoffWait)
+		SetBackoffWait(h.iso, o.backoffWait)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -275,7 +274,7 @@ func (h *harness) wait(d time.Duration) error {
 	case <-h.runDone:
 		return h.runErr
 	case <-time.After(d):
-		h.t.Fatalf("Isolator.Run did not return within %s", d)
+		h.t.Fatalf("isolator.Run did not return within %s", d)
 		return nil
 	}
 }
@@ -713,7 +712,7 @@ func TestIsolatorInvalidHeadersQuarantinedWithoutBroker(t *testing.T) {
 }
 
 // e. Kafka refuses the destination for one partition: Run ends with a
-// *DestinationError, nothing is quarantined, and the watermark never
+// *destinationError, nothing is quarantined, and the watermark never
 // passes the first refused event.
 func TestIsolatorDestinationErrorHalts(t *testing.T) {
 	defer leak.VerifyNone(t, goleak.IgnoreCurrent())
@@ -732,18 +731,18 @@ func TestIsolatorDestinationErrorHalts(t *testing.T) {
 
 	h.emit(txns)
 	err := h.wait(10 * time.Second)
-	var de *forwarder.DestinationError
+	var de *destinationError
 	if !errors.As(err, &de) {
-		t.Fatalf("Run = %v, want a *forwarder.DestinationError", err)
+		t.Fatalf("Run = %v, want a *destinationError", err)
 	}
 	if de.Class != "TOPIC_AUTHORIZATION_FAILED" || de.Topic != testTopic || !errors.Is(err, kerr.TopicAuthorizationFailed) {
-		t.Errorf("DestinationError{Class %q Topic %q} (%v), want TOPIC_AUTHORIZATION_FAILED on %q", de.Class, de.Topic, err, testTopic)
+		t.Errorf("destinationError{Class %q Topic %q} (%v), want TOPIC_AUTHORIZATION_FAILED on %q", de.Class, de.Topic, err, testTopic)
 	}
 	if !strings.Contains(err.Error(), "kafka-acls.sh") {
 		t.Errorf("error %q does not say how to fix the ACL", err)
 	}
 	if partitionOf(de.Key) != p {
-		t.Errorf("DestinationError names %s (partition %d), want an event of partition %d", de.Key, partitionOf(de.Key), p)
+		t.Errorf("destinationError names %s (partition %d), want an event of partition %d", de.Key, partitionOf(de.Key), p)
 	}
 	// Whatever else is still acked, the watermark stays before the
 	// transaction of the first refused event (INV-1).
@@ -768,8 +767,8 @@ func TestIsolatorBreakerTrips(t *testing.T) {
 
 	h.emit(txns)
 	err := h.wait(10 * time.Second)
-	if !errors.Is(err, forwarder.ErrBreaker) {
-		t.Fatalf("Run = %v, want an error wrapping forwarder.ErrBreaker", err)
+	if !errors.Is(err, errBreaker) {
+		t.Fatalf("Run = %v, want an error wrapping errBreaker", err)
 	}
 	if got := entryKeys(h.q.Entries()); !slices.Equal(got, bad) {
 		t.Errorf("quarantined %v, want %v (in emit order)", got, bad)
@@ -790,8 +789,8 @@ func TestIsolatorBreakerCountsRecent(t *testing.T) {
 
 	h.emit(txns)
 	err := h.wait(10 * time.Second)
-	if !errors.Is(err, forwarder.ErrBreaker) || !strings.Contains(err.Error(), "4 events quarantined") {
-		t.Fatalf("Run = %v, want ErrBreaker with 4 events quarantined (2 recent + 2)", err)
+	if !errors.Is(err, errBreaker) || !strings.Contains(err.Error(), "4 events quarantined") {
+		t.Fatalf("Run = %v, want errBreaker with 4 events quarantined (2 recent + 2)", err)
 	}
 	if got := entryKeys(h.q.Entries()); !slices.Equal(got, bad[:2]) {
 		t.Errorf("quarantined %v, want %v", got, bad[:2])
@@ -811,8 +810,8 @@ func TestIsolatorBreakerFullWindowWritesNothing(t *testing.T) {
 	defer h.close()
 
 	h.emit(txns)
-	if err := h.wait(10 * time.Second); !errors.Is(err, forwarder.ErrBreaker) {
-		t.Fatalf("Run = %v, want ErrBreaker", err)
+	if err := h.wait(10 * time.Second); !errors.Is(err, errBreaker) {
+		t.Fatalf("Run = %v, want errBreaker", err)
 	}
 	if n := h.q.Calls(); n != 0 {
 		t.Errorf("Put called %d time(s) with the breaker's window already full, want 0", n)
@@ -838,7 +837,7 @@ func TestIsolatorUnwritablePoisonRowStops(t *testing.T) {
 	if !errors.Is(err, poison.ErrUnwritable) || !strings.Contains(err.Error(), chosen) {
 		t.Fatalf("Run = %v, want an error naming %s and wrapping poison.ErrUnwritable", err, chosen)
 	}
-	if a, _ := forwarder.Classify(context.Background(), err); a != forwarder.Fail {
+	if a, _ := Classify(context.Background(), err); a != Fail {
 		t.Errorf("Classify = %s, want fail", a)
 	}
 	if n := h.q.Calls(); n != 1 {
@@ -851,7 +850,7 @@ func TestIsolatorUnwritablePoisonRowStops(t *testing.T) {
 
 // gatedTracker blocks Done of one ticket until released: a promise
 // goroutine that is slow (GC, a backlog of acks) at one moment.
-// pausable is a session's forwarder.Tracker: the frontier, and the pause
+// pausable is a session's Tracker: the frontier, and the pause
 // the stream would wait on.
 type pausable struct {
 	*checkpoint.Tracker
@@ -861,7 +860,7 @@ type pausable struct {
 func (p pausable) SetPaused(on bool) { p.pause.Set(on) }
 
 type gatedTracker struct {
-	forwarder.Tracker
+	eventSettler
 	mu      sync.Mutex
 	gate    *checkpoint.Ticket
 	entered chan struct{}
@@ -876,7 +875,7 @@ func (g *gatedTracker) Done(k checkpoint.Ticket) {
 		close(g.entered)
 		<-g.release
 	}
-	g.Tracker.Done(k)
+	g.eventSettler.Done(k)
 }
 
 // INV-3 across a failure, when the failure's promise is late.
@@ -907,7 +906,7 @@ func TestIsolatorOrderHoldsWhenFailurePromiseIsLate(t *testing.T) {
 	var violations []int32
 	h := newHarness(t, harnessOpts{
 		rule: failKey(a, 1, kerr.InvalidRecord),
-		wrap: func(tr forwarder.Tracker) forwarder.Tracker { g.Tracker = tr; return g },
+		wrap: func(tr eventSettler) eventSettler { g.eventSettler = tr; return g },
 		onOrderViolation: func(_ string, part int32) {
 			vmu.Lock()
 			violations = append(violations, part)

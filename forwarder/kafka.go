@@ -116,14 +116,14 @@ func (f *Forwarder) waitKafka(ctx context.Context) (ok bool, err error) {
 	return true, nil
 }
 
-// ErrDataLoss: Kafka reported data loss on a partition. The session ends
+// errDataLoss: Kafka reported data loss on a partition. The session ends
 // and the next one produces everything after the slot's confirmed
 // position again.
-var ErrDataLoss = errors.New("kafka reported data loss")
+var errDataLoss = errors.New("kafka reported data loss")
 
 // onDataLoss is the Kafka sink's OnDataLoss (on a client goroutine): the
 // loss is counted and logged, and the running session ends with
-// ErrDataLoss. Between sessions there is nothing to end: the next session
+// errDataLoss. Between sessions there is nothing to end: the next session
 // starts from the slot anyway. The session's tracker is held where it
 // stands (INV-1): acks that arrive after the report confirm nothing more,
 // so neither the slot nor walpost's remembered position (INV-13) moves
@@ -138,14 +138,14 @@ func (f *Forwarder) onDataLoss(topic string, partition int32) {
 		"topic", topic, "partition", partition)
 	if ch := f.lost.Load(); ch != nil {
 		select {
-		case *ch <- fmt.Errorf("%w on topic %q partition %d", ErrDataLoss, topic, partition):
+		case *ch <- fmt.Errorf("%w on topic %q partition %d", errDataLoss, topic, partition):
 		default: // the session is ending already
 		}
 	}
 }
 
 // watchDataLoss registers a session for onDataLoss: wait returns the
-// ErrDataLoss reported while it is registered, or nil when ctx ends; stop
+// errDataLoss reported while it is registered, or nil when ctx ends; stop
 // unregisters it.
 func (s *session) watchDataLoss() (wait func(context.Context) error, stop func()) {
 	lost := make(chan error, 1)

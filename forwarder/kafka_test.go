@@ -18,7 +18,7 @@ import (
 )
 
 // Data loss reported by Kafka is counted per topic and partition and ends
-// the running session with ErrDataLoss, which the session loop retries
+// the running session with errDataLoss, which the session loop retries
 // (cause kafka_data_loss) from the slot's confirmed position; with no
 // session running it is counted and nothing blocks.
 func TestDataLossEndsSession(t *testing.T) {
@@ -31,8 +31,8 @@ func TestDataLossEndsSession(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := wait(ctx)
-	if !errors.Is(err, ErrDataLoss) {
-		t.Fatalf("session watch returned %v, want ErrDataLoss", err)
+	if !errors.Is(err, errDataLoss) {
+		t.Fatalf("session watch returned %v, want errDataLoss", err)
 	}
 	if a, cause := Classify(context.Background(), err); a != Retry || cause != "kafka_data_loss" {
 		t.Errorf("Classify(%v) = %s, %q; want retry, kafka_data_loss", err, a, cause)

@@ -99,7 +99,7 @@ func TestSetColumnTypesDeliveryModes(t *testing.T) {
 					t.Fatal(err)
 				}
 				if eos(f.cfg) {
-					if err := s.CommitTxn(ctx, kafka.Checkpoint{Slot: "walpost", SystemID: 7, Timeline: 1, LSN: 0x100}); err != nil {
+					if err := s.CommitTxn(ctx, kafka.TxnMark{Slot: "walpost", SystemID: 7, Timeline: 1, LSN: 0x100}); err != nil {
 						t.Fatal(err)
 					}
 				}

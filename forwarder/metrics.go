@@ -278,9 +278,9 @@ func registerReady(reg prometheus.Registerer, ready func() (bool, string)) {
 	}))
 }
 
-// NewRegistry is a metrics registry with the Go runtime and process
+// newRegistry is a metrics registry with the Go runtime and process
 // collectors, as walpost serves it.
-func NewRegistry() *prometheus.Registry {
+func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg

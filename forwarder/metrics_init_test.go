@@ -60,10 +60,10 @@ func TestReconnectCausesAreInitialised(t *testing.T) {
 		&pgconn.PgError{Code: "57P01"},
 		io.ErrUnexpectedEOF,
 		&sink.Error{Kind: sink.Transient, Err: errors.New("t")},
-		&DestinationError{Err: errors.New("d")},
+		&destinationError{Err: errors.New("d")},
 		replication.ErrSlotActive,
-		ErrDataLoss,
-		fmt.Errorf("%w", ErrFencedHoldingSlot),
+		errDataLoss,
+		fmt.Errorf("%w", errFencedHoldingSlot),
 	}
 	for _, err := range errs {
 		a, cause := Classify(context.Background(), err)

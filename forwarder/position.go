@@ -294,7 +294,7 @@ func (s *skipper) report() {
 
 // handlerFor returns the stream's handler for a session planned with plan:
 // the isolator itself unless the slot is behind the stored position.
-func (s *session) handlerFor(plan position.Plan, id position.Identity, row position.Row, slot replication.SlotInfo, iso *Isolator, tracker *checkpoint.Tracker) (replication.Handler, *skipper) {
+func (s *session) handlerFor(plan position.Plan, id position.Identity, row position.Row, slot replication.SlotInfo, iso *isolator, tracker *checkpoint.Tracker) (replication.Handler, *skipper) {
 	name := s.cfg.Postgres.Slot
 	if plan.TimelineChanged {
 		s.m.timelineChanged.Inc()

@@ -83,7 +83,7 @@ func TestHandlerForAcrossTimelines(t *testing.T) {
 	f := &session{cfg: &config.Config{}, log: slog.New(slog.DiscardHandler), m: newMetrics(reg), memory: &memory{}}
 	f.cfg.Postgres.Slot = "s"
 	tr := checkpoint.New(0x100, nil)
-	iso := &Isolator{}
+	iso := &isolator{}
 	id := position.Identity{SystemID: 1, Timeline: 3}
 	row := position.Row{Slot: "s", Identity: position.Identity{SystemID: 1, Timeline: 2}, LSN: 0x900}
 	slot := replication.SlotInfo{Exists: true, ConfirmedFlush: 0x100}

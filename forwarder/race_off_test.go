@@ -1,5 +1,5 @@
 //go:build !race
 
-package forwarder_test
+package forwarder
 
 const raceEnabled = false

@@ -1,6 +1,6 @@
 //go:build race
 
-package forwarder_test
+package forwarder
 
 // raceEnabled: the race detector makes sync.Pool drop items at random.
 const raceEnabled = true

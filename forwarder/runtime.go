@@ -9,10 +9,10 @@ import (
 	"github.com/walpost/walpost/config"
 )
 
-// MemoryHeadroom is what walpost needs beside its in-flight events: the
+// memoryHeadroom is what walpost needs beside its in-flight events: the
 // Kafka client's batch and request buffers, the replication read buffer,
 // the connections and the runtime.
-const MemoryHeadroom = 24 << 20
+const memoryHeadroom = 24 << 20
 
 // ApplyMemoryLimit sets Go's soft memory limit to the in-flight bound plus
 // headroom, unless GOMEMLIMIT is set. Without it the collector lets the
@@ -25,7 +25,7 @@ func ApplyMemoryLimit(cfg *config.Config, log *slog.Logger) int64 {
 		log.Debug("memory limit from GOMEMLIMIT", "GOMEMLIMIT", v)
 		return -1
 	}
-	limit := cfg.Pipeline.MaxInFlightBytes + MemoryHeadroom
+	limit := cfg.Pipeline.MaxInFlightBytes + memoryHeadroom
 	debug.SetMemoryLimit(limit)
 	log.Debug("soft memory limit", "bytes", limit)
 	return limit

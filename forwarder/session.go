@@ -45,7 +45,7 @@ import (
 //     while the server accepts new ones (an administrator's
 //     pg_terminate_backend, idle_session_timeout) is replaced and the
 //     session goes on: a server shutting down refuses the new one;
-//   - the data-loss watch ends the session with ErrDataLoss when Kafka
+//   - the data-loss watch ends the session with errDataLoss when Kafka
 //     reports data loss (onDataLoss), so the next session produces
 //     everything after the slot's confirmed position again.
 type session struct {
@@ -76,14 +76,14 @@ type session struct {
 	slot       replication.SlotInfo
 	binary     bool        // a bytea payload
 	txs        *kafka.Sink // exactly-once: this session's transactional producer
-	cp         kafka.Checkpoint
+	cp         kafka.TxnMark
 	cpFound    bool
 	recent     []time.Duration // quarantines within poison.rate_window
 	sideFree   chan struct{}   // closed once the stream re-read the slot on side
 	tracker    *checkpoint.Tracker
 	budget     *checkpoint.Budget
 	pause      *checkpoint.Pause
-	iso        *Isolator
+	iso        *isolator
 	h          replication.Handler
 	skip       *skipper
 	tx         *transactor
@@ -113,7 +113,7 @@ type memory struct {
 	// session found not to match the server's WAL (anchorCheck), never
 	// used again.
 	wentBack bool
-	refuted  *kafka.Checkpoint
+	refuted  *kafka.TxnMark
 	// The server identity the last session checked walpost's position
 	// against (nil: none yet); prune passes run only on it (retention.go).
 	ident atomic.Pointer[position.Identity]
@@ -333,7 +333,7 @@ func (s *session) build(context.Context) error {
 		MaxBytes:  cfg.Pipeline.MaxInFlightBytes,
 	})
 	s.tracker, s.pause = checkpoint.New(s.slot.ConfirmedFlush, s.budget), checkpoint.NewPause()
-	s.iso = NewIsolator(IsolatorConfig{
+	s.iso = newIsolator(isolatorConfig{
 		MaxAttempts:      cfg.Poison.MaxAttempts,
 		Backoff:          cfg.Poison.Backoff,
 		MaxRate:          cfg.Poison.MaxRate,
@@ -477,7 +477,7 @@ func (s *session) fenced(err error) error {
 		return err
 	}
 	if !s.slotTakenOver(s.conn) {
-		return fmt.Errorf("%w: %s", ErrFencedHoldingSlot, terr.Error())
+		return fmt.Errorf("%w: %s", errFencedHoldingSlot, terr.Error())
 	}
 	return terr
 }

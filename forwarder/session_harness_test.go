@@ -150,7 +150,7 @@ func TestSessionChecksPositionBeforeStart(t *testing.T) {
 // TestSessionDataLossRestartsFromConfirmed (onDataLoss, INV-1, INV-13):
 // Kafka reports data loss (OUT_OF_ORDER_SEQUENCE_NUMBER after an earlier
 // ack); the session confirms nothing past what it confirmed before the
-// loss, ends with ErrDataLoss, and the next one starts from the slot's
+// loss, ends with errDataLoss, and the next one starts from the slot's
 // confirmed position and produces the transaction again.
 func TestSessionDataLossRestartsFromConfirmed(t *testing.T) {
 	t.Parallel()
@@ -208,7 +208,7 @@ func TestSessionSkipsUpToCheckpoint(t *testing.T) {
 	if err := w.BeginTxn(); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.CommitTxn(h.ctx, kafka.Checkpoint{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: last.End,
+	if err := w.CommitTxn(h.ctx, kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: last.End,
 		Anchored: true, AnchorCommitLSN: last.Commit, AnchorCommitTime: last.Time}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestSessionSkipsUpToCheckpoint(t *testing.T) {
 // slot's transactional id fences the session's. When another walsender
 // holds the slot (a walpost took it over) Run ends with kafka.ErrFenced;
 // when nobody does (the fencer lost the race for the slot),
-// the session fails with ErrFencedHoldingSlot and the next one
+// the session fails with errFencedHoldingSlot and the next one
 // initialises the producer again and goes on.
 func TestSessionFenced(t *testing.T) {
 	t.Parallel()
@@ -248,7 +248,7 @@ func TestSessionFenced(t *testing.T) {
 			fenced := h.pg.Append(row(2))
 			if taken {
 				err := h.waitExit(10 * time.Second)
-				if !errors.Is(err, kafka.ErrFenced) || errors.Is(err, ErrFencedHoldingSlot) {
+				if !errors.Is(err, kafka.ErrFenced) || errors.Is(err, errFencedHoldingSlot) {
 					t.Fatalf("Run: %v, want kafka.ErrFenced (another walpost holds the slot)", err)
 				}
 				if got := h.pg.MaxFlush(); got >= fenced.End {
@@ -270,7 +270,7 @@ func TestSessionFenced(t *testing.T) {
 			}
 			select {
 			case <-h.exited:
-				t.Fatalf("Run ended: %v, want the session retried (ErrFencedHoldingSlot)", h.result())
+				t.Fatalf("Run ended: %v, want the session retried (errFencedHoldingSlot)", h.result())
 			default:
 			}
 			h.waitFlush(fenced.End)

@@ -18,12 +18,12 @@ import (
 	"github.com/walpost/walpost/sink/kafka"
 )
 
-// TxnSink is what the transactor needs of a transactional sink
+// txnSink is what the transactor needs of a transactional sink
 // (sink/kafka.Sink with a TransactionalID).
-type TxnSink interface {
+type txnSink interface {
 	sink.Sink
 	BeginTxn() error
-	CommitTxn(ctx context.Context, cp kafka.Checkpoint) error
+	CommitTxn(ctx context.Context, cp kafka.TxnMark) error
 	AbortTxn(ctx context.Context) error
 }
 
@@ -110,7 +110,7 @@ type transactorConfig struct {
 	MaxAttempts int           // poison.max_attempts
 	// Resume is the checkpoint read at start: the ordinal of its partial
 	// transaction goes on from there.
-	Resume       kafka.Checkpoint
+	Resume       kafka.TxnMark
 	DefaultTopic string
 	Logger       *slog.Logger
 	OnCommit     func(outcome string, records int)
@@ -130,10 +130,10 @@ type transactorConfig struct {
 // quarantineLocked); acks take only amu.
 type transactor struct {
 	cfg     transactorConfig
-	sink    TxnSink
-	tracker Tracker
+	sink    txnSink
+	tracker eventSettler
 	refused *refusals
-	iso     *Isolator       // its quarantine and breaker only
+	iso     *isolator       // its quarantine and breaker only
 	ctx     context.Context // the session's isolator context, for poison writes
 
 	mu    sync.Mutex
@@ -144,7 +144,7 @@ type transactor struct {
 	lsn   pglogrepl.LSN // end of the last PostgreSQL transaction seen whole
 	cur   pglogrepl.LSN // commit LSN of the transaction being emitted (0 between)
 	ord   int           // its events handled so far, counting earlier sessions'
-	// The checkpoint's anchor (kafka.Checkpoint): the commit LSN and time
+	// The checkpoint's anchor (kafka.TxnMark): the commit LSN and time
 	// of the transaction being emitted, of the last one with events seen
 	// (emitted or skipped) since the last Commit, and of the last whole
 	// one with events.
@@ -184,7 +184,7 @@ type transactor struct {
 
 // newTransactor wires a transactor; its ctx (for poison writes) is set
 // before Run starts.
-func newTransactor(cfg transactorConfig, s TxnSink, tracker Tracker, refused *refusals, iso *Isolator) *transactor {
+func newTransactor(cfg transactorConfig, s txnSink, tracker eventSettler, refused *refusals, iso *isolator) *transactor {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -363,7 +363,7 @@ func (t *transactor) produceAloneLocked(ev *outbox.Event, tk checkpoint.Ticket, 
 // checkpoint past ev can be.
 //
 // The row's write retries a transient failure for as long as it lasts
-// (Isolator.quarantine), so the open transaction is committed first and
+// (isolator.quarantine), so the open transaction is committed first and
 // mu is released meanwhile: no Kafka transaction outlives
 // delivery.transaction_timeout behind the retries, and the ticker and the
 // session's end are not stuck behind them. Nothing can step past ev
@@ -527,7 +527,7 @@ func (t *transactor) commitLocked() {
 	t.acked = nil
 	t.amu.Unlock()
 	// INV-9: the checkpoint names what this transaction's records reach.
-	cp := kafka.Checkpoint{Slot: t.cfg.Slot, SystemID: t.cfg.Identity.SystemID, Timeline: t.cfg.Identity.Timeline, LSN: t.lsn,
+	cp := kafka.TxnMark{Slot: t.cfg.Slot, SystemID: t.cfg.Identity.SystemID, Timeline: t.cfg.Identity.Timeline, LSN: t.lsn,
 		Anchored: true, AnchorCommitLSN: t.anchor, AnchorCommitTime: t.anchorTime}
 	if t.cur != 0 && t.ord > 0 {
 		cp.PartialCommitLSN, cp.PartialCommitTime, cp.Ordinal = t.cur, t.curTime, t.ord
@@ -603,7 +603,7 @@ func (t *transactor) refusal(failed []txnFailure) error {
 		return fmt.Errorf("kafka refused event %q on topic %q (%s, attempt %d of %d); the transaction is aborted: %w",
 			ev.IdempotencyKey, topic, class, t.refused.get(eventKey{ev.ID, ev.CommitLSN}).n, t.cfg.MaxAttempts, err)
 	case sink.Destination:
-		return &DestinationError{Key: ev.IdempotencyKey, Topic: topic, Class: class, Err: err}
+		return &destinationError{Key: ev.IdempotencyKey, Topic: topic, Class: class, Err: err}
 	}
 	return fmt.Errorf("kafka failed event %q on topic %q (%s, %s); the transaction is aborted and the session restarts from the checkpoint: %w",
 		ev.IdempotencyKey, topic, kind, class, err)

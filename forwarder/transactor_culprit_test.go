@@ -94,7 +94,7 @@ func culpritEvent(key string) *outbox.Event {
 		CommitLSN: culpritCommit, CommitTime: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 }
 
-// session runs one session as Forwarder.session does in exactly-once
+// session runs one session as session.run does in exactly-once
 // mode: a new transactional producer (fencing the last one), the
 // checkpoint read after it, the events it does not cover emitted (the
 // skipper's job), the transaction's end noted, and what is open committed
@@ -114,7 +114,7 @@ func (e *culpritEnv) session() error {
 	if err := k.InitProducer(ctx); err != nil {
 		t.Fatalf("init producer: %v", err)
 	}
-	resume := kafka.Checkpoint{LSN: 0x100}
+	resume := kafka.TxnMark{LSN: 0x100}
 	if cp, found := e.checkpoint(ctx); found {
 		resume = cp
 	}
@@ -128,7 +128,7 @@ func (e *culpritEnv) session() error {
 	tr := &countTracker{}
 	x := newTransactor(transactorConfig{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 1},
 		Interval: time.Hour, Records: 100, Timeout: 10 * time.Second, MaxAttempts: 2, Resume: resume, DefaultTopic: culpritTopic},
-		k, tr, e.refused, NewIsolator(IsolatorConfig{MaxAttempts: 2, DefaultTopic: culpritTopic, RateWindow: time.Hour}, nil, e.q, tr))
+		k, tr, e.refused, newIsolator(isolatorConfig{MaxAttempts: 2, DefaultTopic: culpritTopic, RateWindow: time.Hour}, nil, e.q, tr))
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- x.Run(rctx) }()
@@ -141,7 +141,7 @@ func (e *culpritEnv) session() error {
 }
 
 // checkpoint reads the slot's last committed checkpoint.
-func (e *culpritEnv) checkpoint(ctx context.Context) (kafka.Checkpoint, bool) {
+func (e *culpritEnv) checkpoint(ctx context.Context) (kafka.TxnMark, bool) {
 	e.t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.c.ListenAddrs()...))
 	if err != nil {

@@ -55,9 +55,9 @@ func (q *stallingQuarantine) tries() int {
 // checkpoint (INV-12: never a checkpoint past it before its row).
 func TestTransactorPoisonWriteHoldsNoTransaction(t *testing.T) {
 	s, tr := &fakeTxnSink{}, &countTracker{}
-	x := newTestTransactor(s, tr, 100, kafka.Checkpoint{LSN: 0x100})
+	x := newTestTransactor(s, tr, 100, kafka.TxnMark{LSN: 0x100})
 	q := &stallingQuarantine{stalled: true}
-	x.iso = NewIsolator(IsolatorConfig{Backoff: time.Millisecond, DefaultTopic: "t"}, nil, q, tr)
+	x.iso = newIsolator(isolatorConfig{Backoff: time.Millisecond, DefaultTopic: "t"}, nil, q, tr)
 	refused := &sink.Error{Kind: sink.Record, Class: "INVALID_RECORD", Err: errors.New("invalid record")}
 	for range x.cfg.MaxAttempts {
 		x.refused.add(eventKey{"bad", 0x200}, refused, "INVALID_RECORD")

@@ -25,7 +25,7 @@ type fakeTxnSink struct {
 	mu      sync.Mutex
 	refuse  map[string]error
 	begins  int
-	commits []kafka.Checkpoint
+	commits []kafka.TxnMark
 	aborts  int
 	inTxn   int
 	// abortErr is what AbortTxn returns.
@@ -51,7 +51,7 @@ func (s *fakeTxnSink) BeginTxn() error {
 	s.begins++
 	return nil
 }
-func (s *fakeTxnSink) CommitTxn(_ context.Context, cp kafka.Checkpoint) error {
+func (s *fakeTxnSink) CommitTxn(_ context.Context, cp kafka.TxnMark) error {
 	if s.committing != nil {
 		s.committing <- struct{}{}
 		<-s.release
@@ -99,10 +99,10 @@ func (c *countTracker) Done(checkpoint.Ticket) { c.mu.Lock(); c.done++; c.mu.Unl
 func (c *countTracker) SetPaused(bool)         {}
 func (c *countTracker) n() int                 { c.mu.Lock(); defer c.mu.Unlock(); return c.done }
 
-func newTestTransactor(s *fakeTxnSink, tr *countTracker, records int, resume kafka.Checkpoint) *transactor {
+func newTestTransactor(s *fakeTxnSink, tr *countTracker, records int, resume kafka.TxnMark) *transactor {
 	return newTransactor(transactorConfig{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 1},
 		Interval: time.Hour, Records: records, Timeout: 5 * time.Second, MaxAttempts: 2, Resume: resume, DefaultTopic: "t"},
-		s, tr, &refusals{}, NewIsolator(IsolatorConfig{}, nil, nil, tr))
+		s, tr, &refusals{}, newIsolator(isolatorConfig{}, nil, nil, tr))
 }
 
 // sync commits what the stream's calls asked for, as Run does: the tests
@@ -126,7 +126,7 @@ func ev(key string, commit pglogrepl.LSN) *outbox.Event {
 // PostgreSQL transaction that spans two Kafka transactions.
 func TestTransactorConfirmsOnlyAfterCommit(t *testing.T) {
 	s, tr := &fakeTxnSink{}, &countTracker{}
-	x := newTestTransactor(s, tr, 3, kafka.Checkpoint{LSN: 0x100})
+	x := newTestTransactor(s, tr, 3, kafka.TxnMark{LSN: 0x100})
 	x.Emit(ev("a", 0x200), checkpoint.Ticket{})
 	x.sync()
 	x.Emit(ev("b", 0x200), checkpoint.Ticket{})
@@ -141,7 +141,7 @@ func TestTransactorConfirmsOnlyAfterCommit(t *testing.T) {
 	if tr.n() != 3 || len(s.commits) != 1 {
 		t.Fatalf("after 3 records: %d tickets done, %d commits; want 3 and 1", tr.n(), len(s.commits))
 	}
-	want := kafka.Checkpoint{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x280, PartialCommitLSN: 0x300, Ordinal: 1, Anchored: true, AnchorCommitLSN: 0x200}
+	want := kafka.TxnMark{Slot: "s", SystemID: 7, Timeline: 1, LSN: 0x280, PartialCommitLSN: 0x300, Ordinal: 1, Anchored: true, AnchorCommitLSN: 0x200}
 	if s.commits[0] != want {
 		t.Fatalf("checkpoint %+v, want %+v", s.commits[0], want)
 	}
@@ -166,7 +166,7 @@ func TestTransactorConfirmsOnlyAfterCommit(t *testing.T) {
 // the ordinal of that PostgreSQL transaction goes on from the checkpoint's.
 func TestTransactorResumesOrdinal(t *testing.T) {
 	s, tr := &fakeTxnSink{}, &countTracker{}
-	x := newTestTransactor(s, tr, 2, kafka.Checkpoint{LSN: 0x100, PartialCommitLSN: 0x300, Ordinal: 5})
+	x := newTestTransactor(s, tr, 2, kafka.TxnMark{LSN: 0x100, PartialCommitLSN: 0x300, Ordinal: 5})
 	x.Emit(ev("f", 0x300), checkpoint.Ticket{})
 	x.sync()
 	x.Emit(ev("g", 0x300), checkpoint.Ticket{})
@@ -186,9 +186,9 @@ func TestTransactorRefusedRecordAborts(t *testing.T) {
 	shared := &refusals{}
 	for attempt := 1; attempt <= 3; attempt++ {
 		s, tr := &fakeTxnSink{refuse: map[string]error{"bad": refused}}, &countTracker{}
-		x := newTestTransactor(s, tr, 100, kafka.Checkpoint{LSN: 0x100})
+		x := newTestTransactor(s, tr, 100, kafka.TxnMark{LSN: 0x100})
 		x.refused = shared // across sessions, as the Forwarder keeps it
-		x.iso = NewIsolator(IsolatorConfig{}, nil, q, tr)
+		x.iso = newIsolator(isolatorConfig{}, nil, q, tr)
 		x.Emit(ev("ok", 0x200), checkpoint.Ticket{})
 		x.sync()
 		x.Emit(ev("bad", 0x200), checkpoint.Ticket{})
@@ -222,7 +222,7 @@ func TestTransactorCheckpointAnchor(t *testing.T) {
 	tr := &countTracker{}
 	t1 := time.Date(2026, 12, 1, 10, 0, 0, 1000, time.UTC)
 	t2, t3 := t1.Add(time.Second), t1.Add(2*time.Second)
-	x := newTestTransactor(s, tr, 3, kafka.Checkpoint{LSN: 0x100, Anchored: true, AnchorCommitLSN: 0xd0, AnchorCommitTime: t1.Add(-time.Hour)})
+	x := newTestTransactor(s, tr, 3, kafka.TxnMark{LSN: 0x100, Anchored: true, AnchorCommitLSN: 0xd0, AnchorCommitTime: t1.Add(-time.Hour)})
 	at := func(key string, commit pglogrepl.LSN, ct time.Time) *outbox.Event {
 		e := ev(key, commit)
 		e.CommitTime = ct
@@ -258,7 +258,7 @@ func TestTransactorCheckpointAnchor(t *testing.T) {
 	}
 	// A session that skipped a whole transaction and committed nothing
 	// else names the skipped one.
-	y := newTestTransactor(s, tr, 1, kafka.Checkpoint{LSN: 0x100})
+	y := newTestTransactor(s, tr, 1, kafka.TxnMark{LSN: 0x100})
 	y.skipped(at("a1", 0x1d0, t1))
 	y.Commit(0x200)
 	y.sync()
@@ -275,14 +275,14 @@ func TestTransactorCheckpointAnchor(t *testing.T) {
 // (kafka.ErrFenced), so the session can tell a takeover from a retry.
 func TestTransactorFencedAtAbort(t *testing.T) {
 	s := &fakeTxnSink{refuse: map[string]error{"a": kerr.InvalidProducerEpoch}, abortErr: fmt.Errorf("abort the kafka transaction: %w: %w", kafka.ErrFenced, kerr.ProducerFenced)}
-	x := newTestTransactor(s, &countTracker{}, 1, kafka.Checkpoint{LSN: 0x100})
+	x := newTestTransactor(s, &countTracker{}, 1, kafka.TxnMark{LSN: 0x100})
 	x.Emit(ev("a", 0x1d0), checkpoint.Ticket{})
 	x.sync()
 	if err := x.failure(); !errors.Is(err, kafka.ErrFenced) {
 		t.Errorf("session error %v, want kafka.ErrFenced from the abort", err)
 	}
 	s = &fakeTxnSink{refuse: map[string]error{"a": kerr.InvalidProducerEpoch}}
-	x = newTestTransactor(s, &countTracker{}, 1, kafka.Checkpoint{LSN: 0x100})
+	x = newTestTransactor(s, &countTracker{}, 1, kafka.TxnMark{LSN: 0x100})
 	x.Emit(ev("a", 0x1d0), checkpoint.Ticket{})
 	x.sync()
 	if err := x.failure(); err == nil || errors.Is(err, kafka.ErrFenced) {
@@ -294,11 +294,11 @@ func TestTransactorFencedAtAbort(t *testing.T) {
 // transactional producer; an ack with OUT_OF_ORDER_SEQUENCE_NUMBER or
 // UNKNOWN_PRODUCER_ID is Kafka's word that acknowledged records are gone,
 // and the transactor reports it (walpost_kafka_data_loss_total, the
-// session ends with ErrDataLoss).
+// session ends with errDataLoss).
 func TestTransactorReportsDataLoss(t *testing.T) {
 	for _, kerrv := range []error{kerr.OutOfOrderSequenceNumber, kerr.UnknownProducerID} {
 		s := &fakeTxnSink{refuse: map[string]error{"a": kerrv}}
-		x := newTestTransactor(s, &countTracker{}, 1, kafka.Checkpoint{LSN: 0x100})
+		x := newTestTransactor(s, &countTracker{}, 1, kafka.TxnMark{LSN: 0x100})
 		var lost []string
 		x.cfg.OnDataLoss = func(topic string, partition int32) { lost = append(lost, fmt.Sprintf("%s/%d", topic, partition)) }
 		x.Emit(ev("a", 0x1d0), checkpoint.Ticket{})
@@ -330,8 +330,8 @@ func TestTransactorStreamNeverWaitsForCommit(t *testing.T) {
 	s := &fakeTxnSink{committing: make(chan struct{}), release: make(chan struct{})}
 	tr := &pauseTracker{}
 	x := newTransactor(transactorConfig{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 1},
-		Interval: time.Hour, Records: 2, Timeout: 5 * time.Second, MaxAttempts: 2, Resume: kafka.Checkpoint{LSN: 0x100}, DefaultTopic: "t"},
-		s, tr, &refusals{}, NewIsolator(IsolatorConfig{}, nil, nil, tr))
+		Interval: time.Hour, Records: 2, Timeout: 5 * time.Second, MaxAttempts: 2, Resume: kafka.TxnMark{LSN: 0x100}, DefaultTopic: "t"},
+		s, tr, &refusals{}, newIsolator(isolatorConfig{}, nil, nil, tr))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ran := make(chan error, 1)
@@ -381,8 +381,8 @@ func TestTransactorStreamNeverWaitsForCommit(t *testing.T) {
 }
 
 func (s *fakeTxnSink) inTxnCount() int { s.mu.Lock(); defer s.mu.Unlock(); return s.inTxn }
-func (s *fakeTxnSink) commitList() []kafka.Checkpoint {
+func (s *fakeTxnSink) commitList() []kafka.TxnMark {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]kafka.Checkpoint(nil), s.commits...)
+	return append([]kafka.TxnMark(nil), s.commits...)
 }

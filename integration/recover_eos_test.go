@@ -58,7 +58,7 @@ func TestRecoverExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := kafka.TransactionalID(f.Slot, sysID)
-	value, err := json.Marshal(kafka.Checkpoint{Slot: f.Slot, SystemID: sysID, Timeline: timeline, LSN: x})
+	value, err := json.Marshal(kafka.TxnMark{Slot: f.Slot, SystemID: sysID, Timeline: timeline, LSN: x})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestRecoverExactlyOnce(t *testing.T) {
 	if err := f.Kafka.ProduceSync(ctx, &kgo.Record{Topic: cpTopic, Key: []byte(key), Value: value}).FirstErr(); err != nil {
 		t.Fatalf("produce the checkpoint ahead: %v", err)
 	}
-	readCheckpoint := func() kafka.Checkpoint {
+	readCheckpoint := func() kafka.TxnMark {
 		t.Helper()
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

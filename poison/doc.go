@@ -9,7 +9,7 @@
 // table's columns and key; Put and Check return a *TableError wrapping
 // ErrUnwritable for what retrying cannot cure.
 //
-// The decision to quarantine is the forwarder's (forwarder.Isolator);
+// The decision to quarantine is the forwarder's (forwarder's isolator);
 // this package only keeps what it is given. Rows are never deleted by
 // walpost: a trigger refuses DELETE on the table.
 //

@@ -305,7 +305,7 @@ func (s *Store) explain(ctx context.Context, key string, t colTypes, err error, 
 
 // Recent returns how long ago each row of the table was quarantined, for
 // the rows quarantined within window (oldest first), by the database's
-// clock: the breaker (forwarder.Isolator) counts them after a restart.
+// clock: the breaker (forwarder's isolator) counts them after a restart.
 func (s *Store) Recent(ctx context.Context, window time.Duration) ([]time.Duration, error) {
 	rows, err := s.pool.Query(ctx, fmt.Sprintf(`SELECT extract(epoch FROM now() - poisoned_at)::float8 FROM %s
 		WHERE poisoned_at > now() - make_interval(secs => $1) ORDER BY poisoned_at`, s.table), window.Seconds())

@@ -39,7 +39,7 @@ var errNeedsAllowDuplicates = fmt.Errorf("%w: delivery.mode is exactly-once, and
 type TxnSink interface {
 	sink.Sink
 	BeginTxn() error
-	CommitTxn(ctx context.Context, cp kafka.Checkpoint) error
+	CommitTxn(ctx context.Context, cp kafka.TxnMark) error
 	AbortTxn(ctx context.Context) error
 }
 
@@ -90,8 +90,8 @@ func openTxn(ctx context.Context, cfg *config.Config, id position.Identity, log 
 }
 
 // checkpointAt is the slot's checkpoint at lsn on the server id.
-func checkpointAt(slot string, id position.Identity, lsn pglogrepl.LSN) kafka.Checkpoint {
-	return kafka.Checkpoint{Slot: slot, SystemID: id.SystemID, Timeline: id.Timeline, LSN: lsn}
+func checkpointAt(slot string, id position.Identity, lsn pglogrepl.LSN) kafka.TxnMark {
+	return kafka.TxnMark{Slot: slot, SystemID: id.SystemID, Timeline: id.Timeline, LSN: lsn}
 }
 
 // txnSender produces the gap through a producer inside Kafka transactions
@@ -103,7 +103,7 @@ type txnSender struct {
 	p    *producer
 	txs  TxnSink
 	per  int
-	none kafka.Checkpoint // the checkpoint of the transactions before the last
+	none kafka.TxnMark // the checkpoint of the transactions before the last
 
 	open  bool
 	n     int // records in the open transaction
@@ -134,7 +134,7 @@ func (s *txnSender) produce(ctx context.Context, ev *outbox.Event) error {
 }
 
 // finish commits the last transaction (empty when the gap is) with cp.
-func (s *txnSender) finish(ctx context.Context, cp kafka.Checkpoint) error {
+func (s *txnSender) finish(ctx context.Context, cp kafka.TxnMark) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (s *txnSender) begin() error {
 
 // commit waits for every record's outcome and commits the open
 // transaction with cp, only when none failed.
-func (s *txnSender) commit(ctx context.Context, cp kafka.Checkpoint) error {
+func (s *txnSender) commit(ctx context.Context, cp kafka.TxnMark) error {
 	if err := s.p.wait(ctx); err != nil {
 		return err
 	}

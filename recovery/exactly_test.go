@@ -125,7 +125,7 @@ func txnEvent(i, size int) *outbox.Event {
 }
 
 // txnCheckpoint reads the slot's checkpoint as walpost run does.
-func txnCheckpoint(t *testing.T, cfg *config.Config) kafka.Checkpoint {
+func txnCheckpoint(t *testing.T, cfg *config.Config) kafka.TxnMark {
 	t.Helper()
 	cl, err := kafkaconf.NewClient(cfg.Kafka)
 	if err != nil {

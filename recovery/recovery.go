@@ -120,7 +120,7 @@ type Report struct {
 	// slot's record in CheckpointTopic at New's LSN).
 	ExactlyOnce     bool
 	Txns            int
-	Checkpoint      kafka.Checkpoint
+	Checkpoint      kafka.TxnMark
 	CheckpointTopic string
 }
 

@@ -19,7 +19,7 @@ import (
 type TxnSink interface {
 	sink.Sink
 	BeginTxn() error
-	CommitTxn(ctx context.Context, cp kafka.Checkpoint) error
+	CommitTxn(ctx context.Context, cp kafka.TxnMark) error
 	AbortTxn(ctx context.Context) error
 }
 
@@ -36,7 +36,7 @@ type emitter struct {
 	txs      TxnSink
 	per      int
 	interval time.Duration
-	cp       kafka.Checkpoint
+	cp       kafka.TxnMark
 	open     bool
 	n        int // rows in the open transaction
 	opened   time.Time

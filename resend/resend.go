@@ -357,7 +357,7 @@ func (r *Resender) produce(ctx context.Context, tx pgx.Tx, q query, opts Options
 		}
 		em.sink, em.txs = txs, txs
 		em.per, em.interval = cfg.Delivery.TransactionRecords, cfg.Delivery.TransactionInterval
-		em.cp = kafka.Checkpoint{Slot: cfg.Postgres.Slot + "-resend", SystemID: id.SystemID, Timeline: id.Timeline}
+		em.cp = kafka.TxnMark{Slot: cfg.Postgres.Slot + "-resend", SystemID: id.SystemID, Timeline: id.Timeline}
 		rep.TransactionalID = resendTxnID(cfg.Postgres.Slot, id.SystemID)
 	}
 	if em.sink == nil {

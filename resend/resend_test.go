@@ -306,7 +306,7 @@ type fakeSink struct {
 	begun, committed, aborted int
 	inTxn                     []string // keys of the open transaction
 	committedKeys             []string
-	cps                       []kafka.Checkpoint
+	cps                       []kafka.TxnMark
 }
 
 func (s *fakeSink) Produce(ev *outbox.Event, a sink.Acker) {
@@ -347,7 +347,7 @@ func (s *fakeSink) Flush(context.Context) error {
 }
 func (s *fakeSink) Close()          {}
 func (s *fakeSink) BeginTxn() error { s.begun++; s.inTxn = nil; return nil }
-func (s *fakeSink) CommitTxn(_ context.Context, cp kafka.Checkpoint) error {
+func (s *fakeSink) CommitTxn(_ context.Context, cp kafka.TxnMark) error {
 	s.committed++
 	s.committedKeys = append(s.committedKeys, s.inTxn...)
 	s.cps = append(s.cps, cp)
@@ -419,7 +419,7 @@ func TestEmitterBounded(t *testing.T) {
 // only at a commit. (Mutation: marking rows done at their ack fails it.)
 func TestEmitterExactlyOnce(t *testing.T) {
 	fs := &fakeSink{}
-	cp := kafka.Checkpoint{Slot: "walpost-resend", SystemID: 7}
+	cp := kafka.TxnMark{Slot: "walpost-resend", SystemID: 7}
 	em := &emitter{sink: fs, txs: fs, front: &frontier{}, slots: make(chan struct{}, 10), per: 2, interval: time.Hour, cp: cp}
 	ctx := context.Background()
 	for i, k := range []string{"a", "b", "c"} {

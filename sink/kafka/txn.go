@@ -39,7 +39,7 @@ func TransactionalID(slot string, systemID int64) string {
 	return "walpost-" + slot + "-" + strconv.FormatInt(systemID, 10)
 }
 
-// Checkpoint is the position a committed Kafka transaction reached, the
+// TxnMark is the position a committed Kafka transaction reached, the
 // value of the slot's record in the checkpoint topic: every event of the
 // transactions ending at or before LSN, and the first Ordinal events of
 // the transaction whose commit LSN is PartialCommitLSN (0: none), are in
@@ -53,7 +53,7 @@ func TransactionalID(slot string, systemID int64) string {
 // the same timeline writes other transactions at those LSNs: the anchor
 // tells them apart (DESIGN.md, INV-11). Anchored is false for a
 // checkpoint written without an anchor (before walpost wrote them).
-type Checkpoint struct {
+type TxnMark struct {
 	Slot              string
 	SystemID          int64
 	Timeline          int32
@@ -82,7 +82,7 @@ type checkpointJSON struct {
 // system identifier as a string (it exceeds 2^53) and commit times in
 // RFC 3339 with microseconds, UTC. Every checkpoint written carries
 // anchor_commit_lsn (0/0: no transaction with events).
-func (c Checkpoint) MarshalJSON() ([]byte, error) {
+func (c TxnMark) MarshalJSON() ([]byte, error) {
 	anchor := c.AnchorCommitLSN.String()
 	j := checkpointJSON{Slot: c.Slot, SystemID: strconv.FormatInt(c.SystemID, 10), Timeline: c.Timeline, LSN: c.LSN.String(), Ordinal: c.Ordinal,
 		AnchorCommitLSN: &anchor}
@@ -98,7 +98,7 @@ func (c Checkpoint) MarshalJSON() ([]byte, error) {
 
 // Equal says whether c and o are the same checkpoint record (commit times
 // compared as instants).
-func (c Checkpoint) Equal(o Checkpoint) bool {
+func (c TxnMark) Equal(o TxnMark) bool {
 	return c.Slot == o.Slot && c.SystemID == o.SystemID && c.Timeline == o.Timeline && c.LSN == o.LSN &&
 		c.PartialCommitLSN == o.PartialCommitLSN && c.PartialCommitTime.Equal(o.PartialCommitTime) && c.Ordinal == o.Ordinal &&
 		c.Anchored == o.Anchored && c.AnchorCommitLSN == o.AnchorCommitLSN && c.AnchorCommitTime.Equal(o.AnchorCommitTime)
@@ -125,7 +125,7 @@ func parseCommitTime(field, s string) (time.Time, error) {
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote.
-func (c *Checkpoint) UnmarshalJSON(b []byte) error {
+func (c *TxnMark) UnmarshalJSON(b []byte) error {
 	var j checkpointJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
@@ -148,7 +148,7 @@ func (c *Checkpoint) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return err
 	}
-	*c = Checkpoint{Slot: j.Slot, SystemID: id, Timeline: j.Timeline, LSN: lsn, PartialCommitLSN: partial, PartialCommitTime: ptime, Ordinal: j.Ordinal}
+	*c = TxnMark{Slot: j.Slot, SystemID: id, Timeline: j.Timeline, LSN: lsn, PartialCommitLSN: partial, PartialCommitTime: ptime, Ordinal: j.Ordinal}
 	if j.AnchorCommitLSN != nil {
 		c.Anchored = true
 		if c.AnchorCommitLSN, err = pglogrepl.ParseLSN(*j.AnchorCommitLSN); err != nil {
@@ -257,7 +257,7 @@ func (k *Sink) BeginTxn() error {
 // checkpoint covering them commit together or not at all. An error means
 // the outcome is unknown: call AbortTxn (unless Fenced), then read the
 // checkpoint again with a new producer.
-func (k *Sink) CommitTxn(ctx context.Context, cp Checkpoint) error {
+func (k *Sink) CommitTxn(ctx context.Context, cp TxnMark) error {
 	if err := k.transactional(); err != nil {
 		return err
 	}
@@ -372,7 +372,7 @@ func (k *Sink) AbortTxn(ctx context.Context) error {
 //
 // A refused READ or DESCRIBE on topic is a destination failure
 // (sink.Destination) naming the ACL to add.
-func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, key string) (cp Checkpoint, found bool, err error) {
+func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, key string) (cp TxnMark, found bool, err error) {
 	defer func() {
 		if fix := aclFix(err, topic, true, ""); fix != "" {
 			err = refused(err, fix)
@@ -486,7 +486,7 @@ func fetchCheckpoints(ctx context.Context, br *kgo.Broker, topic string, topicID
 type checkpointReplay struct {
 	key     string
 	pending map[int64]*kgo.Record // by producer ID: its open transaction's last record of key
-	cp      Checkpoint
+	cp      TxnMark
 	found   bool
 }
 
@@ -521,7 +521,7 @@ func (p *checkpointReplay) apply(r *kgo.Record) error {
 
 // set makes r's value the checkpoint.
 func (p *checkpointReplay) set(r *kgo.Record) error {
-	var c Checkpoint
+	var c TxnMark
 	if err := json.Unmarshal(r.Value, &c); err != nil {
 		return fmt.Errorf("checkpoint %q at offset %d: %w", p.key, r.Offset, err)
 	}

@@ -118,7 +118,7 @@ func endMarker(t *testing.T, c *kfake.Cluster) {
 	}
 }
 
-func readCP(t *testing.T, c *kfake.Cluster, slot string, systemID int64) (kafka.Checkpoint, bool) {
+func readCP(t *testing.T, c *kfake.Cluster, slot string, systemID int64) (kafka.TxnMark, bool) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	if err != nil {
@@ -155,7 +155,7 @@ func TestTxnCommitAndAbort(t *testing.T) {
 	if err := produceTxn(t, k, "a", 5); err != nil {
 		t.Fatal(err)
 	}
-	want := kafka.Checkpoint{Slot: "s1", SystemID: 7365432109876543210, Timeline: 2, LSN: 0x16B3748, PartialCommitLSN: 0x16B4000, Ordinal: 3,
+	want := kafka.TxnMark{Slot: "s1", SystemID: 7365432109876543210, Timeline: 2, LSN: 0x16B3748, PartialCommitLSN: 0x16B4000, Ordinal: 3,
 		PartialCommitTime: time.Date(2026, 12, 1, 10, 0, 0, 123456000, time.UTC), Anchored: true,
 		AnchorCommitLSN: 0x16B3700, AnchorCommitTime: time.Date(2026, 12, 1, 9, 59, 59, 999999000, time.UTC)}
 	if err := k.CommitTxn(ctx20(t), want); err != nil {
@@ -202,7 +202,7 @@ func sortedKeys(prefix string, n int, got []string) []string {
 
 // commitCP commits a Kafka transaction of k that holds only the
 // checkpoint cp.
-func commitCP(t *testing.T, k *kafka.Sink, cp kafka.Checkpoint) {
+func commitCP(t *testing.T, k *kafka.Sink, cp kafka.TxnMark) {
 	t.Helper()
 	if err := produceTxn(t, k, "none", 0); err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func txnClient(t *testing.T, c *kfake.Cluster, id string) *kgo.Client {
 
 // beginCP begins a transaction of cl and produces cp's record to the
 // checkpoint topic, keyed as CommitTxn keys it; the transaction stays open.
-func beginCP(t *testing.T, cl *kgo.Client, cp kafka.Checkpoint) {
+func beginCP(t *testing.T, cl *kgo.Client, cp kafka.TxnMark) {
 	t.Helper()
 	value, err := cp.MarshalJSON()
 	if err != nil {
@@ -243,7 +243,7 @@ func beginCP(t *testing.T, cl *kgo.Client, cp kafka.Checkpoint) {
 
 // wantCP fails unless the checkpoint read for slot s1 of system 7 has the
 // LSN, PartialCommitLSN and Ordinal of want.
-func wantCP(t *testing.T, c *kfake.Cluster, want kafka.Checkpoint) {
+func wantCP(t *testing.T, c *kfake.Cluster, want kafka.TxnMark) {
 	t.Helper()
 	cp, found := readCP(t, c, "s1", 7)
 	if !found || cp.LSN != want.LSN || cp.PartialCommitLSN != want.PartialCommitLSN || cp.Ordinal != want.Ordinal {
@@ -286,10 +286,10 @@ func TestReadCheckpointPastOpenTransaction(t *testing.T) {
 	if err := s1.InitProducer(ctx20(t)); err != nil {
 		t.Fatal(err)
 	}
-	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
-	beginCP(t, txnClient(t, c, kafka.TransactionalID("s2", 9)), kafka.Checkpoint{Slot: "s2", SystemID: 9, Timeline: 1, LSN: 0x5000})
-	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200, PartialCommitLSN: 0x250, Ordinal: 7})
-	wantCP(t, c, kafka.Checkpoint{LSN: 0x200, PartialCommitLSN: 0x250, Ordinal: 7})
+	commitCP(t, s1, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
+	beginCP(t, txnClient(t, c, kafka.TransactionalID("s2", 9)), kafka.TxnMark{Slot: "s2", SystemID: 9, Timeline: 1, LSN: 0x5000})
+	commitCP(t, s1, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200, PartialCommitLSN: 0x250, Ordinal: 7})
+	wantCP(t, c, kafka.TxnMark{LSN: 0x200, PartialCommitLSN: 0x250, Ordinal: 7})
 	if cp, found := readCP(t, c, "s2", 9); found {
 		t.Fatalf("read %+v of a transaction still open", cp)
 	}
@@ -305,22 +305,22 @@ func TestReadCheckpointAbortedOrOpen(t *testing.T) {
 	if err := s1.InitProducer(ctx20(t)); err != nil {
 		t.Fatal(err)
 	}
-	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
+	commitCP(t, s1, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
 	earlier := txnClient(t, c, id)
-	beginCP(t, earlier, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x800, PartialCommitLSN: 0x850, Ordinal: 3})
+	beginCP(t, earlier, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x800, PartialCommitLSN: 0x850, Ordinal: 3})
 	if err := earlier.EndTransaction(ctx20(t), kgo.TryAbort); err != nil {
 		t.Fatal(err)
 	}
-	wantCP(t, c, kafka.Checkpoint{LSN: 0x100})
-	beginCP(t, earlier, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x900})
-	wantCP(t, c, kafka.Checkpoint{LSN: 0x100})
+	wantCP(t, c, kafka.TxnMark{LSN: 0x100})
+	beginCP(t, earlier, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x900})
+	wantCP(t, c, kafka.TxnMark{LSN: 0x100})
 	next := newTxnKafka(t, c, id)
 	if err := next.InitProducer(ctx20(t)); err != nil { // aborts the open one
 		t.Fatal(err)
 	}
-	wantCP(t, c, kafka.Checkpoint{LSN: 0x100})
-	commitCP(t, next, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300})
-	wantCP(t, c, kafka.Checkpoint{LSN: 0x300})
+	wantCP(t, c, kafka.TxnMark{LSN: 0x100})
+	commitCP(t, next, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300})
+	wantCP(t, c, kafka.TxnMark{LSN: 0x300})
 }
 
 // TestReadCheckpointCompacted: on a compacted checkpoint topic (superseded
@@ -339,11 +339,11 @@ func TestReadCheckpointCompacted(t *testing.T) {
 	if err := s2.InitProducer(ctx20(t)); err != nil {
 		t.Fatal(err)
 	}
-	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})  // offsets 0, 1 (marker)
-	commitCP(t, s2, kafka.Checkpoint{Slot: "s2", SystemID: 9, Timeline: 1, LSN: 0x1000}) // 2, 3
-	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})  // 4, 5
-	beginCP(t, txnClient(t, c, kafka.TransactionalID("s3", 11)), kafka.Checkpoint{Slot: "s3", SystemID: 11, Timeline: 1, LSN: 0x7000})
-	commitCP(t, s1, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300, PartialCommitLSN: 0x350, Ordinal: 2})
+	commitCP(t, s1, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})  // offsets 0, 1 (marker)
+	commitCP(t, s2, kafka.TxnMark{Slot: "s2", SystemID: 9, Timeline: 1, LSN: 0x1000}) // 2, 3
+	commitCP(t, s1, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})  // 4, 5
+	beginCP(t, txnClient(t, c, kafka.TransactionalID("s3", 11)), kafka.TxnMark{Slot: "s3", SystemID: 11, Timeline: 1, LSN: 0x7000})
+	commitCP(t, s1, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300, PartialCommitLSN: 0x350, Ordinal: 2})
 	c.Compact()
 	del := kmsg.NewPtrDeleteRecordsRequest()
 	dt := kmsg.NewDeleteRecordsRequestTopic()
@@ -360,7 +360,7 @@ func TestReadCheckpointCompacted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("delete records below offset 3: %v", err)
 	}
-	wantCP(t, c, kafka.Checkpoint{LSN: 0x300, PartialCommitLSN: 0x350, Ordinal: 2})
+	wantCP(t, c, kafka.TxnMark{LSN: 0x300, PartialCommitLSN: 0x350, Ordinal: 2})
 }
 
 // TestFenced: only PRODUCER_FENCED (or ErrFenced) says another producer
@@ -454,7 +454,7 @@ func TestTxnInvalidProducerEpoch(t *testing.T) {
 	if err := k.InitProducer(ctx20(t)); err != nil {
 		t.Fatal(err)
 	}
-	commitCP(t, k, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
+	commitCP(t, k, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100})
 	answerError(c, kmsg.Produce, kerr.InvalidProducerEpoch.Code)
 	err := produceTxn(t, k, "t", 1)
 	if err == nil {
@@ -473,9 +473,9 @@ func TestTxnInvalidProducerEpoch(t *testing.T) {
 	if err := next.InitProducer(ctx20(t)); err != nil {
 		t.Fatalf("the next session's producer: %v", err)
 	}
-	wantCP(t, c, kafka.Checkpoint{LSN: 0x100})
-	commitCP(t, next, kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
-	wantCP(t, c, kafka.Checkpoint{LSN: 0x200})
+	wantCP(t, c, kafka.TxnMark{LSN: 0x100})
+	commitCP(t, next, kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
+	wantCP(t, c, kafka.TxnMark{LSN: 0x200})
 }
 
 // TestTxnACLRefused: each authorization the exactly-once mode needs,
@@ -484,7 +484,7 @@ func TestTxnInvalidProducerEpoch(t *testing.T) {
 // to add.
 func TestTxnACLRefused(t *testing.T) {
 	id := kafka.TransactionalID("s1", 7)
-	cp := kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100}
+	cp := kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100}
 	initProducer := func(t *testing.T, c *kfake.Cluster, key kmsg.Key, code int16) error {
 		k := newTxnKafka(t, c, id)
 		answerError(c, key, code)
@@ -608,7 +608,7 @@ func TestTxnFenced(t *testing.T) {
 	if err := produceTxn(t, a, "a", 3); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100}); err != nil {
+	if err := a.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100}); err != nil {
 		t.Fatal(err)
 	}
 	b := newTxnKafka(t, c, id)
@@ -620,8 +620,8 @@ func TestTxnFenced(t *testing.T) {
 	// gets it too); the abort after it, or the commit, says PRODUCER_FENCED.
 	err := produceTxn(t, a, "x", 3)
 	if err == nil {
-		err = a.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
-	} else if cerr := a.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200}); cerr == nil {
+		err = a.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
+	} else if cerr := a.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200}); cerr == nil {
 		t.Fatalf("the fenced producer committed after its produce failed with %v", err)
 	}
 	if !errors.Is(err, kafka.ErrFenced) {
@@ -638,7 +638,7 @@ func TestTxnFenced(t *testing.T) {
 	if err := produceTxn(t, b, "b", 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300}); err != nil {
+	if err := b.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300}); err != nil {
 		t.Fatalf("the new producer's commit: %v", err)
 	}
 	endMarker(t, c)
@@ -670,7 +670,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 	if err := produceTxn(t, k, "a", 2); err != nil {
 		t.Fatal(err)
 	}
-	first := kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100, Anchored: true}
+	first := kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100, Anchored: true}
 	if err := k.CommitTxn(ctx20(t), first); err != nil {
 		t.Fatal(err)
 	}
@@ -682,7 +682,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil, true
 	})
-	err := k.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
+	err := k.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200})
 	if err == nil {
 		t.Fatal("commit answered UNKNOWN_SERVER_ERROR returned nil")
 	}
@@ -699,7 +699,7 @@ func TestTxnUnknownOutcome(t *testing.T) {
 	if err := produceTxn(t, k, "b", 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.CommitTxn(ctx20(t), kafka.Checkpoint{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300}); err != nil {
+	if err := k.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x300}); err != nil {
 		t.Fatalf("commit after the abort: %v", err)
 	}
 	endMarker(t, c)
@@ -721,18 +721,18 @@ func TestTxnUnknownOutcome(t *testing.T) {
 // (0/0 when it names no transaction), and one written without the field
 // reads as not anchored.
 func TestCheckpointJSONAnchor(t *testing.T) {
-	b, err := json.Marshal(kafka.Checkpoint{Slot: "s", SystemID: 1, Timeline: 1, LSN: 0x100})
+	b, err := json.Marshal(kafka.TxnMark{Slot: "s", SystemID: 1, Timeline: 1, LSN: 0x100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(b), `"anchor_commit_lsn":"0/0"`) {
 		t.Errorf("%s: want anchor_commit_lsn 0/0", b)
 	}
-	var cp kafka.Checkpoint
+	var cp kafka.TxnMark
 	if err := json.Unmarshal(b, &cp); err != nil || !cp.Anchored || cp.AnchorCommitLSN != 0 {
 		t.Errorf("read back %+v, %v: want anchored at 0/0", cp, err)
 	}
-	var legacy kafka.Checkpoint
+	var legacy kafka.TxnMark
 	if err := json.Unmarshal([]byte(`{"slot":"s","system_identifier":"1","timeline":1,"lsn":"0/100"}`), &legacy); err != nil || legacy.Anchored {
 		t.Errorf("legacy checkpoint %+v, %v: want not anchored", legacy, err)
 	}
