@@ -128,7 +128,7 @@ type Report struct {
 type Recoverer struct {
 	Config *config.Config
 	// Sink receives the gap's events: walpost's idempotent Kafka producer
-	// (kafka.New of kafka.ConfigFrom). Unused with DryRun and in
+	// (kafka.New of kafkaconf.ConfigFrom). Unused with DryRun and in
 	// exactly-once mode, where Run opens the slot's transactional
 	// producer itself once it knows the server's system identifier.
 	Sink   sink.Sink
@@ -707,15 +707,12 @@ func (p *producer) wait(ctx context.Context) error {
 	return p.err()
 }
 
-// setTableTypes gives s the table's column types (kafka.SetTableTypes):
+// setTableTypes gives s the table's column types (kafkaconf.SetTableTypes):
 // a bytea payload is produced as its bytes, as walpost run does.
 func setTableTypes(ctx context.Context, q replication.Querier, table replication.TableName, m config.Mapping, s *kafka.Sink) error {
 	types, err := replication.ColumnTypes(ctx, q, table)
 	if err != nil {
 		return fmt.Errorf("read column types of %s: %w", table, err)
 	}
-	return kafkaconf.SetTableTypes(s, m, func(c string) (string, bool, bool) {
-		t, ok := types[c]
-		return t.Type, t.NotNull, ok
-	})
+	return kafkaconf.SetTableTypes(s, m, kafkaconf.Lookup(types))
 }
