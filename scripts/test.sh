@@ -127,8 +127,9 @@ if failed:
 PY
 }
 stack_started=""
-# Beside the main integration run, two more stacks (WALPOST_STACK_DIR,
-# other ports), each a lane of its own: "second" runs the core tests on
+# Beside the main integration run, a second stack and, with
+# WALPOST_TEST_SERIAL_LANE=1, a fourth (WALPOST_STACK_DIR, other ports),
+# each a lane of its own: "second" runs the core tests on
 # the other PostgreSQL majors, then the failover test and the three-node
 # Kafka tests with a slice of the nemesis; "fourth" (WALPOST_TEST_SERIAL_LANE=1) the main
 # suite's serial tests (they stop and restart their stack's Kafka or
@@ -229,7 +230,9 @@ step "deploy: Helm chart, plain manifests, image, alert rules, release workflow 
 # also runs shellcheck on its steps when that is installed).
 (cd deploy && $GO tool actionlint)
 
-step "integration tests with Debezium's (PostgreSQL 15); beside them on two more stacks the core tests on PostgreSQL ${PG_VERSIONS:-(none)}, the failover test on ${FAILOVER_VERSION:-(none)}, the three-node Kafka tests and a slice of the nemesis; the serial tests"
+serial_lane_note=""
+[[ ${WALPOST_TEST_SERIAL_LANE:-0} == 1 ]] && serial_lane_note="; the serial tests on a stack of their own"
+step "integration tests with Debezium's (PostgreSQL 15); beside them on a second stack the core tests on PostgreSQL ${PG_VERSIONS:-(none)}, the failover test on ${FAILOVER_VERSION:-(none)}, the three-node Kafka tests and a slice of the nemesis${serial_lane_note}"
 # lane NAME NICE ENV-ARRAY-NAME FUNCTION: FUNCTION in the background, in
 # its own process group (job control on for the launch, so on_exit can
 # stop all of it), with the lane's stack variables, its output in
