@@ -631,6 +631,33 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// waitProgress polls cond until it reports done. It fails when the mark
+// cond also reports (what moves while the work goes on) stays the same
+// for stall, or after limit in all: a loaded machine slows the work down,
+// only a stuck one stops it.
+func waitProgress(t testing.TB, stall, limit time.Duration, what string, cond func() (done bool, mark string)) {
+	t.Helper()
+	start := time.Now()
+	last, moved := "", start
+	for {
+		done, mark := cond()
+		if done {
+			return
+		}
+		now := time.Now()
+		if mark != last {
+			last, moved = mark, now
+		}
+		if now.Sub(moved) > stall {
+			t.Fatalf("waiting for %s: no progress for %s (still at %s)", what, stall, mark)
+		}
+		if now.Sub(start) > limit {
+			t.Fatalf("timed out after %s waiting for %s (at %s)", limit, what, mark)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // writeTxn inserts keys in one transaction and returns the expected events.
 func (f *fixture) writeTxn(ctx context.Context, txnID string, keys []string, payload string) ([]verify.Expected, error) {
 	tx, err := f.Pool.Begin(ctx)

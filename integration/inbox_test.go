@@ -100,7 +100,10 @@ func TestInboxEndToEnd(t *testing.T) {
 	}
 	progress := func(what string, n int64) {
 		t.Helper()
-		waitFor(t, 60*time.Second, what, func() bool { return consumer.credited(t) >= n })
+		waitProgress(t, 60*time.Second, 5*time.Minute, what, func() (bool, string) {
+			c := consumer.credited(t)
+			return c >= n, fmt.Sprintf("%d of %d credited", c, n)
+		})
 	}
 
 	// The consumer killed -9 four times, each after it credited more; the
@@ -130,10 +133,14 @@ func TestInboxEndToEnd(t *testing.T) {
 
 	// Every oversized debit quarantined; then fix the cause and replay
 	// them.
-	waitFor(t, 60*time.Second, "every oversized debit quarantined", func() bool {
+	// walpost drains the writers' backlog, isolating each oversized debit:
+	// slow on a loaded machine, so the wait fails only when neither the
+	// quarantines nor the slot move for a minute.
+	waitProgress(t, 60*time.Second, 5*time.Minute, "every oversized debit quarantined", func() (bool, string) {
 		var n int64
 		_ = f.Pool.QueryRow(ctx, `SELECT count(DISTINCT idempotency_key) FROM `+f.PoisonTable).Scan(&n)
-		return n >= oversized.Load()
+		lsn, _, _ := f.slotState()
+		return n >= oversized.Load(), fmt.Sprintf("%d of %d quarantined, slot confirmed %s", n, oversized.Load(), lsn)
 	})
 	raiseMaxMessageBytes(t, f, f.Topic)
 	if out, err := replayPoison(t, f.env(), "--all"); err != nil {
