@@ -191,7 +191,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	h.tr = checkpoint.New(0, nil)
 	h.q = &fakeQuarantine{failFirst: o.failPuts, permanent: o.permanent}
 	h.pause = checkpoint.NewPause()
-	var tracker eventSettler = pausable{h.tr, h.pause}
+	var tracker eventSettler = settler{h.tr, h.pause}
 	if o.wrap != nil {
 		tracker = o.wrap(tracker)
 	}
@@ -850,15 +850,6 @@ func TestIsolatorUnwritablePoisonRowStops(t *testing.T) {
 
 // gatedTracker blocks Done of one ticket until released: a promise
 // goroutine that is slow (GC, a backlog of acks) at one moment.
-// pausable is a session's Tracker: the frontier, and the pause
-// the stream would wait on.
-type pausable struct {
-	*checkpoint.Tracker
-	pause *checkpoint.Pause
-}
-
-func (p pausable) SetPaused(on bool) { p.pause.Set(on) }
-
 type gatedTracker struct {
 	eventSettler
 	mu      sync.Mutex

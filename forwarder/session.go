@@ -312,22 +312,7 @@ func (s *session) tuneTimeouts(ctx context.Context) error {
 // position writer and the stream.
 func (s *session) build(context.Context) error {
 	cfg := s.cfg
-	// The stream re-reads the slot on the side connection once
-	// replication has started (INV-4, a standby may have confirmed since
-	// Prepare read it); the watcher takes the connection over after that.
-	s.sideFree = make(chan struct{})
-	var freeOnce sync.Once
-	s.rcfg.SlotConfirmed = func(ctx context.Context) (pglogrepl.LSN, error) {
-		defer freeOnce.Do(func() { close(s.sideFree) })
-		slot, err := replication.ReadSlot(ctx, s.side, cfg.Postgres.Slot)
-		if err != nil {
-			return 0, err
-		}
-		if !slot.Exists {
-			return 0, fmt.Errorf("slot %q is gone", cfg.Postgres.Slot)
-		}
-		return slot.ConfirmedFlush, nil
-	}
+	s.rcfg.SlotConfirmed = s.slotConfirmed()
 	s.budget = checkpoint.NewBudget(checkpoint.Limits{
 		MaxEvents: cfg.Pipeline.MaxInFlightEvents,
 		MaxBytes:  cfg.Pipeline.MaxInFlightBytes,
@@ -364,19 +349,35 @@ func (s *session) build(context.Context) error {
 	s.pw = &positionWriter{store: position.NewStore(s.pool), row: position.Row{Slot: cfg.Postgres.Slot, Identity: s.id},
 		tracker: s.tracker, m: s.m, log: s.log, written: max(s.slot.ConfirmedFlush, s.row.LSN), known: &s.known, saved: &s.saved}
 	s.memory.pw = s.pw
+	h := s.h
+	if s.tracer != nil {
+		s.spans = &txnSpans{tracer: s.tracer, tracing: cfg.Mapping.TracingColumn != ""}
+		s.later(s.spans.close)
+		h = s.spans.handler(h)
+	}
 	s.stream = replication.NewStream(s.rcfg, s.conn, s.table, replication.Flow{Frontier: s.tracker, Budget: s.budget, Pause: s.pause},
-		s.handler(), s.observer())
+		h, s.observer())
 	return nil
 }
 
-// handler is the stream's handler: the session's, traced when otel is on.
-func (s *session) handler() replication.Handler {
-	if s.tracer == nil {
-		return s.h
+// slotConfirmed is the stream's re-read of the slot on the side
+// connection once replication has started (INV-4, a standby may have
+// confirmed since Prepare read it); the watcher takes the connection over
+// after that (sideFree).
+func (s *session) slotConfirmed() func(context.Context) (pglogrepl.LSN, error) {
+	s.sideFree = make(chan struct{})
+	var freeOnce sync.Once
+	return func(ctx context.Context) (pglogrepl.LSN, error) {
+		defer freeOnce.Do(func() { close(s.sideFree) })
+		slot, err := replication.ReadSlot(ctx, s.side, s.cfg.Postgres.Slot)
+		if err != nil {
+			return 0, err
+		}
+		if !slot.Exists {
+			return 0, fmt.Errorf("slot %q is gone", s.cfg.Postgres.Slot)
+		}
+		return slot.ConfirmedFlush, nil
 	}
-	s.spans = &txnSpans{tracer: s.tracer, tracing: s.cfg.Mapping.TracingColumn != ""}
-	s.later(s.spans.close)
-	return s.spans.handler(s.h)
 }
 
 // observer reports the stream's progress to the metrics (and to the

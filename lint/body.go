@@ -285,16 +285,9 @@ func (b *body) scanComments(text string) {
 		return
 	}
 	b.tokens, b.text = sc.Tokens, text
-	for _, t := range sc.Tokens {
-		if t.Token != pg.Token_SQL_COMMENT && t.Token != pg.Token_C_COMMENT {
-			continue
-		}
-		start, end := int(t.Start), int(t.End)
-		if start < 0 || end > len(text) || start > end {
-			continue
-		}
+	eachComment(sc.Tokens, text, func(start, end int) {
 		b.f.comments = append(b.f.comments, comment{pos: b.start + start, text: text[start:end], unit: b.unit})
-	}
+	})
 }
 
 // sql expands a LANGUAGE sql function body.

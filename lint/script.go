@@ -108,14 +108,7 @@ func scanComments(text string) (topComments []comment, sectionStarts []int, goos
 	if err != nil {
 		return nil, nil, false, false
 	}
-	for _, t := range sc.Tokens {
-		if t.Token != pg.Token_SQL_COMMENT && t.Token != pg.Token_C_COMMENT {
-			continue
-		}
-		start, end := int(t.Start), int(t.End)
-		if start < 0 || end > len(text) || start > end {
-			continue
-		}
+	eachComment(sc.Tokens, text, func(start, end int) {
 		c := comment{pos: start, text: text[start:end]}
 		topComments = append(topComments, c)
 		if m := gooseRE.FindStringSubmatch(c.text); m != nil {
@@ -127,8 +120,23 @@ func scanComments(text string) (topComments []comment, sectionStarts []int, goos
 				gooseNoTx = true
 			}
 		}
-	}
+	})
 	return topComments, sectionStarts, gooseFile, gooseNoTx
+}
+
+// eachComment calls fn with the byte range in text of each comment token
+// of a scan of text (one whose range lies outside text is passed over).
+func eachComment(tokens []*pg.ScanToken, text string, fn func(start, end int)) {
+	for _, t := range tokens {
+		if t.Token != pg.Token_SQL_COMMENT && t.Token != pg.Token_C_COMMENT {
+			continue
+		}
+		start, end := int(t.Start), int(t.End)
+		if start < 0 || end > len(text) || start > end {
+			continue
+		}
+		fn(start, end)
+	}
 }
 
 // txnState is the transaction the next top-level statement of a file runs in.

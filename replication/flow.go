@@ -28,6 +28,9 @@ type Budget interface {
 	Full() bool
 	Freed() <-chan struct{}
 	InFlight() (events int, bytes int64)
+	// WaitDrained blocks until no event is in flight, or returns
+	// ctx.Err() when ctx ends first.
+	WaitDrained(ctx context.Context) error
 }
 
 // Pause is the isolator's hold on reading (checkpoint.Pause): while On
@@ -50,11 +53,12 @@ type Flow struct {
 
 type unbounded struct{}
 
-func (unbounded) Full() bool               { return false }
-func (unbounded) Freed() <-chan struct{}   { return nil }
-func (unbounded) InFlight() (int, int64)   { return 0, 0 }
-func (unbounded) On() bool                 { return false }
-func (unbounded) Resumed() <-chan struct{} { return nil }
+func (unbounded) Full() bool                        { return false }
+func (unbounded) Freed() <-chan struct{}            { return nil }
+func (unbounded) InFlight() (int, int64)            { return 0, 0 }
+func (unbounded) WaitDrained(context.Context) error { return nil }
+func (unbounded) On() bool                          { return false }
+func (unbounded) Resumed() <-chan struct{}          { return nil }
 func (f *Flow) defaults() {
 	if f.Budget == nil {
 		f.Budget = unbounded{}
@@ -75,21 +79,6 @@ func (s *Stream) waitUnblocked(ctx context.Context) {
 		case <-s.pause.Resumed():
 		case <-ctx.Done():
 			return
-		}
-	}
-}
-
-// waitDrained waits until no event is in flight; it returns ctx.Err()
-// when ctx ends first.
-func (s *Stream) waitDrained(ctx context.Context) error {
-	for {
-		if events, _ := s.budget.InFlight(); events == 0 {
-			return nil
-		}
-		select {
-		case <-s.budget.Freed():
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 }

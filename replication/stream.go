@@ -567,7 +567,7 @@ func (s *Stream) shutdown(parent context.Context) error {
 			break
 		}
 		wctx, wcancel := context.WithTimeout(ctx, min(time.Second, s.cfg.StatusInterval))
-		err := s.waitDrained(wctx)
+		err := s.budget.WaitDrained(wctx)
 		wcancel()
 		if err == nil {
 			break

@@ -64,19 +64,29 @@ func NewClient(cfg config.Kafka, extra ...kgo.Opt) (*kgo.Client, error) {
 	return kafka.NewClient(c, extra...)
 }
 
+// caPool reads the PEM certificates of file, the value of the setting
+// key (named in its errors).
+func caPool(key, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate found", key, file)
+	}
+	return pool, nil
+}
+
 // tlsConfig is the TLS configuration of kafka.tls.*: the CA of ca_file
 // (else the system roots) and the client certificate of
 // clientCertificate.
 func tlsConfig(t config.TLS) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in, documented as testing only
 	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
+		pool, err := caPool("kafka.tls.ca_file", t.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("kafka.tls.ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("kafka.tls.ca_file %s: no PEM certificate found", t.CAFile)
+			return nil, err
 		}
 		tc.RootCAs = pool
 	}

@@ -2,9 +2,7 @@ package kafkaconf
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/sink/kafka"
@@ -48,13 +46,9 @@ func newSchema(c config.Schema, format string, key bool) (*kafka.Schema, error) 
 func registryTLS(c config.Schema) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.TLSCAFile != "" {
-		pem, err := os.ReadFile(c.TLSCAFile)
+		pool, err := caPool("schema_registry.tls_ca_file", c.TLSCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("schema_registry.tls_ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("schema_registry.tls_ca_file %s: no PEM certificate found", c.TLSCAFile)
+			return nil, err
 		}
 		tc.RootCAs = pool
 	}
