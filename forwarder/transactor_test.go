@@ -34,6 +34,8 @@ type fakeTxnSink struct {
 	// CommitTxn waits for release.
 	committing chan struct{}
 	release    chan struct{}
+	// sizes: the records of each committed transaction.
+	sizes []int
 }
 
 func (s *fakeTxnSink) Produce(ev *outbox.Event, a sink.Acker) {
@@ -59,6 +61,7 @@ func (s *fakeTxnSink) CommitTxn(_ context.Context, cp kafka.TxnMark) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.commits = append(s.commits, cp)
+	s.sizes = append(s.sizes, s.inTxn)
 	s.inTxn = 0
 	return nil
 }

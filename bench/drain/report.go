@@ -270,12 +270,16 @@ func (c *caseResult) writeRounds(b *strings.Builder) {
 }
 
 func (c *caseResult) writeSteady(b *strings.Builder) {
-	b.WriteString("| offered events/s | achieved events/s | MB/s (payload) | events | commit→append p50 | p99 | max | commit→visible p50 | p99 | last commit → confirmed | walpost CPU s / 1M events | walsender CPU s / 1M | Kafka broker CPU s / 1M | walpost peak RSS | writers' worst lag |\n")
-	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| offered events/s | achieved events/s | MB/s (payload) | events | commit→append p50 | p99 | max | commit→visible p50 | p99 | last commit → confirmed | walpost CPU s / 1M events | walsender CPU s / 1M | Kafka broker CPU s / 1M | walpost peak RSS | writers' worst lag | Kafka commits/s |\n")
+	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range c.steady {
-		fmt.Fprintf(b, "| %d | %.0f | %.2f | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		commits := "–"
+		if s.commits >= 0 {
+			commits = fmt.Sprintf("%.0f", float64(s.commits)/max(s.writeDur, time.Second).Seconds())
+		}
+		fmt.Fprintf(b, "| %d | %.0f | %.2f | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			s.rate, s.achieved, s.achieved*c.backlog.avgPayload/1e6, s.events, fmtMs(s.lat.p50), fmtMs(s.lat.p99), fmtMs(s.lat.max), fmtMs(s.vis.p50), fmtMs(s.vis.p99),
-			fmtMs(s.tail), perM(s.cpuSecs, s.events), perM(s.walsndSecs, s.events), perM(s.kafkaSecs, s.events), mib(s.hwmKiB), fmtMs(s.maxLate))
+			fmtMs(s.tail), perM(s.cpuSecs, s.events), perM(s.walsndSecs, s.events), perM(s.kafkaSecs, s.events), mib(s.hwmKiB), fmtMs(s.maxLate), commits)
 	}
 }
 

@@ -54,6 +54,7 @@ type steadyResult struct {
 	busySecs   float64 // machine CPU meanwhile
 	hwmKiB     int64   // walpost's VmHWM (its process lives for this rate only)
 	rssKiB     int64
+	commits    int64 // exactly-once: Kafka transactions committed (-1: at-least-once, or unknown)
 }
 
 // runSteadyCase runs every rate of the steady workload with one payload
@@ -114,7 +115,7 @@ func (e *env) runSteadyCase(ctx context.Context, payloadSize int) (*caseResult, 
 
 func (e *env) runSteadyRate(ctx context.Context, table, pub, slot, topic, insert string, rate, payloadSize int) (steadyResult, error) {
 	f, o := e.f, e.o
-	res := steadyResult{mode: deliveryMode(), rate: rate, events: rate * o.steadySeconds, walsndSecs: -1}
+	res := steadyResult{mode: deliveryMode(), rate: rate, events: rate * o.steadySeconds, walsndSecs: -1, commits: -1}
 	env, _ := f.walpostEnv(table, pub, slot, topic)
 	p, err := startWalpost(e.walpostBin, env, "")
 	if err != nil {
@@ -147,6 +148,12 @@ func (e *env) runSteadyRate(ctx context.Context, table, pub, slot, topic, insert
 	walsnd0, werr := procCPU(walsndPID)
 	busy0, kafka0 := machineBusy(), f.kafkaCPU()
 
+	// Each Kafka transaction writes one checkpoint record and one commit
+	// marker to the checkpoint topic's single partition.
+	cp0, cperr := int64(0), errors.New("at-least-once")
+	if exactlyOnce() {
+		cp0, cperr = f.endOffsetSum(ctx, checkpointTopic())
+	}
 	prefix := fmt.Sprintf("%s-%d-%d", f.id, payloadSize, rate)
 	live, err := f.watchVisible(ctx, topic, prefix, res.events)
 	if err != nil {
@@ -184,6 +191,11 @@ func (e *env) runSteadyRate(ctx context.Context, table, pub, slot, topic, insert
 	if res.rssKiB, res.hwmKiB, err = procMem(p.pid()); err != nil {
 		return res, p.fail(err)
 	}
+	if cperr == nil {
+		if cp1, err := f.endOffsetSum(ctx, checkpointTopic()); err == nil {
+			res.commits = (cp1 - cp0) / 2
+		}
+	}
 	if _, err := p.stop(); err != nil {
 		return res, err
 	}
@@ -203,6 +215,14 @@ func (e *env) runSteadyRate(ctx context.Context, table, pub, slot, topic, insert
 	}
 	res.lat, err = f.consumeLatencies(ctx, topic, prefix, commitAt)
 	return res, err
+}
+
+// checkpointTopic is walpost's kafka.checkpoint_topic in the benchmark.
+func checkpointTopic() string {
+	if t := os.Getenv("WALPOST_KAFKA_CHECKPOINT_TOPIC"); t != "" {
+		return t
+	}
+	return config.Default().Kafka.CheckpointTopic
 }
 
 // exactlyOnce reports whether walpost runs with delivery.mode exactly-once.
