@@ -184,10 +184,13 @@ type transactor struct {
 	paused bool
 	kick   chan struct{}
 
-	// committing: Run commits (flush, EndTxn) with the stream paused; the
-	// stream's calls that come meanwhile wait in queue, not on mu, and
-	// Run applies them in order once the commit is done. qmu is taken
-	// before mu when both are held.
+	// committing: Run commits (flush, EndTxn), with the stream paused
+	// unless the commit is a live one; the stream's calls that come
+	// meanwhile (Emit, Commit, skipped, stop) wait in queue, not on mu,
+	// and Run applies them in order once the commit is done. Consecutive
+	// Commits with nothing between them are kept as the last one, so the
+	// queue holds at most about twice the events the tracker's limits let
+	// in. qmu is taken before mu when both are held.
 	qmu        sync.Mutex
 	committing bool
 	queue      []queuedCall
@@ -257,25 +260,53 @@ func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 	t.emitLocked(ev, tk)
 }
 
-// queuedCall is a call of the stream that came while Run committed.
+// queuedCall is a call of the stream that came while Run committed:
+// Emit(ev, tk), skipped(ev) (skip), stop(err), or Commit(end) (none of
+// those).
 type queuedCall struct {
-	ev  *outbox.Event
-	tk  checkpoint.Ticket
-	end pglogrepl.LSN // a Commit(end) when ev is nil
+	ev   *outbox.Event
+	tk   checkpoint.Ticket
+	skip bool
+	err  error
+	end  pglogrepl.LSN
 }
 
+// isCommit says whether c is a Commit(end).
+func (c queuedCall) isCommit() bool { return c.ev == nil && c.err == nil }
+
 // queued queues c when Run is committing (true), so the stream never
-// waits for a flush and an EndTxn; otherwise it returns with mu held.
+// waits for a flush and an EndTxn; otherwise it returns with mu held. A
+// Commit right after a queued Commit replaces it: applying both does
+// what applying the second does (PostgreSQL 14 sends a Begin and a
+// Commit for every transaction of the database, most without events).
 func (t *transactor) queued(c queuedCall) bool {
 	t.qmu.Lock()
 	if t.committing {
-		t.queue = append(t.queue, c)
+		if n := len(t.queue); c.isCommit() && n > 0 && t.queue[n-1].isCommit() {
+			t.queue[n-1] = c
+		} else {
+			t.queue = append(t.queue, c)
+		}
 		t.qmu.Unlock()
 		return true
 	}
 	t.mu.Lock()
 	t.qmu.Unlock()
 	return false
+}
+
+// applyLocked applies a queued call.
+func (t *transactor) applyLocked(c queuedCall) {
+	switch {
+	case c.err != nil:
+		t.failLocked(c.err)
+	case c.skip:
+		t.skippedLocked(c.ev)
+	case c.ev != nil:
+		t.emitLocked(c.ev, c.tk)
+	default:
+		t.commitMarkLocked(c.end)
+	}
 }
 
 func (t *transactor) emitLocked(ev *outbox.Event, tk checkpoint.Ticket) {
@@ -393,8 +424,9 @@ func (t *transactor) produceAloneLocked(ev *outbox.Event, tk checkpoint.Ticket, 
 // delivery.transaction_timeout behind the retries, and the ticker and the
 // session's end are not stuck behind them. Nothing can step past ev
 // meanwhile: no transaction is open, only Emit begins one and only Emit
-// and Commit move the position, both on this goroutine (the stream's),
-// and ev counts in the ordinal only once its row committed.
+// and Commit move the position, on this goroutine (the stream's, or Run's
+// applying the stream's queued calls while the stream waits on qmu), and
+// ev counts in the ordinal only once its row committed.
 func (t *transactor) quarantineLocked(ev *outbox.Event, tk checkpoint.Ticket, key eventKey, r refusal) {
 	t.commitLocked()
 	if t.err != nil {
@@ -420,15 +452,23 @@ func (t *transactor) quarantineLocked(ev *outbox.Event, tk checkpoint.Ticket, ke
 // skipped notes an event the skipper did not hand on: its transaction is
 // the checkpoint's anchor once it ended.
 func (t *transactor) skipped(ev *outbox.Event) {
-	t.mu.Lock()
+	if t.queued(queuedCall{ev: ev, skip: true}) {
+		return
+	}
 	defer t.mu.Unlock()
+	t.skippedLocked(ev)
+}
+
+func (t *transactor) skippedLocked(ev *outbox.Event) {
 	t.seen, t.seenTime = ev.CommitLSN, ev.CommitTime
 }
 
 // stop ends the session with err (the skipper found the checkpoint does
-// not match the server's WAL).
+// not match the server's WAL), after the stream's calls before it.
 func (t *transactor) stop(err error) {
-	t.mu.Lock()
+	if t.queued(queuedCall{err: err}) {
+		return
+	}
 	defer t.mu.Unlock()
 	t.failLocked(err)
 }
@@ -492,7 +532,7 @@ func (t *transactor) Run(ctx context.Context) error {
 		}
 		t.mu.Unlock()
 		if need {
-			t.commitPaused()
+			t.commitPaused(ctx)
 		}
 		t.mu.Lock()
 		err := t.err
@@ -518,7 +558,7 @@ func (t *transactor) Run(ctx context.Context) error {
 // it runs once all queued calls are applied (what arrived during a commit
 // makes one transaction, however many PostgreSQL transactions it holds).
 // Otherwise the stream reads on, unpaused.
-func (t *transactor) commitPaused() {
+func (t *transactor) commitPaused(ctx context.Context) {
 	t.qmu.Lock()
 	t.committing = true
 	t.qmu.Unlock()
@@ -537,26 +577,21 @@ func (t *transactor) commitPaused() {
 		t.mu.Lock()
 		n := 0
 		for n < len(t.queue) && (!t.due || t.soon) { // a live end asks, a bound stops here
-			c := t.queue[n]
 			n++
-			if c.ev != nil {
-				t.emitLocked(c.ev, c.tk)
-			} else {
-				t.commitMarkLocked(c.end)
-			}
+			t.applyLocked(t.queue[n-1])
 		}
 		rest := copy(t.queue, t.queue[n:])
 		clear(t.queue[rest:])
 		t.queue = t.queue[:rest]
-		if t.due && t.err == nil {
+		// Once Run's ctx ended, a live commit is left to Run's own last
+		// commit when nothing is left to apply.
+		if t.due && t.err == nil && (ctx.Err() == nil || len(t.queue) > 0) {
 			t.qmu.Unlock() // the stream queues on while the next commit runs
 			continue
 		}
 		t.due, t.soon = false, false
-		for _, c := range t.queue { // only after a failure: emitLocked drops, Commit marks
-			if c.ev == nil {
-				t.commitMarkLocked(c.end)
-			}
+		for _, c := range t.queue { // only after a failure: emitLocked drops, the rest mark
+			t.applyLocked(c)
 		}
 		t.queue, t.committing = nil, false
 		t.resumeLocked()

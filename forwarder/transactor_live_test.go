@@ -2,6 +2,7 @@ package forwarder
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -34,22 +35,30 @@ type liveEnv struct {
 }
 
 func newLiveEnv(t *testing.T, records int) *liveEnv {
+	return newLiveEnvInterval(t, records, time.Minute, nil)
+}
+
+func newLiveEnvInterval(t *testing.T, records int, interval time.Duration, commitErr error) *liveEnv {
 	t.Helper()
-	e := &liveEnv{s: &fakeTxnSink{committing: make(chan struct{}), release: make(chan struct{})}, tr: &pauseTracker{}, ran: make(chan error, 1)}
+	e := &liveEnv{s: &fakeTxnSink{committing: make(chan struct{}), release: make(chan struct{}), commitErr: commitErr}, tr: &pauseTracker{}, ran: make(chan error, 1)}
 	e.x = newTransactor(transactorConfig{Slot: "s", Identity: position.Identity{SystemID: 7, Timeline: 1},
-		Interval: time.Minute, Records: records, Timeout: 5 * time.Second, MaxAttempts: 2, Resume: kafka.TxnMark{LSN: 0x100}, DefaultTopic: "t"},
+		Interval: interval, Records: records, Timeout: 5 * time.Second, MaxAttempts: 2, Resume: kafka.TxnMark{LSN: 0x100}, DefaultTopic: "t"},
 		e.s, e.tr, &refusals{}, newIsolator(isolatorConfig{}, nil, nil, e.tr))
 	ctx, cancel := context.WithCancel(context.Background())
 	e.end = cancel
 	go func() { e.ran <- e.x.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
+		drained := make(chan struct{})
 		go func() {
+			defer close(drained)
 			for range e.s.committing {
 			}
 		}()
 		close(e.s.release)
 		<-e.ran
+		close(e.s.committing)
+		<-drained
 	})
 	return e
 }
@@ -205,4 +214,101 @@ func (s *fakeTxnSink) sizeList() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]int(nil), s.sizes...)
+}
+
+// TestTransactorIntervalCommitPauses: a commit that Run's ticker makes
+// (a backlog's transaction delivery.transaction_interval old, with no
+// PostgreSQL transaction end to ask for it) pauses the stream, as a full
+// one does: only a live commit lets it read on.
+func TestTransactorIntervalCommitPauses(t *testing.T) {
+	e := newLiveEnvInterval(t, 1000, 20*time.Millisecond, nil)
+	e.x.Emit(lagEv("a", 0x200, 2*time.Minute), checkpoint.Ticket{})
+	e.waitCommitting(t, "the transaction is delivery.transaction_interval old")
+	if !e.tr.isPaused() {
+		t.Fatal("the stream reads on while Run commits a backlog's transaction")
+	}
+	e.releaseOne(t)
+	e.idle(t)
+	if e.tr.isPaused() || e.tr.n() != 1 {
+		t.Fatalf("after the commit: paused %v, %d tickets done; want not paused, 1", e.tr.isPaused(), e.tr.n())
+	}
+}
+
+// TestTransactorLiveQueueAfterFailedCommit: a live commit that fails
+// ends the session; the calls queued meanwhile commit nothing, no ticket
+// is Done (the next session reads those events again), and the stream is
+// not left paused.
+func TestTransactorLiveQueueAfterFailedCommit(t *testing.T) {
+	broken := errors.New("broker gone")
+	e := newLiveEnvInterval(t, 1000, time.Minute, broken)
+	x := e.x
+	x.Emit(lagEv("a", 0x200, time.Millisecond), checkpoint.Ticket{})
+	x.Commit(0x280)
+	e.waitCommitting(t, "a live transaction ended")
+	x.Emit(lagEv("b", 0x300, time.Millisecond), checkpoint.Ticket{})
+	x.Commit(0x380)
+	x.Emit(lagEv("c", 0x400, time.Millisecond), checkpoint.Ticket{})
+	e.releaseOne(t)
+	select {
+	case err := <-e.ran:
+		e.ran <- err // for the cleanup
+		if !errors.Is(err, broken) {
+			t.Fatalf("Run: %v, want the commit's failure", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run goes on after its commit failed")
+	}
+	x.qmu.Lock()
+	queued, committing := len(x.queue), x.committing
+	x.qmu.Unlock()
+	if e.tr.n() != 0 || len(e.s.commitList()) != 0 || e.tr.isPaused() || queued != 0 || committing {
+		t.Fatalf("after the failed commit: %d tickets done, %d commits, paused %v, %d queued, committing %v; want 0, 0, false, 0, false",
+			e.tr.n(), len(e.s.commitList()), e.tr.isPaused(), queued, committing)
+	}
+}
+
+// TestTransactorQueueKeepsLastCommit: transaction ends with no event
+// between them (PostgreSQL 14 sends one for every transaction of the
+// database) queue as one, so the queue grows with the events the
+// tracker lets in, not with the database's commit rate; the checkpoint
+// names the last end. stop, queued too, ends the session after them.
+func TestTransactorQueueKeepsLastCommit(t *testing.T) {
+	e := newLiveEnv(t, 1000)
+	x := e.x
+	x.Emit(lagEv("a", 0x200, time.Millisecond), checkpoint.Ticket{})
+	x.Commit(0x280)
+	e.waitCommitting(t, "a live transaction ended")
+	x.Emit(lagEv("b", 0x300, time.Millisecond), checkpoint.Ticket{})
+	for end := pglogrepl.LSN(0x380); end < 0x380+1000*0x10; end += 0x10 {
+		x.Commit(end)
+	}
+	x.qmu.Lock()
+	queued := len(x.queue)
+	x.qmu.Unlock()
+	if queued != 2 {
+		t.Fatalf("%d calls queued; want 2 (b, then the last of its 1,000 transaction ends)", queued)
+	}
+	e.releaseOne(t)
+	e.waitCommitting(t, "the queued live transaction ended")
+	refuted := errors.New("checkpoint refuted")
+	stopped := make(chan struct{})
+	go func() { x.stop(refuted); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		t.Fatal("stop waited for the Kafka commit")
+	}
+	e.releaseOne(t)
+	select {
+	case err := <-e.ran:
+		e.ran <- err
+		if !errors.Is(err, refuted) {
+			t.Fatalf("Run: %v, want stop's error", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run goes on after stop")
+	}
+	if cps := e.s.commitList(); len(cps) != 2 || cps[1].LSN != 0x380+999*0x10 {
+		t.Fatalf("commits at %v; want the second at the last transaction end, %s", lsns(cps), pglogrepl.LSN(0x380+999*0x10))
+	}
 }
