@@ -109,6 +109,10 @@ type Sink struct {
 	quit    chan struct{}    // closed by Close
 	closed  sync.Once
 
+	// noDescribe: the coordinator cannot describe the transactional id
+	// (awaitMarkers), so commits no longer wait for their markers.
+	noDescribe atomic.Bool
+
 	lay   *Layout                       // cfg.Layout
 	types atomic.Pointer[[2]ColumnType] // key and value column types (SetColumnTypes)
 

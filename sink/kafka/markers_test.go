@@ -1,0 +1,98 @@
+package kafka_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walpost/walpost/sink/kafka"
+)
+
+// describeAnswers makes the cluster answer DescribeTransactions for id
+// with the states in order (then kfake answers), or with code when it
+// is not 0; it counts the requests.
+type describeAnswers struct {
+	mu     sync.Mutex
+	states []string
+	code   int16
+	n      int
+}
+
+func (d *describeAnswers) count() int { d.mu.Lock(); defer d.mu.Unlock(); return d.n }
+
+func (d *describeAnswers) install(c *kfake.Cluster, id string) {
+	c.ControlKey(int16(kmsg.DescribeTransactions), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.n++
+		if d.code == 0 && len(d.states) == 0 {
+			return nil, nil, false
+		}
+		resp := req.(*kmsg.DescribeTransactionsRequest).ResponseKind().(*kmsg.DescribeTransactionsResponse)
+		st := kmsg.NewDescribeTransactionsResponseTransactionState()
+		st.TransactionalID, st.ErrorCode = id, d.code
+		if d.code == 0 {
+			st.State, d.states = d.states[0], d.states[1:]
+		}
+		resp.TransactionStates = append(resp.TransactionStates, st)
+		return resp, nil, true
+	})
+}
+
+// TestTxnCommitWaitsForMarkers: CommitTxn returns only once the
+// coordinator no longer describes the transaction as PrepareCommit (its
+// markers are written: read_committed consumers see its records, and the
+// next transaction's records do not wait on the broker for them).
+func TestTxnCommitWaitsForMarkers(t *testing.T) {
+	c := newTxnCluster(t)
+	id := kafka.TransactionalID("s1", 7)
+	k := newTxnKafka(t, c, id)
+	if err := k.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	d := &describeAnswers{states: []string{"PrepareCommit", "PrepareCommit", "PrepareCommit"}}
+	d.install(c, id)
+	if err := produceTxn(t, k, "a", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, LSN: 0x100}); err != nil {
+		t.Fatalf("CommitTxn: %v", err)
+	}
+	if n := d.count(); n != 4 {
+		t.Fatalf("CommitTxn described the transaction %d times; want 4 (three PrepareCommit, then kfake's own state)", n)
+	}
+}
+
+// TestTxnCommitWithoutDescribe: a coordinator that refuses to describe
+// the transactional id (no DESCRIBE ACL) fails no commit, and later
+// commits no longer ask.
+func TestTxnCommitWithoutDescribe(t *testing.T) {
+	c := newTxnCluster(t)
+	id := kafka.TransactionalID("s1", 7)
+	k := newTxnKafka(t, c, id)
+	if err := k.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	d := &describeAnswers{code: kerr.TransactionalIDAuthorizationFailed.Code}
+	d.install(c, id)
+	for i, prefix := range []string{"a", "b"} {
+		if err := produceTxn(t, k, prefix, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, LSN: 0x100 + 0x100*pglogrepl.LSN(i)}); err != nil {
+			t.Fatalf("CommitTxn %d: %v", i, err)
+		}
+	}
+	if n := d.count(); n != 1 {
+		t.Fatalf("%d DescribeTransactions requests; want 1 (the refusal turns the wait off)", n)
+	}
+	endMarker(t, c)
+	if got := committedKeys(t, c, testTopic); len(got) != 4 {
+		t.Fatalf("read_committed saw %v, want the 4 committed records", got)
+	}
+}
