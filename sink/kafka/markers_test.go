@@ -5,8 +5,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walpost/walpost/sink/kafka"
@@ -94,5 +96,36 @@ func TestTxnCommitWithoutDescribe(t *testing.T) {
 	endMarker(t, c)
 	if got := committedKeys(t, c, testTopic); len(got) != 4 {
 		t.Fatalf("read_committed saw %v, want the 4 committed records", got)
+	}
+}
+
+// TestEnsureCheckpointTopicCreates: the checkpoint topic walpost creates
+// has one partition, cleanup.policy=compact and segments of 16 MiB, so
+// compaction keeps it small however often walpost commits.
+func TestEnsureCheckpointTopicCreates(t *testing.T) {
+	c := newCluster(t)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	created, err := kafka.EnsureCheckpointTopic(ctx20(t), cl, "new_checkpoints", true)
+	if err != nil || !created {
+		t.Fatalf("EnsureCheckpointTopic: created %v, %v", created, err)
+	}
+	rc, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx20(t), "new_checkpoints")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, r := range rc {
+		for _, c := range r.Configs {
+			if c.Value != nil {
+				got[c.Key] = *c.Value
+			}
+		}
+	}
+	if got["cleanup.policy"] != "compact" || got["segment.bytes"] != "16777216" {
+		t.Fatalf("created with cleanup.policy=%q segment.bytes=%q; want compact and 16777216", got["cleanup.policy"], got["segment.bytes"])
 	}
 }

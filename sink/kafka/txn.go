@@ -509,6 +509,16 @@ func checkpointPartition(ctx context.Context, cl *kgo.Client, topic string) (lea
 	return pd.Leader, td.ID, nil
 }
 
+// checkpointFetchBytes bounds one fetch of the checkpoint partition.
+const checkpointFetchBytes = 1 << 20
+
+// CheckpointSegmentBytes is the segment.bytes walpost gives the
+// checkpoint topic it creates: compaction never cleans the active
+// segment, so with Kafka's default (1 GiB) a walpost that commits a few
+// hundred transactions a second (the live commit) would leave every start
+// a gigabyte of checkpoints to read; 16 MiB keeps the partition small.
+const CheckpointSegmentBytes = 16 << 20
+
 // fetchCheckpoints fetches the checkpoint partition from offset,
 // read_uncommitted, from its leader br.
 func fetchCheckpoints(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, offset int64) (*kmsg.FetchResponseTopicPartition, error) {
@@ -516,12 +526,15 @@ func fetchCheckpoints(ctx context.Context, br *kgo.Broker, topic string, topicID
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 200
 	req.MinBytes = 1
-	req.MaxBytes = 16 << 20
+	// 1 MiB per answer: the start reads the whole partition, and what one
+	// answer holds (and the records decoded from it) is walpost's peak
+	// memory while it does; a larger batch still comes whole (KIP-74).
+	req.MaxBytes = checkpointFetchBytes
 	req.IsolationLevel = 0 // read_uncommitted: ReadCheckpoint applies the markers itself
 	rt := kmsg.NewFetchRequestTopic()
 	rt.Topic, rt.TopicID = topic, topicID
 	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = 0, offset, 8<<20
+	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = 0, offset, checkpointFetchBytes
 	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
@@ -597,8 +610,8 @@ var ErrCheckpointTopic = errors.New("kafka.checkpoint_topic is not usable")
 func EnsureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, create bool) (created bool, err error) {
 	info, err := DescribeTopic(ctx, cl, topic)
 	if errors.Is(err, ErrTopicMissing) && create {
-		compact := "compact"
-		resp, cerr := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, topic)
+		compact, segment := "compact", strconv.Itoa(CheckpointSegmentBytes)
+		resp, cerr := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact, "segment.bytes": &segment}, topic)
 		if cerr == nil {
 			cerr = resp.Err
 		}
