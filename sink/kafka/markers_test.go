@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
@@ -127,5 +128,30 @@ func TestEnsureCheckpointTopicCreates(t *testing.T) {
 	}
 	if got["cleanup.policy"] != "compact" || got["segment.bytes"] != "16777216" {
 		t.Fatalf("created with cleanup.policy=%q segment.bytes=%q; want compact and 16777216", got["cleanup.policy"], got["segment.bytes"])
+	}
+}
+
+// TestTxnCommitDescribeFailsThrice: a coordinator that fails to describe
+// the transaction for another reason (here UNKNOWN_SERVER_ERROR) fails no
+// commit; the wait is turned off after three commits in a row failed it.
+func TestTxnCommitDescribeFailsThrice(t *testing.T) {
+	c := newTxnCluster(t)
+	id := kafka.TransactionalID("s1", 7)
+	k := newTxnKafka(t, c, id)
+	if err := k.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	d := &describeAnswers{code: kerr.UnknownServerError.Code}
+	d.install(c, id)
+	for i := range 5 {
+		if err := produceTxn(t, k, fmt.Sprintf("p%d", i), 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, LSN: 0x100 + 0x100*pglogrepl.LSN(i)}); err != nil {
+			t.Fatalf("CommitTxn %d: %v", i, err)
+		}
+	}
+	if n := d.count(); n != 3 {
+		t.Fatalf("%d DescribeTransactions requests over 5 commits; want 3", n)
 	}
 }

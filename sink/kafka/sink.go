@@ -110,8 +110,10 @@ type Sink struct {
 	closed  sync.Once
 
 	// noDescribe: the coordinator cannot describe the transactional id
-	// (awaitMarkers), so commits no longer wait for their markers.
-	noDescribe atomic.Bool
+	// (awaitMarkers), so commits no longer wait for their markers;
+	// describeFails counts the commits in a row whose wait failed.
+	noDescribe    atomic.Bool
+	describeFails atomic.Int32
 
 	lay   *Layout                       // cfg.Layout
 	types atomic.Pointer[[2]ColumnType] // key and value column types (SetColumnTypes)

@@ -299,6 +299,19 @@ func (k *Sink) CommitTxn(ctx context.Context, cp TxnMark) error {
 // written, as it would without the wait.
 const markerWait = time.Second
 
+// describeTries is how many commits in a row may fail to describe their
+// transaction (for a reason other than describeRefused) before the wait
+// is turned off: a coordinator moving fails one or two.
+const describeTries = 3
+
+// describeRefused says whether err means the coordinator will never
+// describe the transactional id to walpost: a missing ACL, or a broker
+// without DescribeTransactions (before Kafka 3.0).
+func describeRefused(err error) bool {
+	return errors.Is(err, kerr.TransactionalIDAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) ||
+		errors.Is(err, kerr.UnsupportedVersion) || strings.Contains(err.Error(), "broker is too old")
+}
+
 // awaitMarkers waits until the coordinator has written the markers of
 // the transaction EndTransaction just committed: DescribeTransactions no
 // longer says PrepareCommit. Then its records are visible to
@@ -309,9 +322,9 @@ const markerWait = time.Second
 // for add.partitions.to.txn.retry.backoff.ms (20 ms by default), which
 // was most of exactly-once's latency at high commit rates. The wait is
 // an optimisation only: a coordinator that cannot describe the
-// transactional id (a broker before Kafka 3.0, no DESCRIBE ACL on it)
-// turns it off for the sink's life, logged once, and no outcome of it
-// fails the commit.
+// transactional id (a broker before Kafka 3.0, no DESCRIBE ACL on it), or
+// that fails to describe it describeTries commits in a row, turns it off
+// for the sink's life, logged once; no outcome of it fails the commit.
 func (k *Sink) awaitMarkers(ctx context.Context) {
 	if k.noDescribe.Load() {
 		return
@@ -328,13 +341,14 @@ func (k *Sink) awaitMarkers(ctx context.Context) {
 			}
 		}
 		if err != nil {
-			if ctx.Err() == nil && !kerr.IsRetriable(err) {
+			if ctx.Err() == nil && (describeRefused(err) || k.describeFails.Add(1) >= describeTries) {
 				k.noDescribe.Store(true)
 				k.log.Info("exactly-once: commits do not wait for their transaction markers: the coordinator cannot describe the transactional id (allow DESCRIBE on it for lower latency)",
 					"transactional_id", id, "err", err)
 			}
 			return
 		}
+		k.describeFails.Store(0)
 		if d[id].State != "PrepareCommit" {
 			return
 		}
