@@ -466,6 +466,9 @@ func (t *transactor) skippedLocked(ev *outbox.Event) {
 // stop ends the session with err (the skipper found the checkpoint does
 // not match the server's WAL), after the stream's calls before it.
 func (t *transactor) stop(err error) {
+	if err == nil {
+		err = errors.New("exactly-once: the session was stopped") // a nil error would queue as a Commit
+	}
 	if t.queued(queuedCall{err: err}) {
 		return
 	}
@@ -584,8 +587,9 @@ func (t *transactor) commitPaused(ctx context.Context) {
 		clear(t.queue[rest:])
 		t.queue = t.queue[:rest]
 		// Once Run's ctx ended, a live commit is left to Run's own last
-		// commit when nothing is left to apply.
-		if t.due && t.err == nil && (ctx.Err() == nil || len(t.queue) > 0) {
+		// commit when nothing is left to apply (a full one commits here:
+		// the stream could add to it before Run's last commit).
+		if t.due && t.err == nil && (ctx.Err() == nil || len(t.queue) > 0 || !t.soon) {
 			t.qmu.Unlock() // the stream queues on while the next commit runs
 			continue
 		}

@@ -155,3 +155,37 @@ func TestTxnCommitDescribeFailsThrice(t *testing.T) {
 		t.Fatalf("%d DescribeTransactions requests over 5 commits; want 3", n)
 	}
 }
+
+// TestEnsureCheckpointTopicSegmentRefused: a cluster whose policy refuses
+// segment.bytes on new topics still gets its checkpoint topic, with the
+// broker's default segments.
+func TestEnsureCheckpointTopicSegmentRefused(t *testing.T) {
+	c := newCluster(t)
+	refused := 0
+	c.ControlKey(int16(kmsg.CreateTopics), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		creq := req.(*kmsg.CreateTopicsRequest)
+		for _, rt := range creq.Topics {
+			for _, cfg := range rt.Configs {
+				if cfg.Name == "segment.bytes" {
+					refused++
+					resp := creq.ResponseKind().(*kmsg.CreateTopicsResponse)
+					st := kmsg.NewCreateTopicsResponseTopic()
+					st.Topic, st.ErrorCode = rt.Topic, kerr.PolicyViolation.Code
+					resp.Topics = append(resp.Topics, st)
+					return resp, nil, true
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	created, err := kafka.EnsureCheckpointTopic(ctx20(t), cl, "managed_checkpoints", true)
+	if err != nil || !created || refused != 1 {
+		t.Fatalf("EnsureCheckpointTopic: created %v, %v, %d refused creates; want created after one refusal", created, err, refused)
+	}
+}

@@ -331,8 +331,10 @@ func (k *Sink) awaitMarkers(ctx context.Context) {
 	}
 	id := k.cfg.TransactionalID
 	adm := kadm.NewClient(k.admin)
-	limit := time.NewTimer(markerWait)
-	defer limit.Stop()
+	// The bound covers each describe too (franz-go retries inside it); a
+	// wait that reaches it is not a failure.
+	ctx, cancel := context.WithTimeout(ctx, markerWait)
+	defer cancel()
 	for pause := 250 * time.Microsecond; ; pause = min(2*pause, 2*time.Millisecond) {
 		d, err := adm.DescribeTransactions(ctx, id)
 		if err == nil {
@@ -354,8 +356,6 @@ func (k *Sink) awaitMarkers(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-limit.C:
 			return
 		case <-time.After(pause):
 		}
@@ -625,9 +625,18 @@ func EnsureCheckpointTopic(ctx context.Context, cl *kgo.Client, topic string, cr
 	info, err := DescribeTopic(ctx, cl, topic)
 	if errors.Is(err, ErrTopicMissing) && create {
 		compact, segment := "compact", strconv.Itoa(CheckpointSegmentBytes)
-		resp, cerr := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact, "segment.bytes": &segment}, topic)
+		configs := map[string]*string{"cleanup.policy": &compact, "segment.bytes": &segment}
+		resp, cerr := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, configs, topic)
 		if cerr == nil {
 			cerr = resp.Err
+		}
+		if errors.Is(cerr, kerr.InvalidConfig) || errors.Is(cerr, kerr.PolicyViolation) {
+			// A managed cluster may not let topics set segment.bytes:
+			// the broker's default then, as for a topic made by hand.
+			delete(configs, "segment.bytes")
+			if resp, cerr = kadm.NewClient(cl).CreateTopic(ctx, 1, -1, configs, topic); cerr == nil {
+				cerr = resp.Err
+			}
 		}
 		if cerr != nil && !errors.Is(cerr, kerr.TopicAlreadyExists) {
 			return false, fmt.Errorf("create checkpoint topic %q: %w", topic, cerr)
