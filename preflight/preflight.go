@@ -482,8 +482,46 @@ func checkCheckpointTopic(ctx context.Context, cl *kgo.Client, cfg config.Kafka,
 	case err != nil:
 		r.fail("checkpoint_topic", err)
 	default:
-		r.ok("checkpoint_topic", fmt.Sprintf("%q has 1 partition and cleanup.policy=compact", cfg.CheckpointTopic))
+		detail := fmt.Sprintf("%q has 1 partition and cleanup.policy=compact", cfg.CheckpointTopic)
+		if w := segmentWarning(ctx, cl, cfg.CheckpointTopic); w != "" {
+			r.warn("checkpoint_topic", detail+"; "+w)
+			return
+		}
+		r.ok("checkpoint_topic", detail)
 	}
+}
+
+// maxCheckpointSegment is the largest checkpoint-topic segment.bytes check
+// accepts without a warning.
+const maxCheckpointSegment = 64 << 20
+
+// segmentWarning warns when the checkpoint topic's segments are large:
+// compaction never cleans the active segment, and every start of walpost
+// reads the whole partition, so with Kafka's default (1 GiB) a walpost
+// committing hundreds of transactions a second makes every start read up
+// to a gigabyte. An unreadable setting is no warning (the topic's other
+// checks passed).
+func segmentWarning(ctx context.Context, cl *kgo.Client, topic string) string {
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return ""
+	}
+	rc, err := rcs.On(topic, nil)
+	if err != nil || rc.Err != nil {
+		return ""
+	}
+	for _, c := range rc.Configs {
+		if c.Key != "segment.bytes" || c.Value == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(*c.Value, 10, 64)
+		if err != nil || n <= maxCheckpointSegment {
+			return ""
+		}
+		return fmt.Sprintf("its segment.bytes is %d: compaction never cleans the active segment and every start reads the whole partition, so starts slow down as it fills; fix: kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config segment.bytes=%d",
+			n, topic, kafka.CheckpointSegmentBytes)
+	}
+	return ""
 }
 
 // checkTopic is the only user of the sink package's topic helpers here.

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/pkg/sr/srfake"
 
@@ -164,6 +166,35 @@ func TestRunKafka(t *testing.T) {
 		cfg.Kafka.CheckpointTopic, cfg.Kafka.CreateTopicPartitions = "cp", 3
 		if cp := checkpointCheck(cfg); cp.Status != OK || !strings.Contains(cp.Detail, "walpost run creates it with 1 partition") {
 			t.Errorf("checkpoint_topic: %+v", cp)
+		}
+	})
+	t.Run("exactly-once: checkpoint topic segments", func(t *testing.T) {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		compact, small, big := "compact", "16777216", "1073741824"
+		for _, tc := range []struct {
+			topic, segment string
+			want           Status
+		}{{"cp_small", small, OK}, {"cp_big", big, Warn}} {
+			resp, err := kadm.NewClient(cl).CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact, "segment.bytes": &tc.segment}, tc.topic)
+			if err == nil {
+				err = resp.Err
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := testConfig(pg, c.ListenAddrs(), "events")
+			cfg.Kafka.CheckpointTopic = tc.topic
+			cp := checkpointCheck(cfg)
+			if cp.Status != tc.want {
+				t.Errorf("segment.bytes=%s: %+v, want %s", tc.segment, cp, tc.want)
+			}
+			if tc.want == Warn && !strings.Contains(cp.Detail, "--entity-name cp_big --add-config segment.bytes=16777216") {
+				t.Errorf("segment.bytes=%s: %q does not name the fix", tc.segment, cp.Detail)
+			}
 		}
 	})
 	t.Run("exactly-once: checkpoint topic not compacted", func(t *testing.T) {
