@@ -30,8 +30,11 @@ type Report struct {
 	Delivered  int // distinct expected keys seen at least once
 	Lost       []string
 	Duplicated map[string]int // key → extra copies
-	OutOfOrder []string       // one line per violation
-	Unexpected int            // records whose key was not expected
+	// Copies: where each duplicated key was seen, in the order read (the
+	// first copy included), for the report.
+	Copies     map[string][]string
+	OutOfOrder []string // one line per violation
+	Unexpected int      // records whose key was not expected
 }
 
 // OK reports whether nothing was lost and order held.
@@ -57,6 +60,18 @@ func (r *Report) String() string {
 		}
 		fmt.Fprintf(&b, "\n  lost %s", k)
 	}
+	dups := make([]string, 0, len(r.Duplicated))
+	for k := range r.Duplicated {
+		dups = append(dups, k)
+	}
+	sort.Strings(dups)
+	for i, k := range dups {
+		if i == 10 {
+			fmt.Fprintf(&b, "\n  … %d more duplicated", len(dups)-10)
+			break
+		}
+		fmt.Fprintf(&b, "\n  duplicated %s: %s", k, strings.Join(r.Copies[k], ", "))
+	}
 	for i, o := range r.OutOfOrder {
 		if i == 10 {
 			fmt.Fprintf(&b, "\n  … %d more out of order", len(r.OutOfOrder)-10)
@@ -71,7 +86,11 @@ func (r *Report) String() string {
 // must be in offset order within each partition (the order a consumer
 // reads them).
 func Validate(expected []Expected, observed []Observed) *Report {
-	r := &Report{Expected: len(expected), Duplicated: map[string]int{}}
+	r := &Report{Expected: len(expected), Duplicated: map[string]int{}, Copies: map[string][]string{}}
+	where := make(map[string]Observed, len(expected)) // key → its first copy
+	at := func(o Observed) string {
+		return fmt.Sprintf("partition %d offset %d (commit %s)", o.Partition, o.Offset, o.CommitLSN)
+	}
 	want := make(map[string]Expected, len(expected))
 	for _, e := range expected {
 		want[e.Key] = e
@@ -94,9 +113,14 @@ func Validate(expected []Expected, observed []Observed) *Report {
 		}
 		seen[o.Key]++
 		if seen[o.Key] > 1 {
+			if r.Duplicated[o.Key] == 0 {
+				r.Copies[o.Key] = append(r.Copies[o.Key], at(where[o.Key]))
+			}
 			r.Duplicated[o.Key]++
+			r.Copies[o.Key] = append(r.Copies[o.Key], at(o))
 			continue // order is judged on first occurrences
 		}
+		where[o.Key] = o
 		p := byPart[o.Partition]
 		if p == nil {
 			p = &last{}

@@ -146,6 +146,12 @@ func TestValidatorCatchesDuplicated(t *testing.T) {
 	if !strings.Contains(r.String(), "duplicated 1 (1 keys)") {
 		t.Fatalf("report: %s", r)
 	}
+	// The report says where both copies are.
+	first := fmt.Sprintf("partition %d offset %d (commit %s)", dup.Partition, s.observed[i].Offset, dup.CommitLSN)
+	second := fmt.Sprintf("partition %d offset %d (commit %s)", dup.Partition, dup.Offset, dup.CommitLSN)
+	if !strings.Contains(r.String(), "duplicated t3-r1: "+first+", "+second) {
+		t.Fatalf("report does not place the copies: %s", r)
+	}
 	mustPass(t, r)
 }
 
