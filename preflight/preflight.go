@@ -497,9 +497,9 @@ const maxCheckpointSegment = 64 << 20
 
 // segmentWarning warns when the checkpoint topic's segments are large:
 // compaction never cleans the active segment, and every start of walpost
-// reads the whole partition, so with Kafka's default (1 GiB) a walpost
-// committing hundreds of transactions a second makes every start read up
-// to a gigabyte. An unreadable setting is no warning (the topic's other
+// reads the whole partition, so with Kafka's default (1 GiB) the starts
+// read up to a gigabyte of checkpoints (each walpost sharing the topic
+// writes two records per delivery.transaction_interval). An unreadable setting is no warning (the topic's other
 // checks passed).
 func segmentWarning(ctx context.Context, cl *kgo.Client, topic string) string {
 	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, topic)
