@@ -47,25 +47,42 @@ func (d *describeAnswers) install(c *kfake.Cluster, id string) {
 	})
 }
 
-// TestTxnCommitWaitsForMarkers: CommitTxn returns only once the
-// coordinator no longer describes the transaction as PrepareCommit (its
-// markers are written: read_committed consumers see its records, and the
-// next transaction's records do not wait on the broker for them).
-func TestTxnCommitWaitsForMarkers(t *testing.T) {
+// describeEnv is an initialised transactional sink on a cluster that
+// answers DescribeTransactions with d.
+func describeEnv(t *testing.T, d *describeAnswers) (*kfake.Cluster, *kafka.Sink) {
+	t.Helper()
 	c := newTxnCluster(t)
 	id := kafka.TransactionalID("s1", 7)
 	k := newTxnKafka(t, c, id)
 	if err := k.InitProducer(ctx20(t)); err != nil {
 		t.Fatal(err)
 	}
-	d := &describeAnswers{states: []string{"PrepareCommit", "PrepareCommit", "PrepareCommit"}}
 	d.install(c, id)
-	if err := produceTxn(t, k, "a", 3); err != nil {
-		t.Fatal(err)
+	return c, k
+}
+
+// commitTxns commits n transactions of size records each (keys p<i>-<j>),
+// failing the test on any error.
+func commitTxns(t *testing.T, k *kafka.Sink, n, size int) {
+	t.Helper()
+	for i := range n {
+		if err := produceTxn(t, k, fmt.Sprintf("p%d", i), size); err != nil {
+			t.Fatal(err)
+		}
+		if err := k.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, LSN: 0x100 + 0x100*pglogrepl.LSN(i)}); err != nil {
+			t.Fatalf("CommitTxn %d: %v", i, err)
+		}
 	}
-	if err := k.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, LSN: 0x100}); err != nil {
-		t.Fatalf("CommitTxn: %v", err)
-	}
+}
+
+// TestTxnCommitWaitsForMarkers: CommitTxn returns only once the
+// coordinator no longer describes the transaction as PrepareCommit (its
+// markers are written: read_committed consumers see its records, and the
+// next transaction's records do not wait on the broker for them).
+func TestTxnCommitWaitsForMarkers(t *testing.T) {
+	d := &describeAnswers{states: []string{"PrepareCommit", "PrepareCommit", "PrepareCommit"}}
+	_, k := describeEnv(t, d)
+	commitTxns(t, k, 1, 3)
 	if n := d.count(); n != 4 {
 		t.Fatalf("CommitTxn described the transaction %d times; want 4 (three PrepareCommit, then kfake's own state)", n)
 	}
@@ -75,22 +92,9 @@ func TestTxnCommitWaitsForMarkers(t *testing.T) {
 // the transactional id (no DESCRIBE ACL) fails no commit, and later
 // commits no longer ask.
 func TestTxnCommitWithoutDescribe(t *testing.T) {
-	c := newTxnCluster(t)
-	id := kafka.TransactionalID("s1", 7)
-	k := newTxnKafka(t, c, id)
-	if err := k.InitProducer(ctx20(t)); err != nil {
-		t.Fatal(err)
-	}
 	d := &describeAnswers{code: kerr.TransactionalIDAuthorizationFailed.Code}
-	d.install(c, id)
-	for i, prefix := range []string{"a", "b"} {
-		if err := produceTxn(t, k, prefix, 2); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, LSN: 0x100 + 0x100*pglogrepl.LSN(i)}); err != nil {
-			t.Fatalf("CommitTxn %d: %v", i, err)
-		}
-	}
+	c, k := describeEnv(t, d)
+	commitTxns(t, k, 2, 2)
 	if n := d.count(); n != 1 {
 		t.Fatalf("%d DescribeTransactions requests; want 1 (the refusal turns the wait off)", n)
 	}
@@ -135,22 +139,9 @@ func TestEnsureCheckpointTopicCreates(t *testing.T) {
 // the transaction for another reason (here UNKNOWN_SERVER_ERROR) fails no
 // commit; the wait is turned off after three commits in a row failed it.
 func TestTxnCommitDescribeFailsThrice(t *testing.T) {
-	c := newTxnCluster(t)
-	id := kafka.TransactionalID("s1", 7)
-	k := newTxnKafka(t, c, id)
-	if err := k.InitProducer(ctx20(t)); err != nil {
-		t.Fatal(err)
-	}
 	d := &describeAnswers{code: kerr.UnknownServerError.Code}
-	d.install(c, id)
-	for i := range 5 {
-		if err := produceTxn(t, k, fmt.Sprintf("p%d", i), 1); err != nil {
-			t.Fatal(err)
-		}
-		if err := k.CommitTxn(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, LSN: 0x100 + 0x100*pglogrepl.LSN(i)}); err != nil {
-			t.Fatalf("CommitTxn %d: %v", i, err)
-		}
-	}
+	_, k := describeEnv(t, d)
+	commitTxns(t, k, 5, 1)
 	if n := d.count(); n != 3 {
 		t.Fatalf("%d DescribeTransactions requests over 5 commits; want 3", n)
 	}
