@@ -152,6 +152,11 @@ func (f *fixture) walpostEnv(table, publication, slot, topic string) (env, passe
 		"WALPOST_HTTP_LISTEN":          "",
 		"WALPOST_LOG_LEVEL":            "info",
 	}
+	// The caller's listener is kept (WALPOST_HTTP_LISTEN=127.0.0.1:9391
+	// WALPOST_HTTP_PPROF=true profiles a round through /debug/pprof/).
+	if l := os.Getenv("WALPOST_HTTP_LISTEN"); l != "" {
+		own["WALPOST_HTTP_LISTEN"] = l
+	}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		if _, mine := own[k]; mine {
