@@ -490,6 +490,7 @@ func (f *fixture) start(extraEnv ...string) *proc {
 	}()
 	f.t.Cleanup(func() {
 		if f.t.Failed() {
+			f.t.Logf("walpost log %s, its sessions (where each started, from which checkpoint or position, and why each ended):\n%s", p.log, sessionLines(p.log, 80))
 			f.t.Logf("walpost log %s, without the Kafka client's debug lines:\n%s", p.log, tailOwn(p.log, 60))
 			p.dumpGoroutines()
 		}
@@ -542,6 +543,29 @@ func ownGoroutines(dump string) string {
 		}
 	}
 	return fmt.Sprintf("%d goroutine(s)\n%s", len(keep), strings.Join(keep, "\n\n"))
+}
+
+// sessionLines are the lines of a walpost log that tell its sessions
+// apart, from the start: where each started streaming and from which
+// checkpoint or position, and every warning and error (the last n when
+// there are more). A duplicate or a loss a test finds is traced to a
+// session with them, however long the log's tail is.
+func sessionLines(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if strings.Contains(l, "level=DEBUG") || (strings.Contains(l, "component=kafka") && !strings.Contains(l, "level=ERROR")) {
+			continue
+		}
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "msg=streaming") ||
+			strings.Contains(l, `msg="exactly-once`) || strings.Contains(l, "fenced") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("(%d lines before these)", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // tailOwn is tail without the Kafka client's debug lines (every request
