@@ -3,6 +3,7 @@ package replication
 import (
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,12 +23,21 @@ import (
 // never held back longer than that; when less than the mark arrived by
 // such a deadline (the stream slowed down, or the receive window cannot
 // hold the mark), it goes back to 1 byte until a read comes back full.
+//
+// Read runs on pgconn's background reader as well as on the stream's
+// goroutine, which calls batching and off: mu guards the state.
 type lowatReader struct {
 	r        io.Reader
 	rc       syscall.RawConn
+	mu       sync.Mutex
 	on       bool
 	timedOut bool // the last read ended with an error (the deadline)
 	broken   bool // the socket refused the option: stay off
+	// stopped: off was called, the session is ending; the WAL the server
+	// sends until it reads the CopyDone still comes in full reads, and
+	// must not turn batching on again: the server's few closing messages
+	// would then wait for the mark until the read deadline.
+	stopped bool
 }
 
 const (
@@ -53,11 +63,13 @@ func newLowatReader(r io.Reader, conn any) *lowatReader {
 
 func (l *lowatReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	switch {
 	case err != nil:
 		l.timedOut = true
 		return n, err
-	case !l.on && n >= lowatBytes && !l.broken:
+	case !l.on && n >= lowatBytes && !l.broken && !l.stopped:
 		l.set(lowatBytes)
 	case l.on && l.timedOut && n < lowatBytes:
 		l.set(1)
@@ -68,16 +80,30 @@ func (l *lowatReader) Read(p []byte) (int, error) {
 
 // batching reports whether reads wait for lowatBytes; the stream then
 // keeps its read deadline within lowatWait.
-func (l *lowatReader) batching() bool { return l != nil && l.on }
+func (l *lowatReader) batching() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.on
+}
 
-// off stops batching (before reading the few messages that end a
+// off stops batching for good (before reading the few messages that end a
 // session).
 func (l *lowatReader) off() {
-	if l != nil && l.on {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	if l.on {
 		l.set(1)
 	}
 }
 
+// set changes the mark; mu is held.
 func (l *lowatReader) set(v int) {
 	var serr error
 	err := l.rc.Control(func(fd uintptr) {

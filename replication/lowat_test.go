@@ -197,6 +197,50 @@ func TestLowatReaderBatchesAndFallsBack(t *testing.T) {
 	}
 }
 
+// TestLowatReaderOffStaysOff: after off (a session ending), the WAL the
+// server sends until it reads the CopyDone still comes in full reads;
+// they must not turn batching on again, or the server's few closing
+// messages (CopyDone, CommandComplete, ReadyForQuery) wait for the mark
+// until the read deadline: every session's end took 5 s.
+func TestLowatReaderOffStaysOff(t *testing.T) {
+	c, s := tcpPair(t)
+	l := newLowatReader(c, c)
+	buf := make([]byte, 256<<10)
+	full := func() {
+		t.Helper()
+		if _, err := s.Write(make([]byte, 2*lowatBytes)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // let it all arrive
+		for got := 0; got < 2*lowatBytes; {
+			n, err := l.Read(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+	}
+	full()
+	if !l.batching() {
+		t.Fatal("not batching after full reads")
+	}
+	l.off()
+	full()
+	if l.batching() || rcvLowat(t, c) != 1 {
+		t.Fatalf("full reads after off turned batching on again (SO_RCVLOWAT %d)", rcvLowat(t, c))
+	}
+	// The closing messages are read as soon as they come.
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		_, _ = s.Write(make([]byte, 30))
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	start := time.Now()
+	if n, err := l.Read(buf); err != nil || n != 30 || time.Since(start) > time.Second {
+		t.Fatalf("read %d, %v after %s: want the 30 bytes at once", n, err, time.Since(start))
+	}
+}
+
 func TestLowatReaderNotTCP(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
