@@ -655,6 +655,13 @@ func (s *Server) startReplication(c *conn, q string) bool {
 		end, ch := s.walEnd, s.changed
 		s.mu.Unlock()
 		for _, tx := range pending {
+			// As a walsender does, read the client between transactions:
+			// a CopyDone ends the stream however much WAL is left.
+			select {
+			case copyDone := <-done:
+				return s.endCopy(c, copyDone)
+			default:
+			}
 			s.sendTxn(c, tx, end, &relation)
 			sent = tx.End
 		}
@@ -668,15 +675,21 @@ func (s *Server) startReplication(c *conn, q string) bool {
 		select {
 		case <-ch:
 		case copyDone := <-done:
-			if !copyDone {
-				return false
-			}
-			c.be.Send(&pgproto3.CopyDone{})
-			c.be.Send(&pgproto3.CommandComplete{CommandTag: []byte("COPY 0")})
-			c.be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
-			return c.be.Flush() == nil
+			return s.endCopy(c, copyDone)
 		}
 	}
+}
+
+// endCopy ends a stream after the client's CopyDone (copyDone) or the
+// connection's end (false).
+func (s *Server) endCopy(c *conn, copyDone bool) bool {
+	if !copyDone {
+		return false
+	}
+	c.be.Send(&pgproto3.CopyDone{})
+	c.be.Send(&pgproto3.CommandComplete{CommandTag: []byte("COPY 0")})
+	c.be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	return c.be.Flush() == nil
 }
 
 // sendTxn sends one transaction as pgoutput does: Begin, the Relation
