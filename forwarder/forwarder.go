@@ -72,6 +72,10 @@ type Forwarder struct {
 	// nil without them.
 	tp     trace.TracerProvider
 	tracer trace.Tracer
+	// retryFirst replaces the back-off's first wait between sessions
+	// (1 s) when set, and bounds it at four times that; only tests set
+	// it.
+	retryFirst time.Duration
 	// What one session leaves to the next.
 	memory
 }
@@ -216,6 +220,9 @@ func (f *Forwarder) forward(ctx context.Context) error {
 func (f *Forwarder) sessions(ctx context.Context) error {
 	cfg := f.cfg
 	b := newBackoff(30 * time.Second)
+	if f.retryFirst > 0 {
+		b.start, b.d, b.max = f.retryFirst, f.retryFirst, 4*f.retryFirst
+	}
 	// A stop drains within kafka.flush_timeout in total: the session's
 	// drain and the final flush below share one deadline.
 	stop := newStopClock(ctx, cfg.Kafka.FlushTimeout)
@@ -311,13 +318,15 @@ func eos(cfg *config.Config) bool { return cfg.Delivery.Mode == config.ExactlyOn
 // wait is drawn from [d/2, d]. It grows only over failures in a row
 // without progress (streak counts them).
 type backoff struct {
-	d, max time.Duration
-	streak int
+	start, d, max time.Duration
+	streak        int
 }
 
-func newBackoff(max time.Duration) *backoff { return &backoff{d: time.Second, max: max} }
+func newBackoff(max time.Duration) *backoff {
+	return &backoff{start: time.Second, d: time.Second, max: max}
+}
 
-func (b *backoff) reset() { b.d, b.streak = time.Second, 0 }
+func (b *backoff) reset() { b.d, b.streak = b.start, 0 }
 
 // backoffResetAfter: a session that ran this long counts as progress even
 // when it confirmed nothing (a quiet outbox).

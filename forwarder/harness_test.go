@@ -42,6 +42,9 @@ type sessionHarness struct {
 	cfg *config.Config
 	f   *Forwarder
 
+	// retryFirst is the Forwarder's first wait between sessions (0: 1 s).
+	retryFirst time.Duration
+
 	stop   context.CancelFunc
 	done   chan error    // Run's result
 	exited chan struct{} // closed when Run returned
@@ -82,6 +85,7 @@ func (h *sessionHarness) run(deps Deps) {
 		h.t.Fatal(err)
 	}
 	h.f = f
+	f.retryFirst = h.retryFirst
 	ctx, stop := context.WithCancel(context.Background())
 	h.stop, h.done, h.exited = stop, make(chan error, 1), make(chan struct{})
 	go func() {

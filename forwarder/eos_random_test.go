@@ -1,0 +1,204 @@
+package forwarder
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/walpost/walpost/config"
+	"github.com/walpost/walpost/replication/replicationtest"
+)
+
+// TestExactlyOnceRandomFaults (INV-8, INV-9, INV-10): a whole exactly-once
+// Forwarder against the fake walsender and kfake, with transactions
+// committed every few milliseconds, while faults come at random: the
+// walsender's connection cut, the producer fenced by another of the
+// slot's (the session initialises a new one and reads the checkpoint
+// again), a commit (EndTxn) or a checkpoint's produce failing, a produce
+// the broker applied but answered with REQUEST_TIMED_OUT. Afterwards a
+// read_committed reader finds every event once: none lost, none twice.
+//
+// The faults' order comes from a seed (logged; EOS_FAULTS_SEED repeats
+// it), their timing from the scheduler.
+func TestExactlyOnceRandomFaults(t *testing.T) {
+	t.Parallel()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EOS_FAULTS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("EOS_FAULTS_SEED=%q: %v", s, err)
+		}
+	}
+	t.Logf("seed %d (EOS_FAULTS_SEED)", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+
+	k := newKafkaFake(t)
+	h := newSessionHarness(t, replicationtest.Config{}, func(c *config.Config) {
+		exactlyOnce(k)(c)
+		c.Delivery.TransactionInterval = 5 * time.Millisecond
+		c.Delivery.TransactionRecords = 7
+		c.Kafka.FlushTimeout = time.Second // bounds a session's end after a fault
+	})
+	var logger *slog.Logger
+	if os.Getenv("EOS_FAULTS_LOG") != "" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	h.retryFirst = 10 * time.Millisecond
+	h.run(Deps{Logger: logger})
+	h.waitFlush(h.pg.Append(row(0)).End)
+
+	// The writers: transactions of 1 to 4 rows, keys k1, k2, ..., until
+	// the faults are done (8,000 rows at most).
+	var (
+		wmu     sync.Mutex
+		last    = h.pg.Append() // an empty transaction: its end is the WAL's
+		rows    int
+		stop    = make(chan struct{})
+		stopped = make(chan struct{})
+	)
+	go func() {
+		defer close(stopped)
+		wrng := rand.New(rand.NewPCG(seed, 2))
+		for n := 1; n <= 8000; {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var rs [][]replicationtest.Value
+			for range 1 + wrng.IntN(4) {
+				rs = append(rs, row(n))
+				n++
+			}
+			tx := h.pg.Append(rs...)
+			wmu.Lock()
+			last, rows = tx, n-1
+			wmu.Unlock()
+			time.Sleep(time.Millisecond) // the writers' pace, not a wait
+		}
+	}()
+
+	// The faults, one at a time: each once a session streams, a few
+	// milliseconds into it; a Kafka fault no request met is taken back
+	// before the next.
+	faults := map[string]int{}
+	var pending *kfake.FaultHandle
+	for range 20 {
+		if err := h.pg.Wait(h.ctx, "a session streaming", func() bool { return h.pg.Slot().ActivePID != 0 }); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-h.exited:
+			t.Fatalf("Run returned: %v", h.result())
+		case <-time.After(time.Duration(2+rng.IntN(20)) * time.Millisecond): // into the session, not a wait
+		}
+		if pending != nil {
+			pending.Remove()
+			pending = nil
+		}
+		switch rng.IntN(5) {
+		case 0:
+			h.pg.Disconnect()
+			faults["walsender cut"]++
+		case 1:
+			h.transactional().Close() // fences the session's producer
+			faults["fenced by another producer"]++
+		case 2:
+			pending = k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.UnknownServerError})
+			faults["EndTxn failed"]++
+		case 3:
+			pending = k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: h.cfg.Kafka.CheckpointTopic, Err: kerr.UnknownServerError})
+			faults["checkpoint produce failed"]++
+		case 4:
+			pending = k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: harnessTopic, Err: kerr.RequestTimedOut})
+			faults["produce applied, answered REQUEST_TIMED_OUT"]++
+		}
+		if pending != nil {
+			// Until a request meets it, or a second: the next fault
+			// comes into a session this one ended, or into one that
+			// committed past it.
+			wctx, cancel := context.WithTimeout(h.ctx, 300*time.Millisecond)
+			_ = pending.Wait(wctx, 1)
+			cancel()
+		}
+	}
+	if pending != nil {
+		pending.Remove()
+	}
+	close(stop)
+	<-stopped
+	wmu.Lock()
+	end, n := last.End, rows
+	wmu.Unlock()
+	t.Logf("faults: %v", faults)
+	if _, err := h.pg.WaitFlush(h.ctx, end); err != nil {
+		select {
+		case <-h.exited:
+			t.Fatalf("Run returned: %v", h.result())
+		default:
+		}
+		t.Fatalf("%v (confirmed at most %s, %d sessions)", err, h.pg.MaxFlush(), h.pg.Starts())
+	}
+
+	// Every committed record, read_committed.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.ListenAddrs()...), kgo.ConsumeTopics(harnessTopic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords()) // the markers too: the last offset before the end is one
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListCommittedOffsets(h.ctx, harnessTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string][]int64{}
+	read := map[int32]int64{}
+	done := func() bool {
+		ok := true
+		ends.Each(func(o kadm.ListedOffset) { ok = ok && read[o.Partition] >= o.Offset })
+		return ok
+	}
+	for !done() {
+		fs := cl.PollFetches(h.ctx)
+		if h.ctx.Err() != nil {
+			t.Fatalf("read %v of %v", read, ends)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			read[r.Partition] = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				seen[string(r.Key)] = append(seen[string(r.Key)], r.Offset)
+			}
+		})
+	}
+	lost, twice := 0, 0
+	for i := 0; i <= n; i++ {
+		key := fmt.Sprintf("k%d", i)
+		switch offs := seen[key]; {
+		case len(offs) == 0:
+			lost++
+			if lost <= 5 {
+				t.Errorf("%s lost", key)
+			}
+		case len(offs) > 1:
+			twice++
+			if twice <= 5 {
+				t.Errorf("%s committed %d times, at offsets %v", key, len(offs), offs)
+			}
+		}
+	}
+	t.Logf("%d events, %d sessions: %d lost, %d more than once", n+1, h.pg.Starts(), lost, twice)
+}
