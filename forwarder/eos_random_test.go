@@ -60,7 +60,7 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	h.waitFlush(h.pg.Append(row(0)).End)
 
 	// The writers: transactions of 1 to 4 rows, keys k1, k2, ..., until
-	// the faults are done (8,000 rows at most).
+	// the faults are done.
 	var (
 		wmu     sync.Mutex
 		last    = h.pg.Append() // an empty transaction: its end is the WAL's
@@ -71,7 +71,7 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	go func() {
 		defer close(stopped)
 		wrng := rand.New(rand.NewPCG(seed, 2))
-		for n := 1; n <= 8000; {
+		for n := 1; n <= 50_000; {
 			select {
 			case <-stop:
 				return
@@ -89,25 +89,47 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 			time.Sleep(time.Millisecond) // the writers' pace, not a wait
 		}
 	}()
+	stopWriters := sync.OnceFunc(func() { close(stop); <-stopped })
+	t.Cleanup(stopWriters)
 
-	// The faults, one at a time: each once a session streams, a few
-	// milliseconds into it; a Kafka fault no request met is taken back
-	// before the next.
-	faults := map[string]int{}
-	var pending *kfake.FaultHandle
-	for range 20 {
-		if err := h.pg.Wait(h.ctx, "a session streaming", func() bool { return h.pg.Slot().ActivePID != 0 }); err != nil {
+	// waitSession waits for a session streaming after the first starts
+	// START_REPLICATIONs, or fails the test when Run returned.
+	waitSession := func(starts int, what string) {
+		t.Helper()
+		err := h.pg.Wait(h.ctx, what, func() bool {
+			select {
+			case <-h.exited:
+				return true
+			default:
+			}
+			return h.pg.Starts() > starts && h.pg.Slot().ActivePID != 0
+		})
+		select {
+		case <-h.exited:
+			t.Fatalf("Run returned: %v", h.result())
+		default:
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// The faults, one at a time, each a few milliseconds into a session
+	// that streams. A fault that ends the session (the walsender cut, a
+	// fence, a failed EndTxn or checkpoint produce that a request met)
+	// is followed by a wait for the next session; a Kafka fault no
+	// request met within 300 ms is taken back.
+	faults := map[string]int{}
+	hits := 0
+	for range 20 {
 		select {
 		case <-h.exited:
 			t.Fatalf("Run returned: %v", h.result())
 		case <-time.After(time.Duration(2+rng.IntN(20)) * time.Millisecond): // into the session, not a wait
 		}
-		if pending != nil {
-			pending.Remove()
-			pending = nil
-		}
+		starts := h.pg.Starts()
+		var pending *kfake.FaultHandle
+		ends := true
 		switch rng.IntN(5) {
 		case 0:
 			h.pg.Disconnect()
@@ -124,25 +146,27 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 		case 4:
 			pending = k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: harnessTopic, Err: kerr.RequestTimedOut})
 			faults["produce applied, answered REQUEST_TIMED_OUT"]++
+			ends = false // franz-go retries it; the broker has it once
 		}
 		if pending != nil {
-			// Until a request meets it, or a second: the next fault
-			// comes into a session this one ended, or into one that
-			// committed past it.
 			wctx, cancel := context.WithTimeout(h.ctx, 300*time.Millisecond)
 			_ = pending.Wait(wctx, 1)
 			cancel()
+			pending.Remove()
+			if pending.Hits() == 0 {
+				ends = false
+			}
+			hits += pending.Hits()
+		}
+		if ends {
+			waitSession(starts, "a new session after the fault")
 		}
 	}
-	if pending != nil {
-		pending.Remove()
-	}
-	close(stop)
-	<-stopped
+	stopWriters()
 	wmu.Lock()
 	end, n := last.End, rows
 	wmu.Unlock()
-	t.Logf("faults: %v", faults)
+	t.Logf("faults: %v; %d of the Kafka faults met a request", faults, hits)
 	if _, err := h.pg.WaitFlush(h.ctx, end); err != nil {
 		select {
 		case <-h.exited:
@@ -150,6 +174,11 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 		default:
 		}
 		t.Fatalf("%v (confirmed at most %s, %d sessions)", err, h.pg.MaxFlush(), h.pg.Starts())
+	}
+	// Stopped, so nothing commits after the read's end is taken.
+	h.stop()
+	if err := h.waitExit(10 * time.Second); err != nil {
+		t.Fatalf("Run: %v, want nil after a stop", err)
 	}
 
 	// Every committed record, read_committed.
@@ -162,6 +191,9 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	}
 	defer cl.Close()
 	ends, err := kadm.NewClient(cl).ListCommittedOffsets(h.ctx, harnessTopic)
+	if err == nil {
+		err = ends.Error()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,10 +52,11 @@ func TestExactlyOnceEpochRollover(t *testing.T) {
 	adm := kadm.NewClient(cl)
 	describe := func() (int64, int16) {
 		d, err := adm.DescribeTransactions(ctx, txnID)
-		if err != nil || d[txnID].Err != nil {
-			t.Fatalf("describe %s: %v %v", txnID, err, d[txnID].Err)
+		td, ok := d[txnID]
+		if err != nil || !ok || td.Err != nil {
+			t.Fatalf("describe %s: %v, in the answer %v, %v", txnID, err, ok, td.Err)
 		}
-		return d[txnID].ProducerID, d[txnID].ProducerEpoch
+		return td.ProducerID, td.ProducerEpoch
 	}
 	pid0, epoch0 := describe()
 	t.Logf("producer ID %d, epoch %d", pid0, epoch0)
@@ -82,6 +83,7 @@ func TestExactlyOnceEpochRollover(t *testing.T) {
 		}
 	}
 	commit(0)
+	check(1)
 	_, epoch1 := describe()
 	if epoch1 == epoch0 {
 		t.Skipf("the epoch did not move at a commit (%d): transaction.version 1, no rollover to test", epoch1)

@@ -546,10 +546,11 @@ func ownGoroutines(dump string) string {
 }
 
 // sessionLines are the lines of a walpost log that tell its sessions
-// apart, from the start: where each started streaming and from which
-// checkpoint or position, and every warning and error (the last n when
-// there are more). A duplicate or a loss a test finds is traced to a
-// session with them, however long the log's tail is.
+// apart: where each started streaming and from which checkpoint or
+// position, walpost's own warnings and errors, and the Kafka client's
+// errors; the last n when there are more, with how many were left out.
+// A duplicate or a loss a test finds is traced to a session with them,
+// however far above the log's tail they are.
 func sessionLines(path string, n int) string {
 	b, _ := os.ReadFile(path)
 	var lines []string

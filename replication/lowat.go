@@ -3,7 +3,6 @@ package replication
 import (
 	"io"
 	"net"
-	"sync"
 	"syscall"
 	"time"
 
@@ -24,12 +23,12 @@ import (
 // such a deadline (the stream slowed down, or the receive window cannot
 // hold the mark), it goes back to 1 byte until a read comes back full.
 //
-// Read runs on pgconn's background reader as well as on the stream's
-// goroutine, which calls batching and off: mu guards the state.
+// It sits above pgconn's background reader (BuildFrontend's reader), so
+// Read, batching and off all run on the goroutine that receives: the
+// stream's.
 type lowatReader struct {
 	r        io.Reader
 	rc       syscall.RawConn
-	mu       sync.Mutex
 	on       bool
 	timedOut bool // the last read ended with an error (the deadline)
 	broken   bool // the socket refused the option: stay off
@@ -63,8 +62,6 @@ func newLowatReader(r io.Reader, conn any) *lowatReader {
 
 func (l *lowatReader) Read(p []byte) (int, error) {
 	n, err := l.r.Read(p)
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case err != nil:
 		l.timedOut = true
@@ -80,14 +77,7 @@ func (l *lowatReader) Read(p []byte) (int, error) {
 
 // batching reports whether reads wait for lowatBytes; the stream then
 // keeps its read deadline within lowatWait.
-func (l *lowatReader) batching() bool {
-	if l == nil {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.on
-}
+func (l *lowatReader) batching() bool { return l != nil && l.on }
 
 // off stops batching for good (before reading the few messages that end a
 // session).
@@ -95,15 +85,12 @@ func (l *lowatReader) off() {
 	if l == nil {
 		return
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.stopped = true
 	if l.on {
 		l.set(1)
 	}
 }
 
-// set changes the mark; mu is held.
 func (l *lowatReader) set(v int) {
 	var serr error
 	err := l.rc.Control(func(fd uintptr) {

@@ -655,8 +655,10 @@ func (s *Server) startReplication(c *conn, q string) bool {
 		end, ch := s.walEnd, s.changed
 		s.mu.Unlock()
 		for _, tx := range pending {
-			// As a walsender does, read the client between transactions:
-			// a CopyDone ends the stream however much WAL is left.
+			// A CopyDone that came while the last batch went out ends
+			// the stream before the next one, as a walsender stops
+			// sending once it reads it. (Sends are buffered: the batch
+			// goes out at the Flush below.)
 			select {
 			case copyDone := <-done:
 				return s.endCopy(c, copyDone)
