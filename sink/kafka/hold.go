@@ -28,7 +28,11 @@ import (
 // hold is the queue of one topic's held records.
 type hold struct {
 	recs []*produced
-	done chan struct{} // closed once the queue is empty and removed
+	// taken counts the records await took out of recs to try the limit
+	// again: still held (Held, walpost_kafka_held_records) until each is
+	// sent, failed or put back.
+	taken int
+	done  chan struct{} // closed once the queue is empty and removed
 }
 
 // holdable reports whether a record whose size check failed with err
@@ -113,10 +117,18 @@ func (k *Sink) await(topic string, h *hold) {
 					"topic", topic, "records", sent, "held_for", time.Since(started).Round(time.Millisecond).String())
 				return
 			}
-			h.recs = nil
+			h.recs, h.taken = nil, len(recs)
 			k.holdMu.Unlock()
 			n, failed := k.release(recs)
 			sent += n
+			k.holdMu.Lock()
+			h.taken = 0
+			if !failed && n < len(recs) {
+				// The limit could not be read again: the rest goes back
+				// to the front of the queue.
+				h.recs = append(recs[n:len(recs):len(recs)], h.recs...)
+			}
+			k.holdMu.Unlock()
 			if failed {
 				// A held record failed: the records behind it must not
 				// overtake it, so they fail too (transient: the session
@@ -142,11 +154,6 @@ func (k *Sink) await(topic string, h *hold) {
 				}
 			}
 			if n < len(recs) {
-				// The limit could not be read again: the rest goes back
-				// to the front of the queue.
-				k.holdMu.Lock()
-				h.recs = append(recs[n:len(recs):len(recs)], h.recs...)
-				k.holdMu.Unlock()
 				timer.Reset(k.limitRetry)
 				break
 			}
@@ -197,7 +204,7 @@ func (k *Sink) Held() int {
 	defer k.holdMu.Unlock()
 	n := 0
 	for _, h := range k.holds {
-		n += len(h.recs)
+		n += len(h.recs) + h.taken
 	}
 	return n
 }

@@ -153,6 +153,71 @@ func TestHeldUntilTheTopicsLimitIsRead(t *testing.T) {
 	}
 }
 
+// TestHeldWhileTheLimitIsReadAgain: while the sink tries the topic's limit
+// again, its held records still count as held (Held, the
+// walpost_kafka_held_records gauge): they were taken out of the queue for
+// the try, and the count fell to 0 for as long as the describe took.
+func TestHeldWhileTheLimitIsReadAgain(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(3, "fresh"))
+	var down atomic.Bool
+	var describes atomic.Int64
+	var gate atomic.Pointer[chan struct{}]
+	c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		describes.Add(1)
+		if !down.Load() {
+			return nil, nil, false
+		}
+		if g := gate.Load(); g != nil {
+			c.SleepControl(func() { <-*g }) // the describe takes until the gate opens
+		}
+		req := kreq.(*kmsg.DescribeConfigsRequest)
+		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		for _, r := range req.Resources {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+			rr.ErrorCode = kerr.UnknownServerError.Code
+			resp.Resources = append(resp.Resources, rr)
+		}
+		return resp, nil, true
+	})
+	k := newKafka(t, c, kafka.Config{})
+	kafka.SetLimitIntervals(k, time.Minute, time.Second, 20*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	known := newOutcomes(1)
+	k.Produce(heldEvent(0, testTopic), known.acker(0))
+	if err := k.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	down.Store(true)
+	const n = 50
+	held := newOutcomes(n)
+	for i := range n {
+		k.Produce(heldEvent(i, "fresh"), held.acker(i))
+	}
+	if k.Held() != n {
+		t.Fatalf("%d held, want %d", k.Held(), n)
+	}
+	g := make(chan struct{})
+	before := describes.Load()
+	gate.Store(&g)
+	waitUntil(t, 10*time.Second, "a describe of the limit in progress", func() bool { return describes.Load() > before })
+	if got := k.Held(); got != n || held.acked() != 0 {
+		t.Errorf("while the limit is read again: %d held, %d with an outcome; want %d and 0", got, held.acked(), n)
+	}
+	gate.Store(nil)
+	close(g)
+	down.Store(false)
+	if err := k.Flush(ctx); err != nil {
+		t.Fatalf("Flush once the limit can be read: %v", err)
+	}
+	if k.Held() != 0 || held.acked() != n {
+		t.Fatalf("%d held, %d with an outcome after Flush; want 0 and %d", k.Held(), held.acked(), n)
+	}
+}
+
 // TestHeldRecordsFailOnClose: Close gives each held record one outcome, a
 // transient failure (the next session sends it again from the slot).
 func TestHeldRecordsFailOnClose(t *testing.T) {
