@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/walpost/walpost/outbox"
 	"github.com/walpost/walpost/sink"
@@ -30,26 +28,10 @@ func TestExactlyOnceEpochRollover(t *testing.T) {
 		t.Skip("about 33,000 Kafka transactions: WALPOST_EPOCH_ROLLOVER=1")
 	}
 	needStack(t)
-	topic, cpTopic, txnID := randName("rollover"), randName("rollover_cp"), randName("rollover_txn")
-	createTopic(t, topic, 1)
-	createTopic(t, cpTopic, 1)
-	k, err := kafka.New(kafka.Config{Brokers: brokers, DefaultTopic: topic, TransactionalID: txnID,
-		TransactionTimeout: 30 * time.Second, CheckpointTopic: cpTopic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	if err := k.InitProducer(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	probe := newTxnProbe(t, ctx, "rollover", 1)
+	k, cl, adm, cpTopic, txnID := probe.k, probe.cl, probe.adm, probe.cpTopic, probe.txnID
 	describe := func() (int64, int16) {
 		d, err := adm.DescribeTransactions(ctx, txnID)
 		td, ok := d[txnID]

@@ -27,26 +27,10 @@ import (
 func TestExactlyOnceVisibleAtCommit(t *testing.T) {
 	needStack(t)
 	t.Parallel()
-	topic, cpTopic := randName("visible"), randName("visible_cp")
-	createTopic(t, topic, 3)
-	createTopic(t, cpTopic, 1)
-	k, err := kafka.New(kafka.Config{Brokers: brokers, DefaultTopic: topic, TransactionalID: randName("visible_txn"),
-		TransactionTimeout: 30 * time.Second, CheckpointTopic: cpTopic})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := k.InitProducer(ctx); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	probe := newTxnProbe(t, ctx, "visible", 3)
+	k, topic, adm := probe.k, probe.topic, probe.adm
 
 	late := 0
 	for i := range 300 {
@@ -97,4 +81,38 @@ func TestExactlyOnceVisibleAtCommit(t *testing.T) {
 	if late > 0 {
 		t.Fatalf("%d of 300 transactions were not yet visible to read_committed consumers when CommitTxn returned", late)
 	}
+}
+
+// txnProbe is a transactional kafka.Sink on the stack's Kafka, its
+// producer initialised, producing to a new topic with checkpoints in a new
+// one-partition topic, and a plain client beside it; both closed with the
+// test.
+type txnProbe struct {
+	k                     *kafka.Sink
+	cl                    *kgo.Client
+	adm                   *kadm.Client
+	topic, cpTopic, txnID string
+}
+
+func newTxnProbe(t *testing.T, ctx context.Context, name string, partitions int32) *txnProbe {
+	t.Helper()
+	p := &txnProbe{topic: randName(name), cpTopic: randName(name + "_cp"), txnID: randName(name + "_txn")}
+	createTopic(t, p.topic, partitions)
+	createTopic(t, p.cpTopic, 1)
+	k, err := kafka.New(kafka.Config{Brokers: brokers, DefaultTopic: p.topic, TransactionalID: p.txnID,
+		TransactionTimeout: 30 * time.Second, CheckpointTopic: p.cpTopic})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
+	if err := k.InitProducer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	p.k, p.cl, p.adm = k, cl, kadm.NewClient(cl)
+	return p
 }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func tcpPair(t *testing.T) (client *net.TCPConn, server net.Conn) {
@@ -42,6 +43,30 @@ func rcvLowat(t *testing.T, c *net.TCPConn) int {
 		t.Fatal(err, gerr)
 	}
 	return v
+}
+
+// waitQueued waits until c's socket holds at least n unread bytes.
+func waitQueued(t *testing.T, c *net.TCPConn, n int) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int {
+		var v int32
+		var errno syscall.Errno
+		if err := rc.Control(func(fd uintptr) {
+			_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&v)))
+		}); err != nil || errno != 0 {
+			t.Fatal(err, errno)
+		}
+		return int(v)
+	}
+	for deadline := time.Now().Add(5 * time.Second); queued() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes queued after 5 s, want %d", queued(), n)
+		}
+	}
 }
 
 func TestLowatReaderBatchesAndFallsBack(t *testing.T) {
@@ -211,7 +236,7 @@ func TestLowatReaderOffStaysOff(t *testing.T) {
 		if _, err := s.Write(make([]byte, 2*lowatBytes)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond) // let it all arrive
+		waitQueued(t, c, 2*lowatBytes) // all of it, so a read takes it whole
 		for got := 0; got < 2*lowatBytes; {
 			n, err := l.Read(buf)
 			if err != nil {

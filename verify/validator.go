@@ -87,7 +87,6 @@ func (r *Report) String() string {
 // reads them).
 func Validate(expected []Expected, observed []Observed) *Report {
 	r := &Report{Expected: len(expected), Duplicated: map[string]int{}, Copies: map[string][]string{}}
-	where := make(map[string]Observed, len(expected)) // key → its first copy
 	at := func(o Observed) string {
 		return fmt.Sprintf("partition %d offset %d (commit %s)", o.Partition, o.Offset, o.CommitLSN)
 	}
@@ -95,7 +94,7 @@ func Validate(expected []Expected, observed []Observed) *Report {
 	for _, e := range expected {
 		want[e.Key] = e
 	}
-	seen := make(map[string]int, len(expected))
+	first := make(map[string]Observed, len(expected)) // key → its first copy
 	type last struct {
 		lsn    pglogrepl.LSN
 		txn    string
@@ -111,16 +110,15 @@ func Validate(expected []Expected, observed []Observed) *Report {
 			r.Unexpected++
 			continue
 		}
-		seen[o.Key]++
-		if seen[o.Key] > 1 {
+		if f, dup := first[o.Key]; dup {
 			if r.Duplicated[o.Key] == 0 {
-				r.Copies[o.Key] = append(r.Copies[o.Key], at(where[o.Key]))
+				r.Copies[o.Key] = append(r.Copies[o.Key], at(f))
 			}
 			r.Duplicated[o.Key]++
 			r.Copies[o.Key] = append(r.Copies[o.Key], at(o))
 			continue // order is judged on first occurrences
 		}
-		where[o.Key] = o
+		first[o.Key] = o
 		p := byPart[o.Partition]
 		if p == nil {
 			p = &last{}
@@ -139,7 +137,7 @@ func Validate(expected []Expected, observed []Observed) *Report {
 		*p = last{lsn: o.CommitLSN, txn: e.Txn, index: e.Index, key: o.Key, offset: o.Offset, set: true}
 	}
 	for _, e := range expected {
-		if seen[e.Key] == 0 {
+		if _, ok := first[e.Key]; !ok {
 			r.Lost = append(r.Lost, e.Key)
 		} else {
 			r.Delivered++

@@ -30,16 +30,22 @@ func unreadableLimits(c *kfake.Cluster, down *atomic.Bool, describes *atomic.Int
 		if !down.Load() {
 			return nil, nil, false
 		}
-		req := kreq.(*kmsg.DescribeConfigsRequest)
-		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-		for _, r := range req.Resources {
-			rr := kmsg.NewDescribeConfigsResponseResource()
-			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
-			rr.ErrorCode = kerr.UnknownServerError.Code
-			resp.Resources = append(resp.Resources, rr)
-		}
-		return resp, nil, true
+		return failedDescribe(kreq), nil, true
 	})
+}
+
+// failedDescribe answers a DescribeConfigs request with UNKNOWN_SERVER_ERROR
+// for each of its resources.
+func failedDescribe(kreq kmsg.Request) kmsg.Response {
+	req := kreq.(*kmsg.DescribeConfigsRequest)
+	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	for _, r := range req.Resources {
+		rr := kmsg.NewDescribeConfigsResponseResource()
+		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
+		rr.ErrorCode = kerr.UnknownServerError.Code
+		resp.Resources = append(resp.Resources, rr)
+	}
+	return resp
 }
 
 // outcomes records each event's acknowledgements by index.
@@ -171,15 +177,7 @@ func TestHeldWhileTheLimitIsReadAgain(t *testing.T) {
 		if g := gate.Load(); g != nil {
 			c.SleepControl(func() { <-*g }) // the describe takes until the gate opens
 		}
-		req := kreq.(*kmsg.DescribeConfigsRequest)
-		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-		for _, r := range req.Resources {
-			rr := kmsg.NewDescribeConfigsResponseResource()
-			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
-			rr.ErrorCode = kerr.UnknownServerError.Code
-			resp.Resources = append(resp.Resources, rr)
-		}
-		return resp, nil, true
+		return failedDescribe(kreq), nil, true
 	})
 	k := newKafka(t, c, kafka.Config{})
 	kafka.SetLimitIntervals(k, time.Minute, time.Second, 20*time.Millisecond)
