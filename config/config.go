@@ -494,7 +494,7 @@ var columnRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 // Pipeline bounds memory between the slot and the broker.
 type Pipeline struct {
 	// MaxInFlightEvents caps events read from the slot and not yet handled.
-	MaxInFlightEvents int `mapstructure:"max_inflight_events" doc:"Events read but not yet acked or quarantined before the reader pauses." default:"20000"`
+	MaxInFlightEvents int `mapstructure:"max_inflight_events" doc:"Events read but not yet acked or quarantined before the reader pauses." default:"10000"`
 	// MaxInFlightBytes caps their payload bytes.
 	MaxInFlightBytes int64 `mapstructure:"max_inflight_bytes" doc:"Bytes of those events before the reader pauses (bytes)." default:"16777216"`
 }
