@@ -765,7 +765,7 @@ kafka_pid() {
 	[[ -s $K_PID ]] || return 1
 	pid=$(<"$K_PID")
 	[[ $pid =~ ^[0-9]+$ ]] || return 1
-	cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+	cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
 	[[ $cmd == *kafka.Kafka* && $cmd == *"$K_PROPS"* ]] || return 1
 	printf '%s\n' "$pid"
 }
@@ -841,7 +841,14 @@ kafka_wait() {
 }
 
 kafka_stop() {
-	local pid deadline
+	kafka_signal "$@" && kafka_reap
+	return 0
+}
+
+# kafka_signal [kill]: send the current node SIGTERM (SIGKILL with kill);
+# fails when it does not run. kafka_reap then waits for it.
+kafka_signal() {
+	local pid
 	if ! pid=$(kafka_pid); then
 		if [[ -e $K_PID ]]; then
 			log "$K_NAME not running (stale pid file removed)"
@@ -849,7 +856,7 @@ kafka_stop() {
 		else
 			log "$K_NAME not running"
 		fi
-		return 0
+		return 1
 	fi
 	if [[ ${1:-} == kill ]]; then
 		log "killing $K_NAME (pid $pid, SIGKILL)"
@@ -858,6 +865,12 @@ kafka_stop() {
 		log "stopping $K_NAME (pid $pid)"
 		kill -TERM "$pid" 2>/dev/null || true
 	fi
+}
+
+# kafka_reap: wait until the signalled node is gone (SIGKILL after 30 s).
+kafka_reap() {
+	local pid deadline
+	pid=$(kafka_pid) || { rm -f "$K_PID"; log "$K_NAME stopped"; return 0; }
 	deadline=$(deadline_in 30)
 	# kafka_pid fails once the process is gone (or only a zombie is left).
 	while kafka_pid >/dev/null; do
@@ -875,6 +888,29 @@ kafka_stop() {
 	done
 	rm -f "$K_PID"
 	log "$K_NAME stopped"
+}
+
+# kafka_stop_nodes [kill] N...: stop the nodes together. A node stopped
+# after the others had gone waits for a controller quorum that no longer
+# exists (30 s, then SIGKILL), so every node gets its signal first, and
+# then each is waited for.
+kafka_stop_nodes() {
+	local how=$1 i signalled=()
+	shift
+	for i in "$@"; do
+		use_kafka_node "$i"
+		# A paused broker takes no SIGTERM: resume it first (SIGKILL works
+		# either way).
+		if [[ -e $K_DIR/paused ]]; then
+			[[ $how == kill ]] || kill -CONT "$(kafka_pid)" 2>/dev/null || true
+			rm -f "$K_DIR/paused"
+		fi
+		kafka_signal "$how" && signalled+=("$i")
+	done
+	for i in "${signalled[@]}"; do
+		use_kafka_node "$i"
+		kafka_reap
+	done
 }
 
 # ----------------------------------------------------------- schema registry
@@ -1016,16 +1052,17 @@ kafka_any_running() {
 
 # kafka_stop_all: stop every node of either layout (one broker, three).
 kafka_stop_all() {
-	local n i saved=$K_NODES
+	local n i saved=$K_NODES nodes
 	for n in 1 3; do
 		K_NODES=$n
+		nodes=()
 		for ((i = 1; i <= n; i++)); do
 			use_kafka_node "$i"
 			if ((n == saved)) || kafka_pid >/dev/null; then
-				[[ -e $K_DIR/paused ]] && { kill -CONT "$(kafka_pid)" 2>/dev/null || true; rm -f "$K_DIR/paused"; }
-				kafka_stop
+				nodes+=("$i")
 			fi
 		done
+		((${#nodes[@]} == 0)) || kafka_stop_nodes "" "${nodes[@]}"
 	done
 	K_NODES=$saved
 	use_kafka_node 1
@@ -1070,16 +1107,7 @@ cmd_kafka_stop() {
 	*) die "kafka-stop takes [N] [kill], not '$*'" ;;
 	esac
 	(($# <= 1)) || die "kafka-stop takes [N] [kill], not '$*'"
-	for i in "${nodes[@]}"; do
-		use_kafka_node "$i"
-		# A paused broker takes no SIGTERM: resume it first (SIGKILL works
-		# either way).
-		if [[ -e $K_DIR/paused ]]; then
-			[[ $how == kill ]] || kill -CONT "$(kafka_pid)" 2>/dev/null || true
-			rm -f "$K_DIR/paused"
-		fi
-		kafka_stop "$how"
-	done
+	kafka_stop_nodes "$how" "${nodes[@]}"
 }
 
 # kafka_admin OP ARGS...: KafkaAdmin OP against every node of the main
