@@ -62,18 +62,22 @@ func TestKafkaClusterLeaderKilled(t *testing.T) {
 		now, _ := partitionLeader(t, f.Topic, 0)
 		return now != leader && now > 0
 	})
+	t.Log("partition 0 has a new leader")
 	l.waitWritten(t, 4000, time.Minute)
 	stackCtl(t, "kafka-start", strconv.Itoa(leader))
+	t.Logf("node %d started again", leader)
 	waitFor(t, 2*time.Minute, "node back in the ISR of partition 0", func() bool {
 		_, isr := partitionLeader(t, f.Topic, 0)
 		return len(strings.Split(isr, ",")) == 3
 	})
+	t.Logf("node %d back in the ISR", leader)
 	stackCtl(t, "kafka-leader", f.Topic, "0", strconv.Itoa(leader))
 	if now, _ := partitionLeader(t, f.Topic, 0); now != leader {
 		t.Errorf("kafka-leader %s 0 %d: leader is %d", f.Topic, leader, now)
 	}
 	l.waitWritten(t, 6000, time.Minute)
 	expected := l.finish(t)
+	t.Logf("writers stopped after %d events", len(expected))
 	walEnd := f.currentWAL()
 	verifyDelivery(t, f, expected, 3*time.Minute)
 	waitFor(t, time.Minute, "the slot to confirm the end of the writes", func() bool {
@@ -106,8 +110,10 @@ func TestKafkaClusterExactlyOnceCoordinatorKilled(t *testing.T) {
 	t.Logf("node %d (coordinator of %s) killed", coord, txnID)
 	l.waitWritten(t, 4000, 2*time.Minute)
 	stackCtl(t, "kafka-start", strconv.Itoa(coord))
+	t.Logf("node %d started again", coord)
 	l.waitWritten(t, 6000, time.Minute)
 	expected := l.finish(t)
+	t.Logf("writers stopped after %d events", len(expected))
 	verifyReadCommitted(t, f, expected, 3*time.Minute)
 	alive(t, p, "after the coordinator was killed")
 }
