@@ -56,28 +56,31 @@ func TestKafkaClusterLeaderKilled(t *testing.T) {
 	}
 	l := newWriterLoad(f, 4, 20, 20*time.Millisecond).start()
 	l.waitWritten(t, 2000, time.Minute)
+	start := time.Now()
 	stackCtl(t, "kafka-kill", strconv.Itoa(leader))
 	t.Logf("node %d (leader of partition 0) killed", leader)
+	newLeader := 0
 	waitFor(t, time.Minute, "a new leader of partition 0", func() bool {
-		now, _ := partitionLeader(t, f.Topic, 0)
-		return now != leader && now > 0
+		newLeader, _ = partitionLeader(t, f.Topic, 0)
+		return newLeader != leader && newLeader > 0
 	})
-	t.Log("partition 0 has a new leader")
+	t.Logf("%s after the kill: node %d leads partition 0", since(start), newLeader)
 	l.waitWritten(t, 4000, time.Minute)
 	stackCtl(t, "kafka-start", strconv.Itoa(leader))
-	t.Logf("node %d started again", leader)
+	t.Logf("%s: node %d started again", since(start), leader)
 	waitFor(t, 2*time.Minute, "node back in the ISR of partition 0", func() bool {
 		_, isr := partitionLeader(t, f.Topic, 0)
 		return len(strings.Split(isr, ",")) == 3
 	})
-	t.Logf("node %d back in the ISR", leader)
+	t.Logf("%s: node %d back in the ISR", since(start), leader)
 	stackCtl(t, "kafka-leader", f.Topic, "0", strconv.Itoa(leader))
+	t.Logf("%s: node %d made the leader again", since(start), leader)
 	if now, _ := partitionLeader(t, f.Topic, 0); now != leader {
 		t.Errorf("kafka-leader %s 0 %d: leader is %d", f.Topic, leader, now)
 	}
 	l.waitWritten(t, 6000, time.Minute)
 	expected := l.finish(t)
-	t.Logf("writers stopped after %d events", len(expected))
+	t.Logf("%s: writers stopped after %d events", since(start), len(expected))
 	walEnd := f.currentWAL()
 	verifyDelivery(t, f, expected, 3*time.Minute)
 	waitFor(t, time.Minute, "the slot to confirm the end of the writes", func() bool {
@@ -106,14 +109,19 @@ func TestKafkaClusterExactlyOnceCoordinatorKilled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kafka-coordinator printed %q", out)
 	}
+	start := time.Now()
 	stackCtl(t, "kafka-kill", strconv.Itoa(coord))
 	t.Logf("node %d (coordinator of %s) killed", coord, txnID)
 	l.waitWritten(t, 4000, 2*time.Minute)
 	stackCtl(t, "kafka-start", strconv.Itoa(coord))
-	t.Logf("node %d started again", coord)
+	t.Logf("%s after the kill: node %d started again", since(start), coord)
 	l.waitWritten(t, 6000, time.Minute)
 	expected := l.finish(t)
-	t.Logf("writers stopped after %d events", len(expected))
+	t.Logf("%s: writers stopped after %d events", since(start), len(expected))
 	verifyReadCommitted(t, f, expected, 3*time.Minute)
 	alive(t, p, "after the coordinator was killed")
 }
+
+// since is the time from start, to a tenth of a second, for a phase's log
+// line (go test's console output has no times).
+func since(start time.Time) time.Duration { return time.Since(start).Round(100 * time.Millisecond) }

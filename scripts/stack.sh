@@ -867,11 +867,12 @@ kafka_signal() {
 	fi
 }
 
-# kafka_reap: wait until the signalled node is gone (SIGKILL after 30 s).
+# kafka_reap [DEADLINE]: wait until the signalled node is gone; SIGKILL it
+# at DEADLINE (a deadline_in value; 30 s from now without one).
 kafka_reap() {
-	local pid deadline
+	local pid deadline=${1:-}
 	pid=$(kafka_pid) || { rm -f "$K_PID"; log "$K_NAME stopped"; return 0; }
-	deadline=$(deadline_in 30)
+	[[ -n $deadline ]] || deadline=$(deadline_in 30)
 	# kafka_pid fails once the process is gone (or only a zombie is left).
 	while kafka_pid >/dev/null; do
 		if past "$deadline"; then
@@ -890,12 +891,13 @@ kafka_reap() {
 	log "$K_NAME stopped"
 }
 
-# kafka_stop_nodes [kill] N...: stop the nodes together. A node stopped
-# after the others had gone waits for a controller quorum that no longer
-# exists (30 s, then SIGKILL), so every node gets its signal first, and
-# then each is waited for.
+# kafka_stop_nodes HOW N...: stop the nodes together (HOW: "" for SIGTERM,
+# kill for SIGKILL). A node stopped after the others had gone waits for a
+# controller quorum that no longer exists (30 s, then SIGKILL), so every
+# node gets its signal first, and then all are waited for, within one
+# 30 s deadline.
 kafka_stop_nodes() {
-	local how=$1 i signalled=()
+	local how=$1 i signalled=() deadline
 	shift
 	for i in "$@"; do
 		use_kafka_node "$i"
@@ -907,9 +909,10 @@ kafka_stop_nodes() {
 		fi
 		kafka_signal "$how" && signalled+=("$i")
 	done
+	deadline=$(deadline_in 30)
 	for i in "${signalled[@]}"; do
 		use_kafka_node "$i"
-		kafka_reap
+		kafka_reap "$deadline"
 	done
 }
 
