@@ -27,8 +27,11 @@ import (
 // walsender's connection cut, the producer fenced by another of the
 // slot's (the session initialises a new one and reads the checkpoint
 // again), a commit (EndTxn) or a checkpoint's produce failing, a produce
-// the broker applied but answered with REQUEST_TIMED_OUT. Afterwards a
-// read_committed reader finds every event once: none lost, none twice.
+// the broker applied but answered with REQUEST_TIMED_OUT, walpost stopped
+// mid-session and another started in its place (a restart or a takeover:
+// a new producer, nothing kept in memory, the checkpoint read afresh).
+// Afterwards a read_committed reader finds every event once: none lost,
+// none twice.
 //
 // The faults' order comes from a seed (logged; EOS_FAULTS_SEED repeats
 // it), their timing from the scheduler.
@@ -130,7 +133,7 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 		starts := h.pg.Starts()
 		var pending *kfake.FaultHandle
 		ends := true
-		switch rng.IntN(5) {
+		switch rng.IntN(6) {
 		case 0:
 			h.pg.Disconnect()
 			faults["walsender cut"]++
@@ -147,6 +150,13 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 			pending = k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: harnessTopic, Err: kerr.RequestTimedOut})
 			faults["produce applied, answered REQUEST_TIMED_OUT"]++
 			ends = false // franz-go retries it; the broker has it once
+		case 5:
+			h.stop()
+			if err := h.waitExit(10 * time.Second); err != nil {
+				t.Fatalf("Run: %v, want nil after a stop", err)
+			}
+			h.run(Deps{Logger: logger})
+			faults["walpost stopped, another started"]++
 		}
 		if pending != nil {
 			wctx, cancel := context.WithTimeout(h.ctx, 300*time.Millisecond)

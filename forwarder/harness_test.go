@@ -87,16 +87,18 @@ func (h *sessionHarness) run(deps Deps) {
 	h.f = f
 	f.retryFirst = h.retryFirst
 	ctx, stop := context.WithCancel(context.Background())
-	h.stop, h.done, h.exited = stop, make(chan error, 1), make(chan struct{})
+	// A later run replaces these; the cleanup waits for this one's.
+	done, exited := make(chan error, 1), make(chan struct{})
+	h.stop, h.done, h.exited = stop, done, exited
 	go func() {
-		h.done <- f.Run(ctx)
-		close(h.exited)
+		done <- f.Run(ctx)
+		close(exited)
 		h.pg.SetSlot(func(*replicationtest.Slot) {}) // wakes a Wait on the server
 	}()
 	h.t.Cleanup(func() {
 		stop()
 		select {
-		case <-h.done:
+		case <-exited:
 		case <-time.After(30 * time.Second):
 			h.t.Error("Run did not return within 30s of its context's end")
 		}
