@@ -64,23 +64,23 @@ func TestKafkaClusterLeaderKilled(t *testing.T) {
 		newLeader, _ = partitionLeader(t, f.Topic, 0)
 		return newLeader != leader && newLeader > 0
 	})
-	t.Logf("%s after the kill: node %d leads partition 0", since(start), newLeader)
+	t.Logf("%s after the kill: node %d leads partition 0", time.Since(start).Round(100*time.Millisecond), newLeader)
 	l.waitWritten(t, 4000, time.Minute)
 	stackCtl(t, "kafka-start", strconv.Itoa(leader))
-	t.Logf("%s: node %d started again", since(start), leader)
+	t.Logf("%s: node %d started again", time.Since(start).Round(100*time.Millisecond), leader)
 	waitFor(t, 2*time.Minute, "node back in the ISR of partition 0", func() bool {
 		_, isr := partitionLeader(t, f.Topic, 0)
 		return len(strings.Split(isr, ",")) == 3
 	})
-	t.Logf("%s: node %d back in the ISR", since(start), leader)
+	t.Logf("%s: node %d back in the ISR", time.Since(start).Round(100*time.Millisecond), leader)
 	stackCtl(t, "kafka-leader", f.Topic, "0", strconv.Itoa(leader))
-	t.Logf("%s: node %d made the leader again", since(start), leader)
+	t.Logf("%s: node %d made the leader again", time.Since(start).Round(100*time.Millisecond), leader)
 	if now, _ := partitionLeader(t, f.Topic, 0); now != leader {
 		t.Errorf("kafka-leader %s 0 %d: leader is %d", f.Topic, leader, now)
 	}
 	l.waitWritten(t, 6000, time.Minute)
 	expected := l.finish(t)
-	t.Logf("%s: writers stopped after %d events", since(start), len(expected))
+	t.Logf("%s: writers stopped after %d events", time.Since(start).Round(100*time.Millisecond), len(expected))
 	walEnd := f.currentWAL()
 	verifyDelivery(t, f, expected, 3*time.Minute)
 	waitFor(t, time.Minute, "the slot to confirm the end of the writes", func() bool {
@@ -114,14 +114,10 @@ func TestKafkaClusterExactlyOnceCoordinatorKilled(t *testing.T) {
 	t.Logf("node %d (coordinator of %s) killed", coord, txnID)
 	l.waitWritten(t, 4000, 2*time.Minute)
 	stackCtl(t, "kafka-start", strconv.Itoa(coord))
-	t.Logf("%s after the kill: node %d started again", since(start), coord)
+	t.Logf("%s after the kill: node %d started again", time.Since(start).Round(100*time.Millisecond), coord)
 	l.waitWritten(t, 6000, time.Minute)
 	expected := l.finish(t)
-	t.Logf("%s: writers stopped after %d events", since(start), len(expected))
+	t.Logf("%s: writers stopped after %d events", time.Since(start).Round(100*time.Millisecond), len(expected))
 	verifyReadCommitted(t, f, expected, 3*time.Minute)
 	alive(t, p, "after the coordinator was killed")
 }
-
-// since is the time from start, to a tenth of a second, for a phase's log
-// line (go test's console output has no times).
-func since(start time.Time) time.Duration { return time.Since(start).Round(100 * time.Millisecond) }

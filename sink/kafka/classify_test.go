@@ -356,18 +356,10 @@ func TestCheckSizeDoesNotDescribePerRecordWhenDescribeFails(t *testing.T) {
 	describes := 0
 	c.ControlKey(int16(kmsg.DescribeConfigs), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		req := kreq.(*kmsg.DescribeConfigsRequest)
-		resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
-		for _, r := range req.Resources {
-			rr := kmsg.NewDescribeConfigsResponseResource()
-			rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
-			rr.ErrorCode = kerr.TopicAuthorizationFailed.Code
-			resp.Resources = append(resp.Resources, rr)
-		}
 		mu.Lock()
 		describes++
 		mu.Unlock()
-		return resp, nil, true
+		return failedDescribe(kreq, kerr.TopicAuthorizationFailed.Code), nil, true
 	})
 	k, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), DefaultTopic: "denied"})
 	if err != nil {

@@ -30,22 +30,36 @@ func unreadableLimits(c *kfake.Cluster, down *atomic.Bool, describes *atomic.Int
 		if !down.Load() {
 			return nil, nil, false
 		}
-		return failedDescribe(kreq), nil, true
+		return failedDescribe(kreq, kerr.UnknownServerError.Code), nil, true
 	})
 }
 
-// failedDescribe answers a DescribeConfigs request with UNKNOWN_SERVER_ERROR
+// failedDescribe answers a DescribeConfigs request with the error code
 // for each of its resources.
-func failedDescribe(kreq kmsg.Request) kmsg.Response {
+func failedDescribe(kreq kmsg.Request, code int16) kmsg.Response {
 	req := kreq.(*kmsg.DescribeConfigsRequest)
 	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
 	for _, r := range req.Resources {
 		rr := kmsg.NewDescribeConfigsResponseResource()
 		rr.ResourceType, rr.ResourceName = r.ResourceType, r.ResourceName
-		rr.ErrorCode = kerr.UnknownServerError.Code
+		rr.ErrorCode = code
 		resp.Resources = append(resp.Resources, rr)
 	}
 	return resp
+}
+
+// produceHeld produces n records to "fresh", whose limit cannot be read,
+// and checks that all n are held.
+func produceHeld(t *testing.T, k *kafka.Sink, n int) *outcomes {
+	t.Helper()
+	held := newOutcomes(n)
+	for i := range n {
+		k.Produce(heldEvent(i, "fresh"), held.acker(i))
+	}
+	if k.Held() != n {
+		t.Fatalf("%d held, want %d", k.Held(), n)
+	}
+	return held
 }
 
 // outcomes records each event's acknowledgements by index.
@@ -177,7 +191,7 @@ func TestHeldWhileTheLimitIsReadAgain(t *testing.T) {
 		if g := gate.Load(); g != nil {
 			c.SleepControl(func() { <-*g }) // the describe takes until the gate opens
 		}
-		return failedDescribe(kreq), nil, true
+		return failedDescribe(kreq, kerr.UnknownServerError.Code), nil, true
 	})
 	k := newKafka(t, c, kafka.Config{})
 	kafka.SetLimitIntervals(k, time.Minute, time.Second, 20*time.Millisecond)
@@ -191,13 +205,7 @@ func TestHeldWhileTheLimitIsReadAgain(t *testing.T) {
 
 	down.Store(true)
 	const n = 50
-	held := newOutcomes(n)
-	for i := range n {
-		k.Produce(heldEvent(i, "fresh"), held.acker(i))
-	}
-	if k.Held() != n {
-		t.Fatalf("%d held, want %d", k.Held(), n)
-	}
+	held := produceHeld(t, k, n)
 	g := make(chan struct{})
 	before := describes.Load()
 	gate.Store(&g)
@@ -230,13 +238,7 @@ func TestHeldRecordsFailOnClose(t *testing.T) {
 	}
 	kafka.SetLimitIntervals(k, time.Minute, time.Second, time.Hour)
 	const n = 20
-	held := newOutcomes(n)
-	for i := range n {
-		k.Produce(heldEvent(i, "fresh"), held.acker(i))
-	}
-	if k.Held() != n {
-		t.Fatalf("%d held, want %d", k.Held(), n)
-	}
+	held := produceHeld(t, k, n)
 	k.Close()
 	held.mu.Lock()
 	defer held.mu.Unlock()
