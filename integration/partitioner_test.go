@@ -190,6 +190,23 @@ func createTopic(t testing.TB, topic string, n int32) {
 		cl.Close()
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
+	// The controller answers once the topic is created; the broker serves
+	// it once its metadata has it. A produce before that fails with
+	// UNKNOWN_TOPIC_OR_PARTITION, which walpost's sink takes as a missing
+	// topic (a destination failure), not as a retriable one.
+	waitFor(t, 30*time.Second, "topic "+topic+" served with a leader for each partition", func() bool {
+		tds, err := adm.ListTopics(ctx, topic)
+		td, ok := tds[topic]
+		if err != nil || !ok || td.Err != nil || int32(len(td.Partitions)) != n {
+			return false
+		}
+		for _, pd := range td.Partitions {
+			if pd.Err != nil || pd.Leader < 0 {
+				return false
+			}
+		}
+		return true
+	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
