@@ -129,11 +129,12 @@ type Kafka struct {
 	// librdkafka metadata.max.age.ms). Default 5m.
 	MetadataMaxAge time.Duration `mapstructure:"metadata_max_age" doc:"Read the cluster's metadata (new partitions, moved leaders) at least this often (duration; Java/librdkafka metadata.max.age.ms)." default:"5m"`
 	// ClientRack is the rack (availability zone) walpost runs in (franz-go
-	// Rack; Java and librdkafka client.rack): walpost's consumers (verify,
-	// the exactly-once checkpoint) fetch from a replica in that rack when
-	// the brokers have a rack-aware replica selector. Producing always
-	// goes to the leader.
-	ClientRack string `mapstructure:"client_rack" doc:"Rack (availability zone) walpost runs in: its consumers (walpost verify, the exactly-once checkpoint) fetch from a replica there when the brokers set replica.selector.class; producing always goes to the leader (Java/librdkafka client.rack)." default:""`
+	// Rack; Java and librdkafka client.rack): walpost verify fetches from
+	// a replica in that rack when the brokers have a rack-aware replica
+	// selector. Producing, and the exactly-once checkpoint read at start
+	// (which must see what the leader acknowledged), always go to the
+	// leader.
+	ClientRack string `mapstructure:"client_rack" doc:"Rack (availability zone) walpost runs in: walpost verify fetches from a replica there when the brokers set replica.selector.class; producing, and the exactly-once checkpoint read at start, always go to the leader (Java/librdkafka client.rack)." default:""`
 	// MaxMessageBytes bounds one record batch; a record larger than this is
 	// refused before it is sent. 0 reads the topic's max.message.bytes.
 	MaxMessageBytes int `mapstructure:"max_message_bytes" doc:"Largest record batch in bytes; 0 uses the topic's max.message.bytes." default:"0"`

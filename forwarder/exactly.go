@@ -83,7 +83,7 @@ func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sin
 		k.Close()
 		return nil, cp, false, err
 	}
-	cp, found, err := kafka.ReadCheckpoint(ictx, cl, cfg.Kafka.CheckpointTopic, kcfg.TransactionalID)
+	cp, found, rd, err := kafka.ReadCheckpointFrom(ictx, cl, cfg.Kafka.CheckpointTopic, kcfg.TransactionalID, true)
 	cl.Close()
 	if err != nil {
 		k.Close()
@@ -91,9 +91,11 @@ func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sin
 	}
 	if found {
 		s.log.Info("exactly-once: producer initialised, checkpoint read", "slot", cfg.Postgres.Slot, "transactional_id", kcfg.TransactionalID,
-			"lsn", cp.LSN.String(), "timeline", cp.Timeline, "partial_commit_lsn", cp.PartialCommitLSN.String(), "ordinal", cp.Ordinal)
+			"lsn", cp.LSN.String(), "timeline", cp.Timeline, "partial_commit_lsn", cp.PartialCommitLSN.String(), "ordinal", cp.Ordinal,
+			"node", rd.Leader, "leader_epoch", rd.LeaderEpoch, "high_watermark", rd.HighWatermark, "offset", rd.Offset, "reads", rd.Reads)
 	} else {
-		s.log.Info("exactly-once: producer initialised, no checkpoint yet", "slot", cfg.Postgres.Slot, "transactional_id", kcfg.TransactionalID)
+		s.log.Info("exactly-once: producer initialised, no checkpoint yet", "slot", cfg.Postgres.Slot, "transactional_id", kcfg.TransactionalID,
+			"node", rd.Leader, "leader_epoch", rd.LeaderEpoch, "high_watermark", rd.HighWatermark, "reads", rd.Reads)
 	}
 	return k, cp, found, nil
 }

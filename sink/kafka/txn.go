@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -427,100 +428,232 @@ func (k *Sink) AbortTxn(ctx context.Context) error {
 // slots of several clusters may share the topic) from topic (one
 // partition). found is false when the topic holds none for key.
 //
-// It reads read_uncommitted, control records included, up to the high
-// watermark of its first answer, and replays the records of key: a
+// It reads read_uncommitted, control records included, from the
+// partition's leader (fenced by its leader epoch) up to the leader's high
+// watermark as ListOffsets answers it, and replays the records of key: a
 // non-transactional one is the checkpoint at once; a transactional one
 // becomes it only when a COMMIT marker of the same producer ID follows,
-// and an ABORT marker discards it. A transactional record with no marker
-// before the end is not committed and is ignored: the caller ran
-// InitProducer first (INV-10), which completed this transactional id's
-// own earlier transaction, so only other producers' transactions can
-// still be open. read_committed would stop at the last stable offset,
-// which an open transaction of any producer pins: on the shared topic
-// another walpost's (slow, stopped or dead) transaction would hide this
-// slot's newer checkpoints for up to its transaction timeout, and the
-// session would resume from an older one and send committed events again.
+// and an ABORT marker discards it. read_committed would stop at the last
+// stable offset, which an open transaction of any producer pins: on the
+// shared topic another walpost's (slow, stopped or dead) transaction would
+// hide this slot's newer checkpoints for up to its transaction timeout,
+// and the session would resume from an older one and send committed
+// events again.
+//
+// The end comes from ListOffsets, not from a fetch's answer: a replica
+// that is not the leader (the client's metadata behind a leader change)
+// serves a consumer's fetch up to its own high watermark, and a leader
+// just elected answers fetches with the high watermark it had as a
+// follower until its followers fetch again; both may lack the newest
+// checkpoint. The leader answers ListOffsets with OFFSET_NOT_AVAILABLE
+// until its high watermark covers what the earlier leader acknowledged
+// (KIP-207), and the read then waits.
+//
+// A transactional record of key with no marker before the end is left out
+// (ReadCheckpoint) or waited for (ReadCheckpointFrom with await): after
+// InitProducer (INV-10), which completes this transactional id's earlier
+// transaction and writes its markers, none should be open, and one seen
+// open means the read is of a replica or a moment before the marker.
 //
 // A refused READ or DESCRIBE on topic is a destination failure
 // (sink.Destination) naming the ACL to add.
 func ReadCheckpoint(ctx context.Context, cl *kgo.Client, topic, key string) (cp TxnMark, found bool, err error) {
+	cp, found, _, err = ReadCheckpointFrom(ctx, cl, topic, key, false)
+	return cp, found, err
+}
+
+// CheckpointRead says where ReadCheckpointFrom read: the node it fetched
+// from (the partition's leader), its leader epoch, the high watermark it
+// read up to, the offset of the record it returned (-1 when none), the
+// offsets of the records of key without a marker below the high
+// watermark, and how many reads it took (a leader moving, its high
+// watermark not yet known, or a marker waited for).
+type CheckpointRead struct {
+	Leader        int32
+	LeaderEpoch   int32
+	HighWatermark int64
+	Offset        int64
+	Unmarked      []int64
+	Reads         int
+}
+
+// checkpointRetry is the pause between two reads of the checkpoint
+// partition when one could not be completed or saw a record of key
+// without its marker.
+const checkpointRetry = 100 * time.Millisecond
+
+// ReadCheckpointFrom is ReadCheckpoint, saying where it read; with await
+// it reads again until no record of key is without its marker, or ctx
+// ends (an error naming the records).
+func ReadCheckpointFrom(ctx context.Context, cl *kgo.Client, topic, key string, await bool) (cp TxnMark, found bool, rd CheckpointRead, err error) {
 	defer func() {
 		if fix := aclFix(err, topic, true, ""); fix != "" {
 			err = refused(err, fix)
 		}
 	}()
-	leader, topicID, err := checkpointPartition(ctx, cl, topic)
-	if err != nil {
-		return cp, false, err
-	}
-	replay := checkpointReplay{key: key, pending: map[int64]*kgo.Record{}}
-	offset, end, stuck := int64(0), int64(-1), 0
-	for end < 0 || offset < end {
-		part, err := fetchCheckpoints(ctx, cl.Broker(int(leader)), topic, topicID, offset)
-		if err != nil {
-			return cp, false, err
+	reads := 0
+	for {
+		reads++
+		var again bool
+		cp, found, rd, again, err = readCheckpointOnce(ctx, cl, topic, key)
+		rd.Reads = reads
+		if err == nil && !(await && len(rd.Unmarked) > 0) {
+			return cp, found, rd, nil
 		}
-		if errors.Is(kerr.ErrorForCode(part.ErrorCode), kerr.OffsetOutOfRange) {
+		if err != nil && !again {
+			return cp, false, rd, err
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("checkpoint topic %q: the checkpoint records of %s at offsets %v have no transaction marker at the leader (node %d, high watermark %d) after %d reads: %w; "+
+					"this transactional id's earlier transaction was completed when the producer was initialised, so its marker is due; "+
+					"if it stays missing, describe the partition's producers (kafka-transactions.sh describe-producers --topic %s --partition 0)",
+					topic, key, rd.Unmarked, rd.Leader, rd.HighWatermark, reads, ctx.Err(), topic)
+			}
+			return cp, false, rd, err
+		case <-time.After(checkpointRetry):
+		}
+	}
+}
+
+// retriableRead says whether a partition error of the checkpoint read
+// means reading again from the leader the metadata names then: the
+// leader moved, or has not yet caught up with its predecessor.
+func retriableRead(err error) bool {
+	return errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, kerr.FencedLeaderEpoch) ||
+		errors.Is(err, kerr.UnknownLeaderEpoch) || errors.Is(err, kerr.OffsetNotAvailable) ||
+		errors.Is(err, kerr.LeaderNotAvailable) || errors.Is(err, kerr.ReplicaNotAvailable) ||
+		errors.Is(err, kerr.KafkaStorageError) || errors.Is(err, kerr.NotCoordinator)
+}
+
+// readCheckpointOnce is one read of the checkpoint partition (see
+// ReadCheckpoint); again says an error is worth another read.
+func readCheckpointOnce(ctx context.Context, cl *kgo.Client, topic, key string) (cp TxnMark, found bool, rd CheckpointRead, again bool, err error) {
+	rd.Offset = -1
+	leader, epoch, topicID, err := checkpointPartition(ctx, cl, topic)
+	if err != nil {
+		return cp, false, rd, errors.Is(err, errNoLeader), err
+	}
+	rd.Leader, rd.LeaderEpoch = leader, epoch
+	br := cl.Broker(int(leader))
+	end, err := checkpointEnd(ctx, br, topic, epoch)
+	if err != nil {
+		return cp, false, rd, retriableRead(err), err
+	}
+	rd.HighWatermark = end
+	replay := checkpointReplay{key: key, pending: map[int64]*kgo.Record{}, offset: -1}
+	// One fetch at least, even of an empty partition: a refused READ is
+	// found at the first start, not at the first start after a commit.
+	offset, stuck := int64(0), 0
+	for first := true; first || offset < end; first = false {
+		part, err := fetchCheckpoints(ctx, br, topic, topicID, epoch, offset)
+		if err != nil {
+			return cp, false, rd, false, err
+		}
+		perr := kerr.ErrorForCode(part.ErrorCode)
+		if errors.Is(perr, kerr.OffsetOutOfRange) {
 			// Deleted below (DeleteRecords): go on from the log start
 			// offset. Kafka does not say it in this answer.
 			start, err := kadm.NewClient(cl).ListStartOffsets(ctx, topic)
 			if err != nil {
-				return cp, false, fmt.Errorf("list the start offset of checkpoint topic %q: %w", topic, err)
+				return cp, false, rd, false, fmt.Errorf("list the start offset of checkpoint topic %q: %w", topic, err)
 			}
 			lo, ok := start.Lookup(topic, 0)
 			if !ok || lo.Err != nil || lo.Offset <= offset {
-				return cp, false, fmt.Errorf("fetch checkpoint topic %q at offset %d: %w (log start offset %d, %v)", topic, offset, kerr.OffsetOutOfRange, lo.Offset, lo.Err)
+				return cp, false, rd, false, fmt.Errorf("fetch checkpoint topic %q at offset %d: %w (log start offset %d, %v)", topic, offset, kerr.OffsetOutOfRange, lo.Offset, lo.Err)
 			}
 			offset = lo.Offset
 			continue
 		}
-		if end < 0 {
-			end = part.HighWatermark
+		if perr != nil {
+			return cp, false, rd, retriableRead(perr), fmt.Errorf("fetch checkpoint topic %q from node %d: %w", topic, leader, perr)
 		}
 		fp, next := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 			KeepControlRecords: true, Offset: offset, IsolationLevel: kgo.ReadUncommitted(), Topic: topic, Partition: 0,
 		}, part, kgo.DefaultDecompressor(), nil)
 		if fp.Err != nil {
-			return cp, false, fmt.Errorf("fetch checkpoint topic %q: %w", topic, fp.Err)
+			return cp, false, rd, false, fmt.Errorf("fetch checkpoint topic %q: %w", topic, fp.Err)
 		}
 		for _, r := range fp.Records {
 			if r.Offset >= end {
 				break // after the end: the read is of one moment
 			}
 			if err := replay.apply(r); err != nil {
-				return cp, false, fmt.Errorf("checkpoint topic %q: %w", topic, err)
+				return cp, false, rd, false, fmt.Errorf("checkpoint topic %q: %w", topic, err)
 			}
 		}
 		if next <= offset {
+			// Nothing new: the answer's high watermark is below end
+			// (a fetch served before the leader's advanced), or a batch
+			// larger than the answer.
 			if stuck++; stuck > 50 {
-				return cp, false, fmt.Errorf("fetch checkpoint topic %q: no progress at offset %d (high watermark %d)", topic, offset, end)
+				return cp, false, rd, true, fmt.Errorf("fetch checkpoint topic %q from node %d: no progress at offset %d (high watermark %d, end %d)", topic, leader, offset, part.HighWatermark, end)
 			}
 			continue
 		}
 		stuck, offset = 0, next
 	}
-	return replay.cp, replay.found, nil
+	for _, r := range replay.pending {
+		rd.Unmarked = append(rd.Unmarked, r.Offset)
+	}
+	slices.Sort(rd.Unmarked)
+	rd.Offset = replay.offset
+	return replay.cp, replay.found, rd, false, nil
 }
 
-// checkpointPartition returns the leader of topic's only partition and
-// the topic's ID.
-func checkpointPartition(ctx context.Context, cl *kgo.Client, topic string) (leader int32, id [16]byte, err error) {
+// errNoLeader: the checkpoint partition has no leader in the metadata
+// (an election under way); the read is tried again.
+var errNoLeader = errors.New("no leader")
+
+// checkpointPartition returns the leader of topic's only partition, its
+// leader epoch and the topic's ID, from a metadata request of its own.
+func checkpointPartition(ctx context.Context, cl *kgo.Client, topic string) (leader, epoch int32, id [16]byte, err error) {
 	tds, err := kadm.NewClient(cl).ListTopics(ctx, topic)
 	if err != nil {
-		return 0, id, fmt.Errorf("list checkpoint topic %q: %w", topic, err)
+		return 0, 0, id, fmt.Errorf("list checkpoint topic %q: %w", topic, err)
 	}
 	td, ok := tds[topic]
 	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
-		return 0, id, fmt.Errorf("kafka.checkpoint_topic: %w: %q: fix: create it with one partition and cleanup.policy=compact, or set kafka.create_topic_partitions so walpost creates it", ErrTopicMissing, topic)
+		return 0, 0, id, fmt.Errorf("kafka.checkpoint_topic: %w: %q: fix: create it with one partition and cleanup.policy=compact, or set kafka.create_topic_partitions so walpost creates it", ErrTopicMissing, topic)
 	}
 	if td.Err != nil {
-		return 0, id, fmt.Errorf("describe checkpoint topic %q: %w", topic, td.Err)
+		return 0, 0, id, fmt.Errorf("describe checkpoint topic %q: %w", topic, td.Err)
 	}
 	pd, ok := td.Partitions[0]
 	if !ok || len(td.Partitions) != 1 {
-		return 0, id, fmt.Errorf("kafka.checkpoint_topic %q has %d partitions: it needs exactly one", topic, len(td.Partitions))
+		return 0, 0, id, fmt.Errorf("kafka.checkpoint_topic %q has %d partitions: it needs exactly one", topic, len(td.Partitions))
 	}
-	return pd.Leader, td.ID, nil
+	if pd.Leader < 0 || pd.Err != nil {
+		return 0, 0, id, fmt.Errorf("checkpoint topic %q partition 0: %w (%v)", topic, errNoLeader, pd.Err)
+	}
+	return pd.Leader, pd.LeaderEpoch, td.ID, nil
+}
+
+// checkpointEnd asks the leader br for the checkpoint partition's high
+// watermark (ListOffsets, latest, read_uncommitted), fenced by epoch.
+func checkpointEnd(ctx context.Context, br *kgo.Broker, topic string, epoch int32) (int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	req.IsolationLevel = 0
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Partition, rp.CurrentLeaderEpoch, rp.Timestamp = 0, epoch, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, br)
+	if err != nil {
+		return 0, fmt.Errorf("list the end offset of checkpoint topic %q: %w", topic, err)
+	}
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		return 0, fmt.Errorf("list the end offset of checkpoint topic %q: unexpected answer", topic)
+	}
+	p := resp.Topics[0].Partitions[0]
+	if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+		return 0, fmt.Errorf("list the end offset of checkpoint topic %q: %w", topic, err)
+	}
+	return p.Offset, nil
 }
 
 // checkpointFetchBytes bounds one fetch of the checkpoint partition.
@@ -535,8 +668,8 @@ const checkpointFetchBytes = 1 << 20
 const CheckpointSegmentBytes = 16 << 20
 
 // fetchCheckpoints fetches the checkpoint partition from offset,
-// read_uncommitted, from its leader br.
-func fetchCheckpoints(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, offset int64) (*kmsg.FetchResponseTopicPartition, error) {
+// read_uncommitted, from its leader br, fenced by epoch.
+func fetchCheckpoints(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, epoch int32, offset int64) (*kmsg.FetchResponseTopicPartition, error) {
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 200
@@ -550,7 +683,7 @@ func fetchCheckpoints(ctx context.Context, br *kgo.Broker, topic string, topicID
 	rt.Topic, rt.TopicID = topic, topicID
 	rp := kmsg.NewFetchRequestTopicPartition()
 	rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = 0, offset, checkpointFetchBytes
-	rp.CurrentLeaderEpoch, rp.LogStartOffset = -1, -1
+	rp.CurrentLeaderEpoch, rp.LogStartOffset = epoch, -1
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)
 	resp, err := req.RequestWith(ctx, br)
@@ -573,6 +706,7 @@ type checkpointReplay struct {
 	pending map[int64]*kgo.Record // by producer ID: its open transaction's last record of key
 	cp      TxnMark
 	found   bool
+	offset  int64 // cp's record
 }
 
 func (p *checkpointReplay) apply(r *kgo.Record) error {
@@ -610,7 +744,7 @@ func (p *checkpointReplay) set(r *kgo.Record) error {
 	if err := json.Unmarshal(r.Value, &c); err != nil {
 		return fmt.Errorf("checkpoint %q at offset %d: %w", p.key, r.Offset, err)
 	}
-	p.cp, p.found = c, true
+	p.cp, p.found, p.offset = c, true, r.Offset
 	return nil
 }
 
