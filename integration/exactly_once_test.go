@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walpost/walpost/verify"
 )
@@ -231,6 +232,7 @@ func verifyReadCommitted(t testing.TB, f *fixture, expected []verify.Expected, t
 	rep := verify.Validate(expected, observed(recs))
 	t.Logf("read_committed validator: %s", rep)
 	if !rep.OK() || rep.Duplicates() != 0 || rep.Unexpected != 0 || rep.Delivered != len(expected) {
+		dumpCheckpoints(t, "cp_"+f.Topic, 40)
 		t.Fatalf("exactly-once delivery failed: %s", rep)
 	}
 	// The same through librdkafka, reading on past the expected count.
@@ -601,4 +603,47 @@ func TestExactlyOncePoisonInLargeTransaction(t *testing.T) {
 		t.Errorf("%d refusals logged, want poison.max_attempts = 2", n)
 	}
 	alive(t, p, "after the quarantine")
+}
+
+// dumpCheckpoints logs the last n records of checkpoint topic cp as
+// stored (read_uncommitted, markers included): which transaction wrote
+// each checkpoint and whether a COMMIT or ABORT marker followed it.
+func dumpCheckpoints(t testing.TB, cp string, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(cp), kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
+	if err != nil {
+		t.Logf("checkpoint topic %s: %v", cp, err)
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := kadm.NewClient(cl).ListEndOffsets(ctx, cp)
+	if err != nil {
+		t.Logf("checkpoint topic %s: %v", cp, err)
+		return
+	}
+	end, _ := offs.Lookup(cp, 0)
+	var lines []string
+	for next := int64(0); next < end.Offset && ctx.Err() == nil; {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) {
+			next = r.Offset + 1
+			line := fmt.Sprintf("offset %d producer %d epoch %d", r.Offset, r.ProducerID, r.ProducerEpoch)
+			switch {
+			case r.Attrs.IsControl():
+				var k kmsg.ControlRecordKey
+				_ = k.ReadFrom(r.Key)
+				line += fmt.Sprintf(" marker %v", k.Type)
+			default:
+				line += fmt.Sprintf(" transactional %v %s", r.Attrs.IsTransactional(), r.Value)
+			}
+			lines = append(lines, line)
+		})
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	t.Logf("checkpoint topic %s, end offset %d (leader epoch %d), its last %d records:\n%s", cp, end.Offset, end.LeaderEpoch, len(lines), strings.Join(lines, "\n"))
 }
