@@ -58,13 +58,14 @@ func newReader(t *testing.T, c *kfake.Cluster) *kgo.Client {
 func TestReadCheckpointStaleFetch(t *testing.T) {
 	c := newTxnCluster(t)
 	id, _, second := twoCheckpoints(t, c)
-	var stale atomic.Int32
+	var fetches, stale atomic.Int32
 	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		freq := req.(*kmsg.FetchRequest)
 		c.KeepControl()
-		if stale.Add(1) > 3 {
+		if fetches.Add(1) > 3 {
 			return nil, nil, false
 		}
+		stale.Add(1)
 		// An answer of a replica whose high watermark is at the second
 		// record: it has nothing to give from offset 0 past the first
 		// checkpoint's marker.
@@ -84,8 +85,9 @@ func TestReadCheckpointStaleFetch(t *testing.T) {
 	if cp.LSN != second.LSN {
 		t.Fatalf("checkpoint at %s, want the newest, %s (a stale fetch answer ended the read): %+v", cp.LSN, second.LSN, rd)
 	}
-	if rd.HighWatermark != 4 || rd.Offset != 2 || stale.Load() < 3 {
-		t.Fatalf("read %+v after %d stale answers, want high watermark 4, offset 2, 3 stale answers", rd, stale.Load())
+	// The stale answers were all given, and the read went on past them.
+	if rd.HighWatermark != 4 || rd.Offset != 2 || stale.Load() != 3 || fetches.Load() < 4 {
+		t.Fatalf("read %+v after %d fetches, %d answered stale; want high watermark 4, offset 2, 3 stale answers and a fetch after them", rd, fetches.Load(), stale.Load())
 	}
 }
 
@@ -170,5 +172,30 @@ func TestReadCheckpointLeaderNotReady(t *testing.T) {
 				t.Fatalf("%s, %+v, %v; want %s after 4 reads", cp.LSN, rd, err, second.LSN)
 			}
 		})
+	}
+}
+
+// TestReadCheckpointLeaderMoved: the read asks for the partition's leader
+// afresh each time, not from the client's metadata cache (kadm's
+// ListTopics answers from it for up to MetadataMinAge, 5 s): after the
+// leader moved, a client that read before goes to the new leader at once.
+func TestReadCheckpointLeaderMoved(t *testing.T) {
+	c := newCluster(t, kfake.NumBrokers(3), kfake.SeedTopics(1, cpTopic))
+	id, _, second := twoCheckpoints(t, c)
+	cl := newReader(t, c)
+	_, _, before, err := kafka.ReadCheckpointFrom(ctx20(t), cl, cpTopic, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := (before.Leader + 1) % 3
+	if err := c.MoveTopicPartition(cpTopic, 0, to); err != nil {
+		t.Fatal(err)
+	}
+	cp, _, rd, err := kafka.ReadCheckpointFrom(ctx20(t), cl, cpTopic, id, true)
+	if err != nil || cp.LSN != second.LSN {
+		t.Fatalf("after the move: %s, %v; want %s", cp.LSN, err, second.LSN)
+	}
+	if rd.Leader != to || rd.Reads != 1 {
+		t.Fatalf("after moving the leader from node %d to %d: read %+v, want node %d in one read", before.Leader, to, rd, to)
 	}
 }

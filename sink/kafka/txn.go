@@ -492,6 +492,7 @@ func ReadCheckpointFrom(ctx context.Context, cl *kgo.Client, topic, key string, 
 		}
 	}()
 	reads := 0
+	var waited CheckpointRead // the last read that found a record without its marker
 	for {
 		reads++
 		var again bool
@@ -500,16 +501,24 @@ func ReadCheckpointFrom(ctx context.Context, cl *kgo.Client, topic, key string, 
 		if err == nil && !(await && len(rd.Unmarked) > 0) {
 			return cp, found, rd, nil
 		}
-		if err != nil && !again {
+		if err == nil {
+			waited = rd
+		}
+		if err != nil && !again && ctx.Err() == nil {
 			return cp, false, rd, err
 		}
 		select {
 		case <-ctx.Done():
-			if err == nil {
+			if len(waited.Unmarked) > 0 {
+				// Said even when the deadline ended a request: what
+				// the read waited for is the news.
+				rd = waited
 				err = fmt.Errorf("checkpoint topic %q: the checkpoint records of %s at offsets %v have no transaction marker at the leader (node %d, high watermark %d) after %d reads: %w; "+
 					"this transactional id's earlier transaction was completed when the producer was initialised, so its marker is due; "+
 					"if it stays missing, describe the partition's producers (kafka-transactions.sh describe-producers --topic %s --partition 0)",
 					topic, key, rd.Unmarked, rd.Leader, rd.HighWatermark, reads, ctx.Err(), topic)
+			} else if err == nil {
+				err = ctx.Err()
 			}
 			return cp, false, rd, err
 		case <-time.After(checkpointRetry):
@@ -524,7 +533,8 @@ func retriableRead(err error) bool {
 	return errors.Is(err, kerr.NotLeaderForPartition) || errors.Is(err, kerr.FencedLeaderEpoch) ||
 		errors.Is(err, kerr.UnknownLeaderEpoch) || errors.Is(err, kerr.OffsetNotAvailable) ||
 		errors.Is(err, kerr.LeaderNotAvailable) || errors.Is(err, kerr.ReplicaNotAvailable) ||
-		errors.Is(err, kerr.KafkaStorageError) || errors.Is(err, kerr.NotCoordinator)
+		errors.Is(err, kerr.KafkaStorageError) || errors.Is(err, kerr.RequestTimedOut) ||
+		errors.Is(err, kerr.UnknownTopicID)
 }
 
 // readCheckpointOnce is one read of the checkpoint partition (see
@@ -607,27 +617,37 @@ func readCheckpointOnce(ctx context.Context, cl *kgo.Client, topic, key string) 
 var errNoLeader = errors.New("no leader")
 
 // checkpointPartition returns the leader of topic's only partition, its
-// leader epoch and the topic's ID, from a metadata request of its own.
+// leader epoch and the topic's ID, from a metadata request of its own
+// (kgo.Client.Request sends it; kadm's ListTopics may answer from the
+// client's cache, up to MetadataMinAge old).
 func checkpointPartition(ctx context.Context, cl *kgo.Client, topic string) (leader, epoch int32, id [16]byte, err error) {
-	tds, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return 0, 0, id, fmt.Errorf("list checkpoint topic %q: %w", topic, err)
 	}
-	td, ok := tds[topic]
-	if !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition) {
+	if len(resp.Topics) != 1 {
+		return 0, 0, id, fmt.Errorf("list checkpoint topic %q: unexpected answer", topic)
+	}
+	td := resp.Topics[0]
+	terr := kerr.ErrorForCode(td.ErrorCode)
+	if errors.Is(terr, kerr.UnknownTopicOrPartition) {
 		return 0, 0, id, fmt.Errorf("kafka.checkpoint_topic: %w: %q: fix: create it with one partition and cleanup.policy=compact, or set kafka.create_topic_partitions so walpost creates it", ErrTopicMissing, topic)
 	}
-	if td.Err != nil {
-		return 0, 0, id, fmt.Errorf("describe checkpoint topic %q: %w", topic, td.Err)
+	if terr != nil {
+		return 0, 0, id, fmt.Errorf("describe checkpoint topic %q: %w", topic, terr)
 	}
-	pd, ok := td.Partitions[0]
-	if !ok || len(td.Partitions) != 1 {
+	if len(td.Partitions) != 1 || td.Partitions[0].Partition != 0 {
 		return 0, 0, id, fmt.Errorf("kafka.checkpoint_topic %q has %d partitions: it needs exactly one", topic, len(td.Partitions))
 	}
-	if pd.Leader < 0 || pd.Err != nil {
-		return 0, 0, id, fmt.Errorf("checkpoint topic %q partition 0: %w (%v)", topic, errNoLeader, pd.Err)
+	pd := td.Partitions[0]
+	if perr := kerr.ErrorForCode(pd.ErrorCode); pd.Leader < 0 || (perr != nil && !errors.Is(perr, kerr.ReplicaNotAvailable)) {
+		return 0, 0, id, fmt.Errorf("checkpoint topic %q partition 0: %w (%v)", topic, errNoLeader, perr)
 	}
-	return pd.Leader, pd.LeaderEpoch, td.ID, nil
+	return pd.Leader, pd.LeaderEpoch, td.TopicID, nil
 }
 
 // checkpointEnd asks the leader br for the checkpoint partition's high

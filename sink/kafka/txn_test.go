@@ -427,6 +427,19 @@ func answerError(c *kfake.Cluster, key kmsg.Key, code int16) {
 				resp.Topics = append(resp.Topics, st)
 			}
 			return resp, nil, true
+		case *kmsg.ListOffsetsRequest:
+			resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+			for _, rt := range req.Topics {
+				st := kmsg.NewListOffsetsResponseTopic()
+				st.Topic = rt.Topic
+				for _, rp := range rt.Partitions {
+					sp := kmsg.NewListOffsetsResponseTopicPartition()
+					sp.Partition, sp.ErrorCode = rp.Partition, code
+					st.Partitions = append(st.Partitions, sp)
+				}
+				resp.Topics = append(resp.Topics, st)
+			}
+			return resp, nil, true
 		case *kmsg.MetadataRequest:
 			for _, rt := range req.Topics {
 				if rt.Topic != nil && *rt.Topic == cpTopic {
@@ -528,6 +541,7 @@ func TestTxnACLRefused(t *testing.T) {
 		{"CommitTxn: checkpoint produce, transactional id", commit, kmsg.Produce, kerr.TransactionalIDAuthorizationFailed, txnACL},
 		{"CommitTxn: EndTxn", commit, kmsg.EndTxn, kerr.TransactionalIDAuthorizationFailed, txnACL},
 		{"ReadCheckpoint: fetch", read, kmsg.Fetch, kerr.TopicAuthorizationFailed, readACL},
+		{"ReadCheckpoint: list offsets", read, kmsg.ListOffsets, kerr.TopicAuthorizationFailed, readACL},
 		{"ReadCheckpoint: metadata", read, kmsg.Metadata, kerr.TopicAuthorizationFailed, readACL},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
