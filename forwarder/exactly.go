@@ -42,6 +42,62 @@ func (s *session) slotTakenOver(conn *pgconn.PgConn) bool {
 	return taken
 }
 
+// slotPoll is how often watchSlot asks whether another walsender took
+// the slot.
+const slotPoll = 100 * time.Millisecond
+
+// watchSlot returns a context that ends, with a cause wrapping
+// replication.ErrSlotActive, when another walsender holds the slot, and
+// the function that stops the watch. The producer is initialised (and the
+// checkpoint read) only after the session found the slot free, but two
+// walposts that found it free at the same moment both initialise: the one
+// that started streaming first is fenced, initialises again and opens a
+// transaction, and the other's InitProducerID, answered
+// CONCURRENT_TRANSACTIONS while that transaction is open and asked again
+// by franz-go until its context ends, fences each new one, holding both
+// back for the 30 s of the initialisation. Cancelled, it stands by.
+func (s *session) watchSlot(ctx context.Context) (context.Context, func()) {
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(slotPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+			}
+			qctx, qcancel := context.WithTimeout(wctx, 5*time.Second)
+			var pid *int64
+			err := s.pool.QueryRow(qctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Postgres.Slot).Scan(&pid)
+			qcancel()
+			if err == nil && pid != nil {
+				cancel(fmt.Errorf("%w: slot %q is streaming to PostgreSQL backend pid %d, which took it while this walpost initialised its producer", replication.ErrSlotActive, s.cfg.Postgres.Slot, *pid))
+				return
+			}
+		}
+	}()
+	return wctx, func() {
+		close(done)
+		<-stopped
+		cancel(nil)
+	}
+}
+
+// standBy is err, or the reason ctx (watchSlot's) ended when another
+// walsender took the slot: the session then stands by.
+func standBy(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, replication.ErrSlotActive) {
+		return cause
+	}
+	return err
+}
+
 // checkCheckpointTopic checks (or creates) the checkpoint topic; a topic
 // that is missing or wrong wraps kafka.ErrCheckpointTopic (terminal),
 // anything else is retried like an unreachable Kafka.
@@ -72,11 +128,13 @@ func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sin
 	if err != nil {
 		return nil, cp, false, err
 	}
-	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	ictx, taken := s.watchSlot(tctx)
+	defer taken()
 	if err := k.InitProducer(ictx); err != nil {
 		k.Close()
-		return nil, cp, false, err
+		return nil, cp, false, standBy(ictx, err)
 	}
 	cl, err := kafkaconf.NewClient(cfg.Kafka)
 	if err != nil {
@@ -87,7 +145,7 @@ func (s *session) openTxn(ctx context.Context, id position.Identity) (*kafka.Sin
 	cl.Close()
 	if err != nil {
 		k.Close()
-		return nil, cp, false, fmt.Errorf("read the checkpoint: %w", err)
+		return nil, cp, false, standBy(ictx, fmt.Errorf("read the checkpoint: %w", err))
 	}
 	if found {
 		s.log.Info("exactly-once: producer initialised, checkpoint read", "slot", cfg.Postgres.Slot, "transactional_id", kcfg.TransactionalID,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -378,4 +379,44 @@ func TestSessionStatusDuringSlowCommit(t *testing.T) {
 			t.Errorf("status updates %d and %d came %s apart while a commit took 3 s: the walsender (wal_sender_timeout %s) would end the session; want at most %s", i-1, i, gap, sender, sender/2)
 		}
 	}
+}
+
+// TestSessionSlotTakenDuringInit: another walsender takes the slot while
+// the session initialises its transactional producer (two walposts found
+// it free at the same moment), and the coordinator answers
+// CONCURRENT_TRANSACTIONS while the other's transaction is open, which
+// franz-go asks again until the initialisation's 30 s end: the session
+// gives up within a poll of the slot and stands by, and streams once the
+// slot is free again.
+func TestSessionSlotTakenDuringInit(t *testing.T) {
+	t.Parallel()
+	k := newKafkaFake(t)
+	h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
+	var held atomic.Bool
+	held.Store(true)
+	var inits atomic.Int32
+	k.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		if !held.Load() {
+			return nil, nil, false
+		}
+		inits.Add(1)
+		h.pg.SetSlot(func(s *replicationtest.Slot) { s.ActivePID = 99999 })
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ConcurrentTransactions.Code
+		return resp, nil, true
+	})
+	h.run(Deps{})
+	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+	defer cancel()
+	if err := h.pg.Wait(ctx, "the session to stand by", func() bool {
+		h.f.m.mu.Lock()
+		defer h.f.m.mu.Unlock()
+		return h.f.m.cur == stateWaitingForSlot
+	}); err != nil {
+		t.Fatalf("%v (%d InitProducerIDs answered CONCURRENT_TRANSACTIONS)", err, inits.Load())
+	}
+	held.Store(false)
+	h.pg.SetSlot(func(s *replicationtest.Slot) { s.ActivePID = 0 })
+	h.waitFlush(h.pg.Append(row(1)).End)
 }
