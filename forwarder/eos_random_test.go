@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,17 +20,21 @@ import (
 
 	"github.com/walpost/walpost/config"
 	"github.com/walpost/walpost/replication/replicationtest"
+	"github.com/walpost/walpost/sink/kafka"
 )
 
-// TestExactlyOnceRandomFaults (INV-8, INV-9, INV-10): a whole exactly-once
-// Forwarder against the fake walsender and kfake, with transactions
+// TestExactlyOnceRandomFaults (INV-8, INV-9, INV-10): two whole
+// exactly-once walposts of one slot (Forwarders, one streaming, the other
+// standing by) against the fake walsender and kfake, with transactions
 // committed every few milliseconds, while faults come at random: the
 // walsender's connection cut, the producer fenced by another of the
 // slot's (the session initialises a new one and reads the checkpoint
 // again), a commit (EndTxn) or a checkpoint's produce failing, a produce
-// the broker applied but answered with REQUEST_TIMED_OUT, walpost stopped
-// mid-session and another started in its place (a restart or a takeover:
-// a new producer, nothing kept in memory, the checkpoint read afresh).
+// the broker applied but answered with REQUEST_TIMED_OUT, one of the two
+// stopped and another started in its place (a restart, or a takeover by
+// the one standing by: a new producer, nothing kept in memory, the
+// checkpoint read afresh). A walpost that exits fenced because the other
+// took the slot over is started again, as a supervisor would.
 // Afterwards a read_committed reader finds every event once: none lost,
 // none twice.
 //
@@ -56,11 +61,26 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	})
 	var logger *slog.Logger
 	if os.Getenv("EOS_FAULTS_LOG") != "" {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		// The sessions' lines; the Kafka client's only from WARN.
+		logger = slog.New(quietKafka{Handler: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})})
 	}
 	h.retryFirst = 10 * time.Millisecond
-	h.run(Deps{Logger: logger})
+	// Two walposts of the slot, running all along: while one streams the
+	// other stands by (it checks the slot before it initialises the
+	// producer, and its START_REPLICATION is refused with 55006); when
+	// the streaming one's session ends either may take the slot, and one
+	// that initialised its producer but lost the race for the slot fences
+	// the other and stands by in turn.
+	walposts := [2]*instance{startInstance(t, h, logger, "a"), startInstance(t, h, logger, "b")}
 	h.waitFlush(h.pg.Append(row(0)).End)
+	exited := func() {
+		t.Helper()
+		for i, w := range walposts {
+			if err, out := w.exited(); out {
+				t.Fatalf("walpost %d: Run returned: %v", i, err)
+			}
+		}
+	}
 
 	// The writers: transactions of 1 to 4 rows, keys k1, k2, ..., until
 	// the faults are done.
@@ -100,18 +120,14 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	waitSession := func(starts int, what string) {
 		t.Helper()
 		err := h.pg.Wait(h.ctx, what, func() bool {
-			select {
-			case <-h.exited:
-				return true
-			default:
+			for _, w := range walposts {
+				if _, out := w.exited(); out {
+					return true
+				}
 			}
 			return h.pg.Starts() > starts && h.pg.Slot().ActivePID != 0
 		})
-		select {
-		case <-h.exited:
-			t.Fatalf("Run returned: %v", h.result())
-		default:
-		}
+		exited()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,72 +139,89 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	// is followed by a wait for the next session; a Kafka fault no
 	// request met within 300 ms is taken back.
 	faults := map[string]int{}
+	var order []string
 	hits := 0
 	for range 20 {
-		select {
-		case <-h.exited:
-			t.Fatalf("Run returned: %v", h.result())
-		case <-time.After(time.Duration(2+rng.IntN(20)) * time.Millisecond): // into the session, not a wait
-		}
+		exited()
+		time.Sleep(time.Duration(2+rng.IntN(20)) * time.Millisecond) // into the session, not a wait
 		starts := h.pg.Starts()
 		var pending *kfake.FaultHandle
+		var name string
 		ends := true
 		switch rng.IntN(6) {
 		case 0:
 			h.pg.Disconnect()
-			faults["walsender cut"]++
+			name = "walsender cut"
+			faults[name]++
 		case 1:
 			h.transactional().Close() // fences the session's producer
-			faults["fenced by another producer"]++
+			name = "fenced by another producer"
+			faults[name]++
 		case 2:
 			pending = k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.UnknownServerError})
-			faults["EndTxn failed"]++
+			name = "EndTxn failed"
+			faults[name]++
 		case 3:
 			pending = k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: h.cfg.Kafka.CheckpointTopic, Err: kerr.UnknownServerError})
-			faults["checkpoint produce failed"]++
+			name = "checkpoint produce failed"
+			faults[name]++
 		case 4:
 			pending = k.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: harnessTopic, Err: kerr.RequestTimedOut})
-			faults["produce applied, answered REQUEST_TIMED_OUT"]++
+			name = "produce applied, answered REQUEST_TIMED_OUT"
+			faults[name]++
 			ends = false // franz-go retries it; the broker has it once
 		case 5:
-			h.stop()
-			if err := h.waitExit(10 * time.Second); err != nil {
-				t.Fatalf("Run: %v, want nil after a stop", err)
+			i := rng.IntN(2)
+			if err := walposts[i].stopWait(10 * time.Second); err != nil {
+				t.Fatalf("walpost %d: Run: %v, want nil after a stop", i, err)
 			}
-			h.run(Deps{Logger: logger})
-			faults["walpost stopped, another started"]++
+			walposts[i] = startInstance(t, h, logger, fmt.Sprintf("%c%d", "ab"[i], len(order)))
+			name = "walpost stopped, another started"
+			faults[name]++
+			// The one stopped may have been standing by: then the
+			// session that streams goes on, and no new one is due.
+			ends = false
+			waitSession(-1, "a session streaming after a walpost was stopped")
 		}
+		t.Logf("fault %d: %s (START_REPLICATIONs %d, slot held by %d)", len(order), name, starts, h.pg.Slot().ActivePID)
+		order = append(order, name)
 		if pending != nil {
 			wctx, cancel := context.WithTimeout(h.ctx, 300*time.Millisecond)
 			_ = pending.Wait(wctx, 1)
 			cancel()
 			pending.Remove()
-			if pending.Hits() == 0 {
-				ends = false
-			}
+			// A Kafka fault that met no request is taken back, and one
+			// that met a request may have met the walpost standing by
+			// (its abort as its session ends) rather than the one that
+			// streams: no new session is due.
+			ends = false
 			hits += pending.Hits()
 		}
-		if ends {
+		switch {
+		case ends:
 			waitSession(starts, "a new session after the fault")
+		default:
+			// The fault may have met the other walpost's requests
+			// (its abort as its session ended): a session streams.
+			waitSession(-1, "a session streaming after the fault")
 		}
 	}
 	stopWriters()
 	wmu.Lock()
 	end, n := last.End, rows
 	wmu.Unlock()
-	t.Logf("faults: %v; %d of the Kafka faults met a request", faults, hits)
+	takeovers := walposts[0].fenced.Load() + walposts[1].fenced.Load()
+	t.Logf("faults: %v; %d of the Kafka faults met a request; %d walposts exited fenced by a takeover and were started again", faults, hits, takeovers)
 	if _, err := h.pg.WaitFlush(h.ctx, end); err != nil {
-		select {
-		case <-h.exited:
-			t.Fatalf("Run returned: %v", h.result())
-		default:
-		}
+		exited()
 		t.Fatalf("%v (confirmed at most %s, %d sessions)", err, h.pg.MaxFlush(), h.pg.Starts())
 	}
-	// Stopped, so nothing commits after the read's end is taken.
-	h.stop()
-	if err := h.waitExit(10 * time.Second); err != nil {
-		t.Fatalf("Run: %v, want nil after a stop", err)
+	// Stopped, both, so nothing commits after the read's end is taken.
+	for i, w := range walposts {
+		w.stop()
+		if err := w.stopWait(10 * time.Second); err != nil {
+			t.Fatalf("walpost %d: Run: %v, want nil after a stop", i, err)
+		}
 	}
 
 	// Every committed record, read_committed.
@@ -243,4 +276,103 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 		}
 	}
 	t.Logf("%d events, %d sessions: %d lost, %d more than once", n+1, h.pg.Starts(), lost, twice)
+}
+
+// instance is one walpost process of a test: a Forwarder that, when Run
+// ends because another walpost took the slot over (kafka.ErrFenced), is
+// started again in its place as a supervisor would, and then stands by.
+type instance struct {
+	stop   context.CancelFunc
+	done   chan error // Run's result other than a takeover
+	fenced atomic.Int32
+}
+
+func startInstance(t *testing.T, h *sessionHarness, logger *slog.Logger, name string) *instance {
+	t.Helper()
+	if logger != nil {
+		logger = logger.With("walpost", name)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	w := &instance{stop: stop, done: make(chan error, 1)}
+	go func() {
+		for {
+			f, err := New(h.cfg, Deps{Logger: logger})
+			if err != nil {
+				w.done <- err
+				return
+			}
+			f.retryFirst = h.retryFirst
+			err = f.Run(ctx)
+			h.pg.SetSlot(func(*replicationtest.Slot) {}) // wakes a Wait on the server
+			if ctx.Err() == nil && kafka.Fenced(err) {
+				w.fenced.Add(1)
+				continue
+			}
+			w.done <- err
+			return
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-w.done:
+			w.done <- err
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not return within 30s of its context's end")
+		}
+	})
+	return w
+}
+
+// exited returns Run's result if it returned.
+func (w *instance) exited() (error, bool) {
+	select {
+	case err := <-w.done:
+		w.done <- err
+		return err, true
+	default:
+		return nil, false
+	}
+}
+
+// stopWait stops the walpost and waits at most d for Run's result: nil,
+// or kafka.ErrFenced when the other walpost took the slot over as this
+// one stopped (its last commit then fails, and the other resumes from
+// the checkpoint).
+func (w *instance) stopWait(d time.Duration) error {
+	w.stop()
+	select {
+	case err := <-w.done:
+		w.done <- err
+		if kafka.Fenced(err) {
+			w.fenced.Add(1)
+			return nil
+		}
+		return err
+	case <-time.After(d):
+		return fmt.Errorf("Run still running %s after its stop", d)
+	}
+}
+
+// quietKafka passes the Kafka client's records (a logger With component
+// kafka) only from WARN up.
+type quietKafka struct {
+	slog.Handler
+	kafka bool
+}
+
+func (q quietKafka) Enabled(ctx context.Context, l slog.Level) bool {
+	return (!q.kafka || l >= slog.LevelWarn) && q.Handler.Enabled(ctx, l)
+}
+
+func (q quietKafka) WithAttrs(as []slog.Attr) slog.Handler {
+	k := q.kafka
+	for _, a := range as {
+		k = k || (a.Key == "component" && a.Value.String() == "kafka")
+	}
+	return quietKafka{Handler: q.Handler.WithAttrs(as), kafka: k}
+}
+
+func (q quietKafka) WithGroup(name string) slog.Handler {
+	return quietKafka{Handler: q.Handler.WithGroup(name), kafka: q.kafka}
 }
