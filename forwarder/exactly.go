@@ -12,6 +12,7 @@ import (
 
 	"github.com/walpost/walpost/checkpoint"
 	"github.com/walpost/walpost/internal/kafkaconf"
+	"github.com/walpost/walpost/internal/redact"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication"
 	"github.com/walpost/walpost/sink/kafka"
@@ -76,6 +77,9 @@ func (s *session) watchSlot(ctx context.Context) (context.Context, func()) {
 			var pid *int64
 			err := s.pool.QueryRow(qctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.Postgres.Slot).Scan(&pid)
 			qcancel()
+			if err != nil && wctx.Err() == nil {
+				s.log.Debug("watching the slot while the producer initialises: cannot read it", "slot", s.cfg.Postgres.Slot, "err", redact.String(err.Error()))
+			}
 			if err == nil && pid != nil {
 				cancel(fmt.Errorf("%w: slot %q is streaming to PostgreSQL backend pid %d, which took it while this walpost initialised its producer", replication.ErrSlotActive, s.cfg.Postgres.Slot, *pid))
 				return
@@ -84,15 +88,21 @@ func (s *session) watchSlot(ctx context.Context) (context.Context, func()) {
 	}()
 	return wctx, func() {
 		close(done)
+		cancel(errWatchStopped) // ends a query under way
 		<-stopped
-		cancel(nil)
 	}
 }
 
-// standBy is err, or the reason ctx (watchSlot's) ended when another
-// walsender took the slot: the session then stands by.
+// errWatchStopped ends watchSlot's context when the initialisation is
+// over.
+var errWatchStopped = errors.New("the producer's initialisation is over")
+
+// standBy is err, or, when err is the cancellation of ctx (watchSlot's)
+// because another walsender took the slot, that reason: the session then
+// stands by. Any other error (a refused ACL that came at the same moment)
+// stays what it is.
 func standBy(ctx context.Context, err error) error {
-	if cause := context.Cause(ctx); errors.Is(cause, replication.ErrSlotActive) {
+	if cause := context.Cause(ctx); errors.Is(cause, replication.ErrSlotActive) && errors.Is(err, context.Canceled) {
 		return cause
 	}
 	return err
