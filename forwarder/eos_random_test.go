@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,6 +54,7 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 
 	k := newKafkaFake(t)
+	trace := traceKafka(k)
 	h := newSessionHarness(t, replicationtest.Config{}, func(c *config.Config) {
 		exactlyOnce(k)(c)
 		c.Delivery.TransactionInterval = 5 * time.Millisecond
@@ -283,6 +285,9 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 		}
 	}
 	t.Logf("%d events, %d sessions: %d lost, %d more than once", n+1, h.pg.Starts(), lost, twice)
+	if lost+twice > 0 {
+		t.Logf("kfake's last transactional requests (time since the start):\n%s", trace)
+	}
 }
 
 // instance is one walpost process of a test: a Forwarder that, when Run
@@ -382,4 +387,67 @@ func (q quietKafka) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (q quietKafka) WithGroup(name string) slog.Handler {
 	return quietKafka{Handler: q.Handler.WithGroup(name), kafka: q.kafka}
+}
+
+// kafkaTrace keeps the last requests of the transactional protocol kfake
+// received (InitProducerID, Produce, EndTxn), to print when the test
+// finds an event lost or committed twice: which producer epoch wrote what
+// and which commit or abort ended it. Control functions that only look.
+type kafkaTrace struct {
+	mu    sync.Mutex
+	start time.Time
+	lines []string
+}
+
+const traceLines = 3000
+
+func traceKafka(k *kafkaFake) *kafkaTrace {
+	tr := &kafkaTrace{start: time.Now()}
+	look := func(req kmsg.Request) (kmsg.Response, error, bool) {
+		switch r := req.(type) {
+		case *kmsg.InitProducerIDRequest:
+			id := ""
+			if r.TransactionalID != nil {
+				id = *r.TransactionalID
+			}
+			tr.add("InitProducerID %s pid=%d epoch=%d", id, r.ProducerID, r.ProducerEpoch)
+		case *kmsg.EndTxnRequest:
+			tr.add("EndTxn pid=%d epoch=%d commit=%v", r.ProducerID, r.ProducerEpoch, r.Commit)
+		case *kmsg.ProduceRequest:
+			for _, rt := range r.Topics {
+				for _, rp := range rt.Partitions {
+					var batch kmsg.RecordBatch
+					if err := batch.ReadFrom(rp.Records); err != nil {
+						continue
+					}
+					recs, _ := kfake.BatchRecords(batch)
+					keys := make([]string, 0, len(recs))
+					for _, rec := range recs {
+						keys = append(keys, string(rec.Key))
+					}
+					tr.add("Produce %s/%d pid=%d epoch=%d seq=%d keys=%v", rt.Topic, rp.Partition, batch.ProducerID, batch.ProducerEpoch, batch.FirstSequence, keys)
+				}
+			}
+		}
+		return nil, nil, false
+	}
+	for _, key := range []kmsg.Key{kmsg.InitProducerID, kmsg.EndTxn, kmsg.Produce} {
+		k.ControlKey(int16(key), look)
+	}
+	return tr
+}
+
+func (tr *kafkaTrace) add(format string, args ...any) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if len(tr.lines) == traceLines {
+		tr.lines = tr.lines[1:]
+	}
+	tr.lines = append(tr.lines, fmt.Sprintf("%8.3fs ", time.Since(tr.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (tr *kafkaTrace) String() string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return strings.Join(tr.lines, "\n")
 }
