@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -122,30 +123,64 @@ func copyDir(t testing.TB, from, to string) {
 }
 
 // countRecords counts the records whose key has prefix in f's topic, all
-// and distinct, as a consumer of the given isolation sees them now.
+// and distinct, as a consumer of the given isolation sees them now: up to
+// the end offsets listed first (the high watermarks; a read_committed
+// consumer stops at the last stable offsets, and is done there once two
+// polls in a row bring nothing). Not a quiet spell alone: under load a
+// fetch can take longer than a poll, and the count came out short.
 func (f *fixture) countRecords(t testing.TB, prefix string, opts ...kgo.Opt) (total, distinct int) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	hw, err := f.Admin.ListEndOffsets(ctx, f.Topic)
+	if err == nil {
+		err = hw.Error()
+	}
+	var lso kadm.ListedOffsets
+	if err == nil {
+		if lso, err = f.Admin.ListCommittedOffsets(ctx, f.Topic); err == nil {
+			err = lso.Error()
+		}
+	}
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(f.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50 * time.Millisecond)}, opts...)...)
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50 * time.Millisecond),
+		kgo.KeepControlRecords()}, opts...)...) // the markers too: a position passes them
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	pos := map[int32]int64{}
+	reached := func(ends kadm.ListedOffsets) bool {
+		ok := true
+		ends.Each(func(o kadm.ListedOffset) { ok = ok && pos[o.Partition] >= o.Offset })
+		return ok
+	}
 	seen := map[string]bool{}
-	for quiet := 0; quiet < 2; {
+	deadline := time.Now().Add(time.Minute)
+	for quiet := 0; !reached(hw) && quiet < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("counting %q records: at %v after a minute, high watermarks %v", prefix, pos, hw)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		fs := cl.PollFetches(ctx)
 		cancel()
 		n := 0
 		fs.EachRecord(func(r *kgo.Record) {
 			n++
-			if strings.HasPrefix(string(r.Key), prefix) {
+			pos[r.Partition] = r.Offset + 1
+			if !r.Attrs.IsControl() && strings.HasPrefix(string(r.Key), prefix) {
 				total++
 				seen[string(r.Key)] = true
 			}
 		})
-		if n == 0 {
+		switch {
+		case n == 0 && reached(lso):
 			quiet++
+		default:
+			quiet = 0
 		}
 	}
 	return total, len(seen)
