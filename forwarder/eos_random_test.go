@@ -61,9 +61,12 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 		c.Delivery.TransactionRecords = 7
 		c.Kafka.FlushTimeout = time.Second // bounds a session's end after a fault
 	})
-	var logger *slog.Logger
+	// Both walposts' WARN and ERROR lines, kept to print when an event is
+	// lost or twice; EOS_FAULTS_LOG=1 prints every line of theirs as it
+	// comes (the Kafka client's from WARN).
+	warns := &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(warns, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if os.Getenv("EOS_FAULTS_LOG") != "" {
-		// The sessions' lines; the Kafka client's only from WARN.
 		logger = slog.New(quietKafka{Handler: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})})
 	}
 	h.retryFirst = 10 * time.Millisecond
@@ -287,6 +290,7 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	t.Logf("%d events, %d sessions: %d lost, %d more than once", n+1, h.pg.Starts(), lost, twice)
 	if lost+twice > 0 {
 		t.Logf("kfake's last transactional requests (time since the start):\n%s", trace)
+		t.Logf("the walposts' WARN and ERROR lines:\n%s", warns)
 	}
 }
 
