@@ -262,6 +262,20 @@ func (s *session) openProducer(ctx context.Context) error {
 		return err
 	}
 	s.later(s.txs.Close)
+	// The server's WAL position again, now that the checkpoint is read:
+	// the one of the session's start is older than a checkpoint that
+	// another walpost of the slot committed meanwhile (it streamed until
+	// this one's InitProducerID fenced it), which would then look past
+	// the server's WAL and be refused, and its events sent again.
+	if s.conn != nil {
+		id, wal, err := position.IdentifyAt(ctx, s.conn)
+		if err != nil {
+			return err
+		}
+		if id == s.id {
+			s.wal = wal
+		}
+	}
 	s.binary, err = s.setColumnTypes(ctx, s.side, s.table, s.txs)
 	return err
 }
