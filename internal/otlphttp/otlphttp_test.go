@@ -316,14 +316,17 @@ func TestRetry(t *testing.T) {
 		rc := &receiver{replies: []func(http.ResponseWriter, *http.Request){status(503, "", "still busy")}}
 		srv := httptest.NewServer(rc)
 		defer srv.Close()
-		c := client(t, srv, map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "300"})
+		// 1 s: long enough for the first answer under -race on a busy
+		// machine (300 ms sometimes was not, and the error was the
+		// deadline alone).
+		c := client(t, srv, map[string]string{"OTEL_EXPORTER_OTLP_TIMEOUT": "1000"})
 		start := time.Now()
 		err := c.UploadTraces(context.Background(), spans())
 		if err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "still busy") {
 			t.Fatalf("err %v, want the 503 and its body", err)
 		}
-		if d := time.Since(start); d > 2*time.Second {
-			t.Errorf("gave up after %s with a 300 ms timeout", d)
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("gave up after %s with a 1 s timeout", d)
 		}
 		if n := len(rc.got()); n < 2 {
 			t.Errorf("%d requests, want retries", n)
