@@ -222,6 +222,69 @@ func TestSessionSkipsUpToCheckpoint(t *testing.T) {
 	}
 }
 
+// TestSessionCheckpointPastStartWAL (INV-11, exactly-once, a takeover):
+// another walpost of the slot streams, and commits a checkpoint past the
+// WAL this session's IDENTIFY_SYSTEM saw at its start, until this
+// session's InitProducerID fences it. The checkpoint is the newest truth
+// about Kafka: the session compares it with the server's WAL as it is
+// after the read, uses it, and sends none of its events again.
+func TestSessionCheckpointPastStartWAL(t *testing.T) {
+	t.Parallel()
+	k := newKafkaFake(t)
+	h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
+	cl, err := kafkaconf.NewClient(h.cfg.Kafka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kafka.EnsureCheckpointTopic(h.ctx, cl, h.cfg.Kafka.CheckpointTopic, true)
+	cl.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := h.transactional() // the walpost streaming before this one
+
+	var once sync.Once
+	var last, after replicationtest.Txn
+	var commitErr error
+	committed := make(chan struct{})
+	k.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		once.Do(func() {
+			// The session has identified the server; while its producer
+			// initialises, the other walpost streams k1 and k2 and commits
+			// its checkpoint past the WAL of that identification.
+			k.SleepControl(func() {
+				defer close(committed)
+				h.pg.Append(row(1))
+				last = h.pg.Append(row(2))
+				if commitErr = other.BeginTxn(); commitErr != nil {
+					return
+				}
+				commitErr = other.CommitTxn(h.ctx, kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: last.End,
+					Anchored: true, AnchorCommitLSN: last.Commit, AnchorCommitTime: last.Time})
+			})
+		})
+		return nil, nil, false
+	})
+	h.run(Deps{})
+	select {
+	case <-committed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session's producer never initialised")
+	}
+	if commitErr != nil {
+		t.Fatalf("the other walpost's checkpoint: %v", commitErr)
+	}
+	after = h.pg.Append(row(3))
+	h.waitFlush(after.End)
+	if got := k.keys(); got["k1"] != 0 || got["k2"] != 0 || got["k3"] == 0 {
+		t.Errorf("produced %v, want k3 only: k1 and k2 are in the other walpost's checkpoint at %s", got, last.End)
+	}
+	if n := counterValue(t, h.f.m.cpRefused.WithLabelValues(refusedAhead)); n != 0 {
+		t.Errorf("walpost_checkpoint_refused_total{reason=ahead_of_server} = %v, want 0: the checkpoint at %s is in the server's WAL", n, last.End)
+	}
+}
+
 // TestSessionFenced (exactly-once, exactly.go): another producer of the
 // slot's transactional id fences the session's. When another walsender
 // holds the slot (a walpost took it over) Run ends with kafka.ErrFenced;
