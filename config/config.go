@@ -514,7 +514,7 @@ type Delivery struct {
 	// checkpoint topic; read_committed consumers see each event once).
 	Mode string `mapstructure:"mode" doc:"at-least-once (idempotent producer; consumers deduplicate by idempotency_key) or exactly-once (transactions plus kafka.checkpoint_topic; consumers must read with isolation.level=read_committed)." default:"at-least-once"`
 	// TransactionInterval is the longest a Kafka transaction stays open.
-	TransactionInterval time.Duration `mapstructure:"transaction_interval" doc:"Exactly-once: commit the open Kafka transaction once it is this old (duration, above 0 and below delivery.transaction_timeout); the latency a read_committed consumer adds." default:"100ms"`
+	TransactionInterval time.Duration `mapstructure:"transaction_interval" doc:"Exactly-once: while walpost drains a backlog, commit the open Kafka transaction once it is this old (duration, above 0 and below delivery.transaction_timeout). Once it follows the writers (the server sent the events less than this after their commit) it commits at each PostgreSQL transaction end instead, and what arrives during a commit makes the next transaction." default:"100ms"`
 	// TransactionRecords caps the records of one Kafka transaction.
 	TransactionRecords int `mapstructure:"transaction_records" doc:"Exactly-once: commit the open Kafka transaction once it holds this many records (at least 1, below pipeline.max_inflight_events)." default:"5000"`
 	// TransactionTimeout is franz-go's TransactionTimeout (Java

@@ -148,7 +148,13 @@ type transactor struct {
 	// of the transaction being emitted, of the last one with events seen
 	// (emitted or skipped) since the last Commit, and of the last whole
 	// one with events.
-	curTime    time.Time
+	curTime time.Time
+	// live: the last event emitted was sent by the server less than
+	// delivery.transaction_interval after its commit (the stream follows
+	// the writers, it is not draining a backlog): the open transaction
+	// commits at the next PostgreSQL transaction end, without pausing the
+	// stream, so what arrives during that commit makes the next one.
+	live       bool
 	seen       pglogrepl.LSN
 	seenTime   time.Time
 	anchor     pglogrepl.LSN
@@ -167,16 +173,24 @@ type transactor struct {
 
 	fail chan struct{}
 	// due: the stream asked for a commit (the transaction is full, or old
-	// at a PostgreSQL commit); Run commits it while the stream is paused
-	// (tracker.SetPaused), so the stream keeps sending status updates
-	// however long the flush and EndTxn take (INV-6). kick wakes Run.
-	due  bool
-	kick chan struct{}
+	// at a PostgreSQL commit, or live at one); Run commits it. A full or
+	// old transaction commits with the stream paused (tracker.SetPaused:
+	// it keeps sending status updates however long the flush and EndTxn
+	// take, INV-6); a live one with the stream reading on, its calls
+	// queued. soon: the due commit is a live one. paused: the transactor
+	// holds the stream's pause. kick wakes Run.
+	due    bool
+	soon   bool
+	paused bool
+	kick   chan struct{}
 
-	// committing: Run commits (flush, EndTxn) with the stream paused; the
-	// stream's calls that come meanwhile wait in queue, not on mu, and
-	// Run applies them in order once the commit is done. qmu is taken
-	// before mu when both are held.
+	// committing: Run commits (flush, EndTxn), with the stream paused
+	// unless the commit is a live one; the stream's calls that come
+	// meanwhile (Emit, Commit, skipped, stop) wait in queue, not on mu,
+	// and Run applies them in order once the commit is done. Consecutive
+	// Commits with nothing between them are kept as the last one, so the
+	// queue holds at most about twice the events the tracker's limits let
+	// in. qmu is taken before mu when both are held.
 	qmu        sync.Mutex
 	committing bool
 	queue      []queuedCall
@@ -246,19 +260,33 @@ func (t *transactor) Emit(ev *outbox.Event, tk checkpoint.Ticket) {
 	t.emitLocked(ev, tk)
 }
 
-// queuedCall is a call of the stream that came while Run committed.
+// queuedCall is a call of the stream that came while Run committed:
+// Emit(ev, tk), skipped(ev) (skip), stop(err), or Commit(end) (none of
+// those).
 type queuedCall struct {
-	ev  *outbox.Event
-	tk  checkpoint.Ticket
-	end pglogrepl.LSN // a Commit(end) when ev is nil
+	ev   *outbox.Event
+	tk   checkpoint.Ticket
+	skip bool
+	err  error
+	end  pglogrepl.LSN
 }
 
+// isCommit says whether c is a Commit(end).
+func (c queuedCall) isCommit() bool { return c.ev == nil && c.err == nil }
+
 // queued queues c when Run is committing (true), so the stream never
-// waits for a flush and an EndTxn; otherwise it returns with mu held.
+// waits for a flush and an EndTxn; otherwise it returns with mu held. A
+// Commit right after a queued Commit replaces it: applying both does
+// what applying the second does (PostgreSQL 14 sends a Begin and a
+// Commit for every transaction of the database, most without events).
 func (t *transactor) queued(c queuedCall) bool {
 	t.qmu.Lock()
 	if t.committing {
-		t.queue = append(t.queue, c)
+		if n := len(t.queue); c.isCommit() && n > 0 && t.queue[n-1].isCommit() {
+			t.queue[n-1] = c
+		} else {
+			t.queue = append(t.queue, c)
+		}
 		t.qmu.Unlock()
 		return true
 	}
@@ -267,11 +295,26 @@ func (t *transactor) queued(c queuedCall) bool {
 	return false
 }
 
+// applyLocked applies a queued call.
+func (t *transactor) applyLocked(c queuedCall) {
+	switch {
+	case c.err != nil:
+		t.failLocked(c.err)
+	case c.skip:
+		t.skippedLocked(c.ev)
+	case c.ev != nil:
+		t.emitLocked(c.ev, c.tk)
+	default:
+		t.commitMarkLocked(c.end)
+	}
+}
+
 func (t *transactor) emitLocked(ev *outbox.Event, tk checkpoint.Ticket) {
 	if t.err != nil {
 		return // the session ends; the event is not confirmed, the next session reads it again
 	}
 	t.seen, t.seenTime = ev.CommitLSN, ev.CommitTime
+	t.live = !ev.SentAt.IsZero() && !ev.CommitTime.IsZero() && ev.SentAt.Sub(ev.CommitTime) < t.cfg.Interval
 	if ev.CommitLSN != t.cur {
 		t.cur, t.ord, t.curTime = ev.CommitLSN, 0, ev.CommitTime
 		if ev.CommitLSN == t.cfg.Resume.PartialCommitLSN {
@@ -297,32 +340,45 @@ func (t *transactor) emitLocked(ev *outbox.Event, tk checkpoint.Ticket) {
 		t.produceLocked(ev, tk)
 	}
 	if t.n >= t.cfg.Records || (t.cfg.Bytes > 0 && t.bytes >= t.cfg.Bytes) || time.Since(t.began) >= t.cfg.Interval {
-		t.requestCommitLocked()
+		t.requestCommitLocked(false)
 	}
 }
 
-// requestCommitLocked asks Run to commit the open transaction and pauses
-// the stream until it has: a flush and an EndTxn can take as long as
-// kafka.flush_timeout (a slow or failing broker), longer than the
-// server's wal_sender_timeout, and the stream must go on answering the
-// server meanwhile, which it does while paused, not while it waits in
-// Emit or Commit.
-func (t *transactor) requestCommitLocked() {
+// requestCommitLocked asks Run to commit the open transaction. A full or
+// old transaction (live false) also pauses the stream until it has: a
+// flush and an EndTxn can take as long as kafka.flush_timeout (a slow or
+// failing broker), longer than the server's wal_sender_timeout, and the
+// stream must go on answering the server meanwhile, which it does while
+// paused, not while it waits in Emit or Commit. A live commit leaves the
+// stream reading: its calls queue (bounded by the tracker's limits, which
+// pause it when reached) and make the next transaction.
+func (t *transactor) requestCommitLocked(live bool) {
+	if !live {
+		t.pauseLocked()
+		t.soon = false
+	}
 	if t.due {
 		return
 	}
-	t.due = true
-	t.tracker.SetPaused(true)
+	t.due, t.soon = true, live
 	select {
 	case t.kick <- struct{}{}:
 	default:
 	}
 }
 
-// resumeLocked ends the pause of requestCommitLocked.
+// pauseLocked holds the stream's reading until resumeLocked.
+func (t *transactor) pauseLocked() {
+	if !t.paused {
+		t.paused = true
+		t.tracker.SetPaused(true)
+	}
+}
+
+// resumeLocked ends the transactor's pause.
 func (t *transactor) resumeLocked() {
-	if t.due {
-		t.due = false
+	if t.paused {
+		t.paused = false
 		t.tracker.SetPaused(false)
 	}
 }
@@ -368,8 +424,9 @@ func (t *transactor) produceAloneLocked(ev *outbox.Event, tk checkpoint.Ticket, 
 // delivery.transaction_timeout behind the retries, and the ticker and the
 // session's end are not stuck behind them. Nothing can step past ev
 // meanwhile: no transaction is open, only Emit begins one and only Emit
-// and Commit move the position, both on this goroutine (the stream's),
-// and ev counts in the ordinal only once its row committed.
+// and Commit move the position, on this goroutine (the stream's, or Run's
+// applying the stream's queued calls while the stream waits on qmu), and
+// ev counts in the ordinal only once its row committed.
 func (t *transactor) quarantineLocked(ev *outbox.Event, tk checkpoint.Ticket, key eventKey, r refusal) {
 	t.commitLocked()
 	if t.err != nil {
@@ -395,15 +452,26 @@ func (t *transactor) quarantineLocked(ev *outbox.Event, tk checkpoint.Ticket, ke
 // skipped notes an event the skipper did not hand on: its transaction is
 // the checkpoint's anchor once it ended.
 func (t *transactor) skipped(ev *outbox.Event) {
-	t.mu.Lock()
+	if t.queued(queuedCall{ev: ev, skip: true}) {
+		return
+	}
 	defer t.mu.Unlock()
+	t.skippedLocked(ev)
+}
+
+func (t *transactor) skippedLocked(ev *outbox.Event) {
 	t.seen, t.seenTime = ev.CommitLSN, ev.CommitTime
 }
 
 // stop ends the session with err (the skipper found the checkpoint does
-// not match the server's WAL).
+// not match the server's WAL), after the stream's calls before it.
 func (t *transactor) stop(err error) {
-	t.mu.Lock()
+	if err == nil {
+		err = errors.New("exactly-once: the session was stopped") // a nil error would queue as a Commit
+	}
+	if t.queued(queuedCall{err: err}) {
+		return
+	}
 	defer t.mu.Unlock()
 	t.failLocked(err)
 }
@@ -423,8 +491,16 @@ func (t *transactor) commitMarkLocked(end pglogrepl.LSN) {
 	if t.seen != 0 {
 		t.anchor, t.anchorTime, t.seen = t.seen, t.seenTime, 0
 	}
-	if t.err == nil && t.open && time.Since(t.began) >= t.cfg.Interval {
-		t.requestCommitLocked()
+	if t.err != nil || !t.open {
+		return
+	}
+	// A live stream commits at each transaction end: a read_committed
+	// consumer sees the events about one Kafka commit after the broker
+	// has them. A stream draining a backlog commits by
+	// delivery.transaction_interval and the size bounds, in large
+	// transactions.
+	if old := time.Since(t.began) >= t.cfg.Interval; old || t.live {
+		t.requestCommitLocked(!old)
 	}
 }
 
@@ -459,13 +535,14 @@ func (t *transactor) Run(ctx context.Context) error {
 		}
 		t.mu.Unlock()
 		if need {
-			t.commitPaused()
+			t.commitPaused(ctx)
 		}
 		t.mu.Lock()
 		err := t.err
 		if err != nil {
 			// A failure outside a commit (a record produced alone) may have
 			// asked for one: the stream must not stay paused.
+			t.due, t.soon = false, false
 			t.resumeLocked()
 		}
 		t.mu.Unlock()
@@ -475,37 +552,57 @@ func (t *transactor) Run(ctx context.Context) error {
 	}
 }
 
-// commitPaused commits the open transaction with the stream paused (it
-// goes on sending status updates) and the stream's calls queued meanwhile,
-// then applies those in order and lets the stream read again, unless one
-// of them asked for the next commit.
-func (t *transactor) commitPaused() {
+// commitPaused commits the open transaction with the stream's calls
+// queued meanwhile, and with the stream paused (it goes on sending status
+// updates) unless the commit is a live one; then it applies the queued
+// calls in order. When one of them fills the next transaction, or makes
+// it old, that commit runs at once, the rest still queued (a transaction
+// never grows past its bounds); when a live transaction end asked for it,
+// it runs once all queued calls are applied (what arrived during a commit
+// makes one transaction, however many PostgreSQL transactions it holds).
+// Otherwise the stream reads on, unpaused.
+func (t *transactor) commitPaused(ctx context.Context) {
 	t.qmu.Lock()
 	t.committing = true
 	t.qmu.Unlock()
-	t.tracker.SetPaused(true)
 	t.mu.Lock()
-	if t.err == nil {
-		t.commitLocked()
+	if !t.due || !t.soon {
+		t.pauseLocked()
 	}
-	t.due = false
-	t.mu.Unlock()
-
-	t.qmu.Lock()
-	t.mu.Lock()
-	for _, c := range t.queue {
-		if c.ev != nil {
-			t.emitLocked(c.ev, c.tk)
-		} else {
-			t.commitMarkLocked(c.end)
+	for {
+		if t.err == nil {
+			t.commitLocked()
 		}
+		t.due, t.soon = false, false
+		t.mu.Unlock()
+
+		t.qmu.Lock()
+		t.mu.Lock()
+		n := 0
+		for n < len(t.queue) && (!t.due || t.soon) { // a live end asks, a bound stops here
+			n++
+			t.applyLocked(t.queue[n-1])
+		}
+		rest := copy(t.queue, t.queue[n:])
+		clear(t.queue[rest:])
+		t.queue = t.queue[:rest]
+		// Once Run's ctx ended, a live commit is left to Run's own last
+		// commit when nothing is left to apply (a full one commits here:
+		// the stream could add to it before Run's last commit).
+		if t.due && t.err == nil && (ctx.Err() == nil || len(t.queue) > 0 || !t.soon) {
+			t.qmu.Unlock() // the stream queues on while the next commit runs
+			continue
+		}
+		t.due, t.soon = false, false
+		for _, c := range t.queue { // only after a failure: emitLocked drops, the rest mark
+			t.applyLocked(c)
+		}
+		t.queue, t.committing = nil, false
+		t.resumeLocked()
+		t.mu.Unlock()
+		t.qmu.Unlock()
+		return
 	}
-	t.queue, t.committing = nil, false
-	if !t.due {
-		t.tracker.SetPaused(false)
-	}
-	t.mu.Unlock()
-	t.qmu.Unlock()
 }
 
 // commitLocked flushes the open transaction and commits it with the

@@ -34,6 +34,10 @@ type fakeTxnSink struct {
 	// CommitTxn waits for release.
 	committing chan struct{}
 	release    chan struct{}
+	// sizes: the records of each committed transaction.
+	sizes []int
+	// commitErr, when set, is what CommitTxn returns.
+	commitErr error
 }
 
 func (s *fakeTxnSink) Produce(ev *outbox.Event, a sink.Acker) {
@@ -58,7 +62,11 @@ func (s *fakeTxnSink) CommitTxn(_ context.Context, cp kafka.TxnMark) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.commitErr != nil {
+		return s.commitErr
+	}
 	s.commits = append(s.commits, cp)
+	s.sizes = append(s.sizes, s.inTxn)
 	s.inTxn = 0
 	return nil
 }
@@ -112,7 +120,7 @@ func (t *transactor) sync() {
 	due := t.due
 	t.mu.Unlock()
 	if due {
-		t.commitPaused()
+		t.commitPaused(context.Background())
 	}
 }
 

@@ -45,6 +45,11 @@ type Event struct {
 	// ReceivedAt is when walpost read the event from the slot (the start
 	// of its produce latency); zero when not read from a slot.
 	ReceivedAt time.Time
+	// SentAt is when the server sent the event (the replication message's
+	// send time), by the server's clock as CommitTime: SentAt minus
+	// CommitTime is how far behind its commit the stream read it, whatever
+	// the two hosts' clocks say. Zero when not read from a slot.
+	SentAt time.Time
 
 	// Replayed marks an event re-sent from the poison table (walpost
 	// poison replay); its record carries the header replayed_from_poison.

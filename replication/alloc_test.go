@@ -249,3 +249,24 @@ func TestLSNText(t *testing.T) {
 		}
 	}
 }
+
+// TestEventSentAt: an event carries the send time of the replication
+// message that held it (the server's clock, as its commit time), which
+// the exactly-once transactor compares with the commit time to tell a
+// stream that follows the writers from one draining a backlog.
+func TestEventSentAt(t *testing.T) {
+	s, _ := allocStream(t, false)
+	var got *outbox.Event
+	s.h = HandlerFuncs{EmitFunc: func(ev *outbox.Event, tk checkpoint.Ticket) { got = ev; s.tracker.(*checkpoint.Tracker).Done(tk) }}
+	commit := time.Date(2026, 11, 29, 22, 50, 51, 0, time.UTC)
+	if err := s.handle(pglogrepl.XLogData{WALStart: 0x100, WALData: replicationtest.Begin(0x200, commit, 42)}); err != nil {
+		t.Fatal(err)
+	}
+	sent := commit.Add(3 * time.Millisecond)
+	if err := s.handle(pglogrepl.XLogData{WALStart: 0x120, ServerTime: sent, WALData: realisticInsert(16394)}); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || !got.SentAt.Equal(sent) || got.SentAt.Sub(got.CommitTime) != 3*time.Millisecond {
+		t.Fatalf("event %+v: want SentAt %v, 3 ms after its commit", got, sent)
+	}
+}

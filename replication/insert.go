@@ -137,6 +137,7 @@ func (s *Stream) insertEvent(data []byte, lsn pglogrepl.LSN) (*outbox.Event, err
 		CommitLSNText:  s.commitText,
 		Seq:            s.seq,
 		ReceivedAt:     s.recvAt,
+		SentAt:         s.sentAt,
 	}
 	ev.Payload = bytes(colPayload)
 	ev.Headers = bytes(colHeaders)

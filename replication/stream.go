@@ -84,6 +84,7 @@ type Stream struct {
 	recvd      bool      // a message arrived since lastRecv was last set
 	rdl        time.Time // read deadline set on the connection; zero: none or unknown
 	recvAt     time.Time // when the message being handled was received
+	sentAt     time.Time // when the server sent the insert being handled (its clock)
 	lowat      *lowatReader
 	warned     map[pglogrepl.MessageType]bool
 	stopBy     time.Time // the drain's deadline once ctx ended (stopDeadline)
@@ -385,6 +386,7 @@ func (s *Stream) handle(xld pglogrepl.XLogData) error {
 		if s.txn == nil {
 			return &DecodeError{LSN: xld.WALStart, Err: errors.New("insert outside a transaction")}
 		}
+		s.sentAt = xld.ServerTime
 		ev, err := s.insertEvent(xld.WALData, xld.WALStart)
 		if err != nil {
 			return err
