@@ -53,12 +53,22 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	t.Logf("seed %d (EOS_FAULTS_SEED)", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
+	// Transactions every 5 ms or 7 records, or (every other seed) by the
+	// live rule: an interval of 1 s and 5,000 records, which a stream
+	// that follows the fake's writes never reaches, so the commits come
+	// at PostgreSQL transaction ends, while the stream reads on.
+	interval, records := 5*time.Millisecond, 7
+	if rng.IntN(2) == 0 {
+		interval, records = time.Second, 5000
+	}
+	t.Logf("delivery.transaction_interval %s, delivery.transaction_records %d", interval, records)
+
 	k := newKafkaFake(t)
 	trace := traceKafka(k)
 	h := newSessionHarness(t, replicationtest.Config{}, func(c *config.Config) {
 		exactlyOnce(k)(c)
-		c.Delivery.TransactionInterval = 5 * time.Millisecond
-		c.Delivery.TransactionRecords = 7
+		c.Delivery.TransactionInterval = interval
+		c.Delivery.TransactionRecords = records
 		c.Kafka.FlushTimeout = time.Second // bounds a session's end after a fault
 	})
 	// Both walposts' WARN and ERROR lines, kept to print when an event is
@@ -287,7 +297,10 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d events, %d sessions: %d lost, %d more than once", n+1, h.pg.Starts(), lost, twice)
+	trace.mu.Lock()
+	commits := trace.commits
+	trace.mu.Unlock()
+	t.Logf("%d events, %d sessions, %d Kafka commits asked: %d lost, %d more than once", n+1, h.pg.Starts(), commits, lost, twice)
 	if lost+twice > 0 {
 		t.Logf("kfake's last transactional requests (time since the start):\n%s", trace)
 		t.Logf("the walposts' WARN and ERROR lines:\n%s", warns)
@@ -398,9 +411,10 @@ func (q quietKafka) WithGroup(name string) slog.Handler {
 // finds an event lost or committed twice: which producer epoch wrote what
 // and which commit or abort ended it. Control functions that only look.
 type kafkaTrace struct {
-	mu    sync.Mutex
-	start time.Time
-	lines []string
+	mu      sync.Mutex
+	start   time.Time
+	lines   []string
+	commits int // EndTxns that asked for a commit
 }
 
 const traceLines = 3000
@@ -417,6 +431,11 @@ func traceKafka(k *kafkaFake) *kafkaTrace {
 			tr.add("InitProducerID %s pid=%d epoch=%d", id, r.ProducerID, r.ProducerEpoch)
 		case *kmsg.EndTxnRequest:
 			tr.add("EndTxn pid=%d epoch=%d commit=%v", r.ProducerID, r.ProducerEpoch, r.Commit)
+			if r.Commit {
+				tr.mu.Lock()
+				tr.commits++
+				tr.mu.Unlock()
+			}
 		case *kmsg.ProduceRequest:
 			for _, rt := range r.Topics {
 				for _, rp := range rt.Partitions {
