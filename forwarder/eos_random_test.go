@@ -71,14 +71,20 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 		c.Delivery.TransactionRecords = records
 		c.Kafka.FlushTimeout = time.Second // bounds a session's end after a fault
 	})
-	// Both walposts' WARN and ERROR lines, kept to print when an event is
-	// lost or twice; EOS_FAULTS_LOG=1 prints every line of theirs as it
-	// comes (the Kafka client's from WARN).
-	warns := &lockedBuffer{}
-	logger := slog.New(slog.NewTextHandler(warns, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Both walposts' lines from INFO (the Kafka client's from WARN) and
+	// kfake's trace, kept to print when the test fails; EOS_FAULTS_LOG=1
+	// prints the walposts' lines as they come instead.
+	logs := &lockedBuffer{}
+	logger := slog.New(quietKafka{Handler: slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})})
 	if os.Getenv("EOS_FAULTS_LOG") != "" {
 		logger = slog.New(quietKafka{Handler: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})})
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kfake's last transactional requests (time since the start):\n%s", trace)
+			t.Logf("the walposts' lines (the Kafka client's from WARN):\n%s", logs)
+		}
+	})
 	h.retryFirst = 10 * time.Millisecond
 	// Two walposts of the slot, running all along: while one streams the
 	// other stands by (it checks the slot before it initialises the
@@ -301,10 +307,6 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	commits := trace.commits
 	trace.mu.Unlock()
 	t.Logf("%d events, %d sessions, %d Kafka commits asked: %d lost, %d more than once", n+1, h.pg.Starts(), commits, lost, twice)
-	if lost+twice > 0 {
-		t.Logf("kfake's last transactional requests (time since the start):\n%s", trace)
-		t.Logf("the walposts' WARN and ERROR lines:\n%s", warns)
-	}
 }
 
 // instance is one walpost process of a test: a Forwarder that, when Run
