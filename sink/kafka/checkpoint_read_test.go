@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -197,5 +198,51 @@ func TestReadCheckpointLeaderMoved(t *testing.T) {
 	}
 	if rd.Leader != to || rd.Reads != 1 {
 		t.Fatalf("after moving the leader from node %d to %d: read %+v, want node %d in one read", before.Leader, to, rd, to)
+	}
+}
+
+// TestReadCheckpointEmptyAnswersAtOnce: the first start's read of an
+// empty checkpoint partition asks for an answer at once (MaxWait 0,
+// MinBytes 0), not one the broker holds for up to 200 ms waiting for a
+// record: the slot is free from the producer's initialisation until the
+// stream starts, and another walpost of the slot that comes in that window
+// fences this one's producer. A partition with records below its end is
+// fetched as before.
+func TestReadCheckpointEmptyAnswersAtOnce(t *testing.T) {
+	for _, empty := range []bool{true, false} {
+		c := newTxnCluster(t)
+		id := kafka.TransactionalID("s1", 7)
+		if !empty {
+			id, _, _ = twoCheckpoints(t, c)
+		}
+		type fetch struct{ wait, min int32 }
+		var mu sync.Mutex
+		var fetches []fetch
+		c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			freq := req.(*kmsg.FetchRequest)
+			mu.Lock()
+			fetches = append(fetches, fetch{freq.MaxWaitMillis, freq.MinBytes})
+			mu.Unlock()
+			return nil, nil, false
+		})
+		_, found, rd, err := kafka.ReadCheckpointFrom(ctx20(t), newReader(t, c), cpTopic, id, true)
+		if err != nil || found == empty {
+			t.Fatalf("empty %v: ReadCheckpointFrom: found %v, err %v", empty, found, err)
+		}
+		mu.Lock()
+		got := fetches
+		mu.Unlock()
+		if len(got) == 0 {
+			t.Fatalf("empty %v: no fetch (read %+v)", empty, rd)
+		}
+		for _, f := range got {
+			if empty && (f.wait != 0 || f.min != 0) {
+				t.Errorf("empty partition: fetch with MaxWaitMillis %d, MinBytes %d; want 0 and 0, an answer at once", f.wait, f.min)
+			}
+			if !empty && (f.wait != 200 || f.min != 1) {
+				t.Errorf("records below the end %d: fetch with MaxWaitMillis %d, MinBytes %d; want 200 and 1", rd.HighWatermark, f.wait, f.min)
+			}
+		}
 	}
 }

@@ -557,7 +557,7 @@ func readCheckpointOnce(ctx context.Context, cl *kgo.Client, topic, key string) 
 	// found at the first start, not at the first start after a commit.
 	offset, stuck := int64(0), 0
 	for first := true; first || offset < end; first = false {
-		part, err := fetchCheckpoints(ctx, br, topic, topicID, epoch, offset)
+		part, err := fetchCheckpoints(ctx, br, topic, topicID, epoch, offset, offset < end)
 		if err != nil {
 			return cp, false, rd, false, err
 		}
@@ -688,12 +688,21 @@ const checkpointFetchBytes = 1 << 20
 const CheckpointSegmentBytes = 16 << 20
 
 // fetchCheckpoints fetches the checkpoint partition from offset,
-// read_uncommitted, from its leader br, fenced by epoch.
-func fetchCheckpoints(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, epoch int32, offset int64) (*kmsg.FetchResponseTopicPartition, error) {
+// read_uncommitted, from its leader br, fenced by epoch; with wait the
+// leader holds the answer up to 200 ms until it has a record.
+func fetchCheckpoints(ctx context.Context, br *kgo.Broker, topic string, topicID [16]byte, epoch int32, offset int64, wait bool) (*kmsg.FetchResponseTopicPartition, error) {
 	req := kmsg.NewPtrFetchRequest()
 	req.ReplicaID = -1
 	req.MaxWaitMillis = 200
 	req.MinBytes = 1
+	if !wait {
+		// Nothing below the end to wait for (the first start's fetch of an
+		// empty partition): answered at once, not after MaxWait. Between
+		// its InitProducerID and its START_REPLICATION the slot is free,
+		// and a walpost of the slot that comes meanwhile fences this one's
+		// producer; that window is kept short.
+		req.MaxWaitMillis, req.MinBytes = 0, 0
+	}
 	// 1 MiB per answer: the start reads the whole partition, and what one
 	// answer holds (and the records decoded from it) is walpost's peak
 	// memory while it does; a larger batch still comes whole (KIP-74).
