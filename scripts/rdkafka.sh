@@ -25,6 +25,7 @@ install() {
 	flock -w 600 8 || die "could not lock $STATE/.rdkafka.lock (another scripts/rdkafka.sh install still running?)"
 	local stamp=$DIR/.complete
 	if [[ -f $stamp ]] && cmp -s "$stamp" "$SRC/requirements.txt"; then
+		exec 8>&- # the lock guards the install only, not a consumer run after it
 		return 0
 	fi
 	command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install Python 3.9 or newer, or set PYTHON"
@@ -34,6 +35,7 @@ install() {
 		die "pip could not install $SRC/requirements.txt (network, or a Python without a matching wheel)"
 	"$DIR/bin/python" -c 'import confluent_kafka; print("rdkafka: confluent-kafka", confluent_kafka.__version__, "librdkafka", confluent_kafka.libversion()[0])' >&2
 	cp "$SRC/requirements.txt" "$stamp"
+	exec 8>&-
 }
 
 case ${1:-} in

@@ -109,7 +109,10 @@ def main():
     if a.registry:
         from confluent_kafka.schema_registry import SchemaRegistryClient
         from confluent_kafka.serialization import MessageField
-        registry = SchemaRegistryClient({"url": a.registry})
+        # A request timeout (the client's default is none): a registry that
+        # stops answering is retried, then fails the read, instead of
+        # hanging it past --timeout.
+        registry = SchemaRegistryClient({"url": a.registry, "timeout": 10})
         if a.format:
             dec = Decoder(registry, a.format, MessageField.VALUE)
         if a.key_format:
