@@ -53,19 +53,22 @@ func TestExactlyOnceRandomFaults(t *testing.T) {
 	t.Logf("seed %d (EOS_FAULTS_SEED)", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
-	// Transactions every 5 ms or 7 records, or (every other seed) by the
-	// live rule: an interval of 1 s and 5,000 records, which a stream
-	// that follows the fake's writes never reaches, so the commits come
-	// at PostgreSQL transaction ends, while the stream reads on.
-	interval, records := 5*time.Millisecond, 7
+	// A backlog: the fake sends each event 1 s after its commit, so the
+	// transactor commits by the interval (5 ms) and the size bound (7
+	// records) only, the stream paused. Or (every other seed) a live
+	// stream (the fake's default send time comes before every commit
+	// time): it commits at each PostgreSQL transaction end while the
+	// stream reads on, the interval (1 s) and 5,000 records hardly ever
+	// reached.
+	interval, records, lag := 5*time.Millisecond, 7, time.Second
 	if rng.IntN(2) == 0 {
-		interval, records = time.Second, 5000
+		interval, records, lag = time.Second, 5000, 0
 	}
-	t.Logf("delivery.transaction_interval %s, delivery.transaction_records %d", interval, records)
+	t.Logf("delivery.transaction_interval %s, delivery.transaction_records %d, events sent %s after their commit (0: live)", interval, records, lag)
 
 	k := newKafkaFake(t)
 	trace := traceKafka(k)
-	h := newSessionHarness(t, replicationtest.Config{}, func(c *config.Config) {
+	h := newSessionHarness(t, replicationtest.Config{SendLag: lag}, func(c *config.Config) {
 		exactlyOnce(k)(c)
 		c.Delivery.TransactionInterval = interval
 		c.Delivery.TransactionRecords = records

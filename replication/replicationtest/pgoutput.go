@@ -94,7 +94,19 @@ func XLogData(start pglogrepl.LSN, msg []byte) []byte {
 
 // XLogDataEnd is XLogData with the server's WAL end.
 func XLogDataEnd(start, walEnd pglogrepl.LSN, msg []byte) []byte {
-	return append(wire{'w'}.u64(uint64(start)).u64(uint64(walEnd)).u64(0), msg...)
+	return XLogDataSent(start, walEnd, time.Time{}, msg)
+}
+
+// XLogDataSent is XLogDataEnd with the send time sent (zero: 0, which a
+// client reads as 2000-01-01).
+func XLogDataSent(start, walEnd pglogrepl.LSN, sent time.Time, msg []byte) []byte {
+	w := wire{'w'}.u64(uint64(start)).u64(uint64(walEnd))
+	if sent.IsZero() {
+		w = w.u64(0)
+	} else {
+		w = w.ts(sent)
+	}
+	return append(w, msg...)
 }
 
 // Keepalive is the replication protocol's primary keepalive: Byte1('k')

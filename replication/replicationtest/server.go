@@ -45,6 +45,12 @@ type Config struct {
 	Start pglogrepl.LSN
 	// NoSlot: the slot does not exist until a client creates it.
 	NoSlot bool
+	// SendLag, when set, makes each message's send time its transaction's
+	// commit time plus SendLag: a stream that far behind its writers
+	// (walpost's exactly-once transactor tells a backlog from a live
+	// stream by it). Zero sends 0, which a client reads as 2000-01-01,
+	// before every commit time of the fake (2027): a live stream.
+	SendLag time.Duration
 	// Query answers a query before the server's own catalog does: a nil
 	// result and a nil error leave it to the server. An error that is a
 	// *pgconn.PgError reaches the client with its code.
@@ -697,16 +703,20 @@ func (s *Server) endCopy(c *conn, copyDone bool) bool {
 // sendTxn sends one transaction as pgoutput does: Begin, the Relation
 // before the session's first row, the Inserts, Commit.
 func (s *Server) sendTxn(c *conn, tx Txn, end pglogrepl.LSN, relation *bool) {
-	c.be.Send(&pgproto3.CopyData{Data: XLogDataEnd(tx.Begin, end, Begin(tx.Commit, tx.Time, tx.Xid))})
+	var sent time.Time
+	if s.cfg.SendLag != 0 {
+		sent = tx.Time.Add(s.cfg.SendLag)
+	}
+	c.be.Send(&pgproto3.CopyData{Data: XLogDataSent(tx.Begin, end, sent, Begin(tx.Commit, tx.Time, tx.Xid))})
 	for i, row := range tx.Rows {
 		at := tx.Begin + pglogrepl.LSN(0x28*(i+1))
 		if !*relation {
 			*relation = true
-			c.be.Send(&pgproto3.CopyData{Data: XLogDataEnd(at, end, Relation(relationID, s.cfg.Schema, s.cfg.Table, s.cfg.Columns))})
+			c.be.Send(&pgproto3.CopyData{Data: XLogDataSent(at, end, sent, Relation(relationID, s.cfg.Schema, s.cfg.Table, s.cfg.Columns))})
 		}
-		c.be.Send(&pgproto3.CopyData{Data: XLogDataEnd(at, end, Insert(relationID, row))})
+		c.be.Send(&pgproto3.CopyData{Data: XLogDataSent(at, end, sent, Insert(relationID, row))})
 	}
-	c.be.Send(&pgproto3.CopyData{Data: XLogDataEnd(tx.Commit, end, Commit(tx.Commit, tx.End, tx.Time))})
+	c.be.Send(&pgproto3.CopyData{Data: XLogDataSent(tx.Commit, end, sent, Commit(tx.Commit, tx.End, tx.Time))})
 }
 
 // readStatuses records the client's status updates until its CopyDone
