@@ -229,6 +229,32 @@ func (h *sessionHarness) transactional() *kafka.Sink {
 	return k
 }
 
+// checkpointTopic creates the harness's checkpoint topic, as walpost
+// does at its first exactly-once start.
+func (h *sessionHarness) checkpointTopic() {
+	h.t.Helper()
+	cl, err := kafkaconf.NewClient(h.cfg.Kafka)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	_, err = kafka.EnsureCheckpointTopic(h.ctx, cl, h.cfg.Kafka.CheckpointTopic, true)
+	cl.Close()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// commitCheckpoint commits, through w (transactional), the checkpoint of
+// a walpost that delivered everything up to last's end: last is its
+// anchor. Safe to call off the test's goroutine.
+func (h *sessionHarness) commitCheckpoint(w *kafka.Sink, last replicationtest.Txn) error {
+	if err := w.BeginTxn(); err != nil {
+		return err
+	}
+	return w.CommitTxn(h.ctx, kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: last.End,
+		Anchored: true, AnchorCommitLSN: last.Commit, AnchorCommitTime: last.Time})
+}
+
 // fakeDB is walpost's own tables on the fake server: walpost_position
 // (one row per slot, Save's rules: never backwards on a timeline, never
 // over another system's row) and a poison table that accepts the check

@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walpost/walpost/config"
-	"github.com/walpost/walpost/internal/kafkaconf"
 	"github.com/walpost/walpost/position"
 	"github.com/walpost/walpost/replication/replicationtest"
 	"github.com/walpost/walpost/sink/kafka"
@@ -196,21 +195,9 @@ func TestSessionSkipsUpToCheckpoint(t *testing.T) {
 	after := h.pg.Append(row(3))
 
 	// The checkpoint of a walpost that committed k1 and k2 to Kafka.
-	cl, err := kafkaconf.NewClient(h.cfg.Kafka)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = kafka.EnsureCheckpointTopic(h.ctx, cl, h.cfg.Kafka.CheckpointTopic, true)
-	cl.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.checkpointTopic()
 	w := h.transactional()
-	if err := w.BeginTxn(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.CommitTxn(h.ctx, kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: last.End,
-		Anchored: true, AnchorCommitLSN: last.Commit, AnchorCommitTime: last.Time}); err != nil {
+	if err := h.commitCheckpoint(w, last); err != nil {
 		t.Fatal(err)
 	}
 	w.Close()
@@ -232,15 +219,7 @@ func TestSessionCheckpointPastStartWAL(t *testing.T) {
 	t.Parallel()
 	k := newKafkaFake(t)
 	h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
-	cl, err := kafkaconf.NewClient(h.cfg.Kafka)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = kafka.EnsureCheckpointTopic(h.ctx, cl, h.cfg.Kafka.CheckpointTopic, true)
-	cl.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h.checkpointTopic()
 	other := h.transactional() // the walpost streaming before this one
 
 	var once sync.Once
@@ -257,11 +236,7 @@ func TestSessionCheckpointPastStartWAL(t *testing.T) {
 				defer close(committed)
 				h.pg.Append(row(1))
 				last = h.pg.Append(row(2))
-				if commitErr = other.BeginTxn(); commitErr != nil {
-					return
-				}
-				commitErr = other.CommitTxn(h.ctx, kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: last.End,
-					Anchored: true, AnchorCommitLSN: last.Commit, AnchorCommitTime: last.Time})
+				commitErr = h.commitCheckpoint(other, last)
 			})
 		})
 		return nil, nil, false

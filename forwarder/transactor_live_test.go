@@ -23,6 +23,13 @@ func lagEv(key string, commit pglogrepl.LSN, lag time.Duration) *outbox.Event {
 	return e
 }
 
+// txn hands the transactor one PostgreSQL transaction of one event, key
+// at commit, sent lag after its commit, ending 0x80 after it.
+func (e *liveEnv) txn(key string, commit pglogrepl.LSN, lag time.Duration) {
+	e.x.Emit(lagEv(key, commit, lag), checkpoint.Ticket{})
+	e.x.Commit(commit + 0x80)
+}
+
 // liveEnv runs a transactor whose commits wait for the test (committing,
 // release), with delivery.transaction_interval of a minute: only the
 // live rule, or a bound, asks for a commit in these tests.
@@ -123,8 +130,7 @@ func (e *liveEnv) idle(t *testing.T) {
 func TestTransactorCommitsLiveAtTransactionEnd(t *testing.T) {
 	e := newLiveEnv(t, 1000)
 	x := e.x
-	x.Emit(lagEv("a", 0x200, time.Millisecond), checkpoint.Ticket{})
-	x.Commit(0x280)
+	e.txn("a", 0x200, time.Millisecond)
 	e.waitCommitting(t, "a live transaction ended")
 	if e.tr.isPaused() {
 		t.Fatal("a live commit paused the stream")
@@ -132,8 +138,7 @@ func TestTransactorCommitsLiveAtTransactionEnd(t *testing.T) {
 	// The stream reads on during the commit: three PostgreSQL
 	// transactions, queued.
 	for i, lsn := range []pglogrepl.LSN{0x300, 0x400, 0x500} {
-		x.Emit(lagEv(string(rune('b'+i)), lsn, time.Millisecond), checkpoint.Ticket{})
-		x.Commit(lsn + 0x80)
+		e.txn(string(rune('b'+i)), lsn, time.Millisecond)
 	}
 	e.releaseOne(t)
 	e.waitCommitting(t, "the queued live transactions ended")
@@ -152,10 +157,8 @@ func TestTransactorCommitsLiveAtTransactionEnd(t *testing.T) {
 
 	// A backlog: the server sent the events two minutes after their
 	// commit. Its transaction ends commit nothing.
-	x.Emit(lagEv("f", 0x600, 2*time.Minute), checkpoint.Ticket{})
-	x.Commit(0x680)
-	x.Emit(lagEv("g", 0x700, 2*time.Minute), checkpoint.Ticket{})
-	x.Commit(0x780)
+	e.txn("f", 0x600, 2*time.Minute)
+	e.txn("g", 0x700, 2*time.Minute)
 	x.mu.Lock()
 	due := x.due
 	x.mu.Unlock()
@@ -163,8 +166,7 @@ func TestTransactorCommitsLiveAtTransactionEnd(t *testing.T) {
 		t.Fatalf("a backlog's transaction end asked for a commit (due %v, %d commits)", due, len(e.s.commitList()))
 	}
 	// Live again: the open transaction (f, g and h) commits at h's end.
-	x.Emit(lagEv("h", 0x800, time.Millisecond), checkpoint.Ticket{})
-	x.Commit(0x880)
+	e.txn("h", 0x800, time.Millisecond)
 	e.waitCommitting(t, "the stream is live again")
 	e.releaseOne(t)
 	e.idle(t)
@@ -179,13 +181,10 @@ func TestTransactorCommitsLiveAtTransactionEnd(t *testing.T) {
 // full transaction), and the rest of the queue goes into the next.
 func TestTransactorLiveQueueKeepsBounds(t *testing.T) {
 	e := newLiveEnv(t, 2)
-	x := e.x
-	x.Emit(lagEv("a", 0x200, time.Millisecond), checkpoint.Ticket{})
-	x.Commit(0x280)
+	e.txn("a", 0x200, time.Millisecond)
 	e.waitCommitting(t, "a live transaction ended")
 	for i, lsn := range []pglogrepl.LSN{0x300, 0x400, 0x500, 0x600, 0x700} {
-		x.Emit(lagEv(string(rune('b'+i)), lsn, time.Millisecond), checkpoint.Ticket{})
-		x.Commit(lsn + 0x80)
+		e.txn(string(rune('b'+i)), lsn, time.Millisecond)
 	}
 	for range 3 {
 		e.releaseOne(t)
@@ -242,11 +241,9 @@ func TestTransactorLiveQueueAfterFailedCommit(t *testing.T) {
 	broken := errors.New("broker gone")
 	e := newLiveEnvInterval(t, 1000, time.Minute, broken)
 	x := e.x
-	x.Emit(lagEv("a", 0x200, time.Millisecond), checkpoint.Ticket{})
-	x.Commit(0x280)
+	e.txn("a", 0x200, time.Millisecond)
 	e.waitCommitting(t, "a live transaction ended")
-	x.Emit(lagEv("b", 0x300, time.Millisecond), checkpoint.Ticket{})
-	x.Commit(0x380)
+	e.txn("b", 0x300, time.Millisecond)
 	x.Emit(lagEv("c", 0x400, time.Millisecond), checkpoint.Ticket{})
 	e.releaseOne(t)
 	select {
@@ -275,8 +272,7 @@ func TestTransactorLiveQueueAfterFailedCommit(t *testing.T) {
 func TestTransactorQueueKeepsLastCommit(t *testing.T) {
 	e := newLiveEnv(t, 1000)
 	x := e.x
-	x.Emit(lagEv("a", 0x200, time.Millisecond), checkpoint.Ticket{})
-	x.Commit(0x280)
+	e.txn("a", 0x200, time.Millisecond)
 	e.waitCommitting(t, "a live transaction ended")
 	x.Emit(lagEv("b", 0x300, time.Millisecond), checkpoint.Ticket{})
 	for end := pglogrepl.LSN(0x380); end < 0x380+1000*0x10; end += 0x10 {
