@@ -23,6 +23,7 @@ import (
 type txnSink interface {
 	sink.Sink
 	BeginTxn() error
+	StageCheckpoint(ctx context.Context, cp kafka.TxnMark) error
 	CommitTxn(ctx context.Context, cp kafka.TxnMark) error
 	AbortTxn(ctx context.Context) error
 }
@@ -616,6 +617,19 @@ func (t *transactor) commitLocked() {
 	// outcome unknown (franz-go's advice).
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.Timeout)
 	defer cancel()
+	// INV-9: the checkpoint names what this transaction's records reach.
+	// It is produced before the flush, so that it travels with them (mu
+	// is held: nothing moves the position until the commit is done); a
+	// record that fails aborts it with them.
+	cp := kafka.TxnMark{Slot: t.cfg.Slot, SystemID: t.cfg.Identity.SystemID, Timeline: t.cfg.Identity.Timeline, LSN: t.lsn,
+		Anchored: true, AnchorCommitLSN: t.anchor, AnchorCommitTime: t.anchorTime}
+	if t.cur != 0 && t.ord > 0 {
+		cp.PartialCommitLSN, cp.PartialCommitTime, cp.Ordinal = t.cur, t.curTime, t.ord
+	}
+	if err := t.sink.StageCheckpoint(ctx, cp); err != nil {
+		t.failLocked(fmt.Errorf("produce the checkpoint: %w", err))
+		return
+	}
 	if !t.flushLocked(ctx) {
 		return
 	}
@@ -623,12 +637,6 @@ func (t *transactor) commitLocked() {
 	acked := t.acked
 	t.acked = nil
 	t.amu.Unlock()
-	// INV-9: the checkpoint names what this transaction's records reach.
-	cp := kafka.TxnMark{Slot: t.cfg.Slot, SystemID: t.cfg.Identity.SystemID, Timeline: t.cfg.Identity.Timeline, LSN: t.lsn,
-		Anchored: true, AnchorCommitLSN: t.anchor, AnchorCommitTime: t.anchorTime}
-	if t.cur != 0 && t.ord > 0 {
-		cp.PartialCommitLSN, cp.PartialCommitTime, cp.Ordinal = t.cur, t.curTime, t.ord
-	}
 	if err := t.sink.CommitTxn(ctx, cp); err != nil {
 		t.failLocked(fmt.Errorf("%w (the outcome may be unknown: the transaction is aborted, and the next session reads the checkpoint again and resumes from what committed)", err))
 		return

@@ -26,6 +26,7 @@ type fakeTxnSink struct {
 	refuse  map[string]error
 	begins  int
 	commits []kafka.TxnMark
+	staged  []kafka.TxnMark // StageCheckpoint's marks
 	aborts  int
 	inTxn   int
 	// abortErr is what AbortTxn returns.
@@ -53,6 +54,12 @@ func (s *fakeTxnSink) BeginTxn() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.begins++
+	return nil
+}
+func (s *fakeTxnSink) StageCheckpoint(_ context.Context, cp kafka.TxnMark) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.staged = append(s.staged, cp)
 	return nil
 }
 func (s *fakeTxnSink) CommitTxn(_ context.Context, cp kafka.TxnMark) error {
@@ -167,6 +174,11 @@ func TestTransactorConfirmsOnlyAfterCommit(t *testing.T) {
 	}
 	if tr.n() != 4 || len(s.commits) != 2 || s.commits[1].LSN != 0x380 || s.commits[1].PartialCommitLSN != 0 {
 		t.Fatalf("after the final commit: %d done, commits %+v", tr.n(), s.commits)
+	}
+	// Each checkpoint was staged before its transaction's flush, with the
+	// position it commits (one produce round trip per commit).
+	if len(s.staged) != len(s.commits) || s.staged[0] != s.commits[0] || s.staged[1] != s.commits[1] {
+		t.Fatalf("staged %+v, committed %+v", s.staged, s.commits)
 	}
 }
 

@@ -115,6 +115,11 @@ type Sink struct {
 	noDescribe    atomic.Bool
 	describeFails atomic.Int32
 
+	// staged: the checkpoint record StageCheckpoint produced into the
+	// open transaction (nil: none). The transaction's calls (BeginTxn,
+	// StageCheckpoint, CommitTxn, AbortTxn) come one at a time.
+	staged *stagedCheckpoint
+
 	lay   *Layout                       // cfg.Layout
 	types atomic.Pointer[[2]ColumnType] // key and value column types (SetColumnTypes)
 

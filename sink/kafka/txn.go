@@ -249,7 +249,50 @@ func (k *Sink) BeginTxn() error {
 	if err := k.transactional(); err != nil {
 		return err
 	}
+	k.staged = nil
 	return txnErr("begin a kafka transaction", k.client.Load().BeginTransaction())
+}
+
+// stagedCheckpoint is a checkpoint record produced into the open
+// transaction, and the channel its outcome comes on.
+type stagedCheckpoint struct {
+	cp   TxnMark
+	rec  *kgo.Record
+	done chan error
+}
+
+// StageCheckpoint produces cp's record into the open transaction before
+// the caller flushes it, so the records and the checkpoint travel in the
+// one flush, and CommitTxn(ctx, cp) that follows waits for its outcome
+// instead of producing it after the flush (one produce round trip less
+// per commit). ctx bounds the record's delivery: pass the one CommitTxn
+// gets. An error means nothing was produced. INV-9 is the transaction's:
+// a checkpoint staged in a transaction that aborts is aborted with it.
+func (k *Sink) StageCheckpoint(ctx context.Context, cp TxnMark) error {
+	if err := k.transactional(); err != nil {
+		return err
+	}
+	st, err := k.produceCheckpoint(ctx, cp)
+	if err != nil {
+		return err
+	}
+	k.staged = st
+	return nil
+}
+
+// produceCheckpoint produces cp's record into the open transaction.
+func (k *Sink) produceCheckpoint(ctx context.Context, cp TxnMark) (*stagedCheckpoint, error) {
+	if k.cfg.CheckpointTopic == "" {
+		return nil, errors.New("sink: no checkpoint topic (Config.CheckpointTopic)")
+	}
+	value, err := json.Marshal(cp)
+	if err != nil {
+		return nil, fmt.Errorf("encode the checkpoint: %w", err)
+	}
+	st := &stagedCheckpoint{cp: cp, done: make(chan error, 1),
+		rec: &kgo.Record{Topic: k.cfg.CheckpointTopic, Key: []byte(TransactionalID(cp.Slot, cp.SystemID)), Value: value}}
+	k.client.Load().Produce(ctx, st.rec, func(_ *kgo.Record, err error) { st.done <- err })
+	return st, nil
 }
 
 // CommitTxn ends the open transaction with cp's record in the checkpoint
@@ -262,21 +305,22 @@ func (k *Sink) CommitTxn(ctx context.Context, cp TxnMark) error {
 	if err := k.transactional(); err != nil {
 		return err
 	}
-	if k.cfg.CheckpointTopic == "" {
-		return errors.New("sink: no checkpoint topic (Config.CheckpointTopic)")
-	}
-	value, err := json.Marshal(cp)
-	if err != nil {
-		return fmt.Errorf("encode the checkpoint: %w", err)
+	st := k.staged
+	k.staged = nil
+	if st == nil || !st.cp.Equal(cp) {
+		// Not staged, or staged with another position: this record is
+		// the transaction's last for the key, the one a reader takes.
+		var err error
+		if st, err = k.produceCheckpoint(ctx, cp); err != nil {
+			return err
+		}
 	}
 	cl := k.client.Load()
-	rec := &kgo.Record{Topic: k.cfg.CheckpointTopic, Key: []byte(TransactionalID(cp.Slot, cp.SystemID)), Value: value}
-	done := make(chan error, 1)
-	cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
+	rec := st.rec
 	if err := cl.Flush(ctx); err != nil {
 		return fmt.Errorf("flush the kafka transaction: %w", err)
 	}
-	if err := <-done; err != nil {
+	if err := <-st.done; err != nil {
 		if fix := aclFix(err, k.cfg.CheckpointTopic, false, k.cfg.TransactionalID); fix != "" {
 			return txnErr("produce the checkpoint to "+k.cfg.CheckpointTopic, refused(err, fix))
 		}
@@ -285,7 +329,7 @@ func (k *Sink) CommitTxn(ctx context.Context, cp TxnMark) error {
 	if err := awaitPartition(ctx, cl, rec.Topic, rec.Partition); err != nil {
 		return fmt.Errorf("commit the kafka transaction: the producer does not list partition %d of checkpoint topic %q, which acknowledged the checkpoint: %w", rec.Partition, rec.Topic, err)
 	}
-	err = cl.EndTransaction(ctx, kgo.TryCommit)
+	err := cl.EndTransaction(ctx, kgo.TryCommit)
 	if fix := aclFix(err, k.cfg.CheckpointTopic, false, k.cfg.TransactionalID); fix != "" {
 		err = refused(err, fix)
 	}
@@ -416,6 +460,7 @@ func (k *Sink) AbortTxn(ctx context.Context) error {
 	if err := k.transactional(); err != nil {
 		return err
 	}
+	k.staged = nil
 	cl := k.client.Load()
 	if err := cl.AbortBufferedRecords(ctx); err != nil {
 		return txnErr("abort the buffered records", err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -38,6 +40,12 @@ func produceTxn(t *testing.T, k *kafka.Sink, prefix string, n int) error {
 	if err := k.BeginTxn(); err != nil {
 		return err
 	}
+	return produceTxnOpen(t, k, prefix, n)
+}
+
+// produceTxnOpen produces as produceTxn does into the open transaction.
+func produceTxnOpen(t *testing.T, k *kafka.Sink, prefix string, n int) error {
+	t.Helper()
 	var mu sync.Mutex
 	var first error
 	for i := range n {
@@ -753,4 +761,89 @@ func TestCheckpointJSONAnchor(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"slot":"s","system_identifier":"1","timeline":1,"lsn":"0/100","anchor_commit_lsn":"0/50","anchor_commit_time":"yesterday"}`), &legacy); err == nil {
 		t.Error("a bad anchor_commit_time was accepted")
 	}
+}
+
+// cpEnd is the end offset of the checkpoint topic's partition: its
+// records, committed, aborted or open, and the transactions' markers.
+func cpEnd(t *testing.T, c *kfake.Cluster) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx20(t), cpTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, ok := ends.Lookup(cpTopic, 0)
+	if !ok || o.Err != nil {
+		t.Fatalf("end offset of %s: %v (listed %v)", cpTopic, o.Err, ok)
+	}
+	return o.Offset
+}
+
+// TestTxnStagedCheckpoint: a checkpoint staged before the flush is the
+// one CommitTxn commits, once (not produced again); staged with another
+// position, the committed one is what a reader takes; staged in a
+// transaction that aborts, it is aborted with it.
+func TestTxnStagedCheckpoint(t *testing.T) {
+	c := newTxnCluster(t)
+	k := newTxnKafka(t, c, kafka.TransactionalID("s1", 7))
+	if err := k.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	mark := func(lsn uint64) kafka.TxnMark {
+		return kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: pglogrepl.LSN(lsn), Anchored: true}
+	}
+	stage := func(cp kafka.TxnMark) {
+		t.Helper()
+		if err := k.StageCheckpoint(ctx20(t), cp); err != nil {
+			t.Fatalf("StageCheckpoint(%s): %v", cp.LSN, err)
+		}
+	}
+
+	// Staged, then the transaction's records, one flush, the commit.
+	if err := k.BeginTxn(); err != nil {
+		t.Fatal(err)
+	}
+	stage(mark(0x100))
+	if err := produceTxnOpen(t, k, "a", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.CommitTxn(ctx20(t), mark(0x100)); err != nil {
+		t.Fatalf("CommitTxn: %v", err)
+	}
+	if end := cpEnd(t, c); end != 2 { // the checkpoint and the commit marker
+		t.Fatalf("checkpoint partition ends at %d after one staged commit, want 2 (the staged record produced again?)", end)
+	}
+	wantCP(t, c, mark(0x100))
+
+	// Staged at one position, committed at another: the committed one.
+	if err := produceTxn(t, k, "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	stage(mark(0x200))
+	if err := k.CommitTxn(ctx20(t), mark(0x300)); err != nil {
+		t.Fatalf("CommitTxn: %v", err)
+	}
+	wantCP(t, c, mark(0x300))
+
+	// Staged in a transaction that aborts: the last committed one stays.
+	if err := produceTxn(t, k, "c", 2); err != nil {
+		t.Fatal(err)
+	}
+	stage(mark(0x400))
+	if err := k.Flush(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.AbortTxn(ctx20(t)); err != nil {
+		t.Fatalf("AbortTxn: %v", err)
+	}
+	wantCP(t, c, mark(0x300))
+
+	// The next commit without a stage produces its own (the aborted
+	// transaction's stage is forgotten).
+	commitCP(t, k, mark(0x500))
+	wantCP(t, c, mark(0x500))
 }
