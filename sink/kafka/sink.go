@@ -162,7 +162,7 @@ func New(cfg Config) (*Sink, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(cfg.ClientID),
-		kgo.WithLogger(kslog.New(cfg.Logger)),
+		kgo.WithLogger(clientLogger{kslog.New(cfg.Logger)}),
 		// Durability, explicitly (DESIGN.md, Kafka facts): idempotent writes stay on
 		// (no DisableIdempotentWrite), acks from all in-sync replicas,
 		// unlimited retries, no delivery timeout, and no
