@@ -36,9 +36,15 @@ var errCheckpointMismatch = errors.New("the exactly-once checkpoint does not mat
 // never confirmed: a mismatch ends the session (INV-1, INV-11; DESIGN.md,
 // "Exactly-once delivery").
 type anchorCheck struct {
-	cp      kafka.TxnMark
-	hold    pglogrepl.LSN // what PostgreSQL recorded; the tracker is held there
-	from    pglogrepl.LSN // the slot's confirmed position: the stream starts after it
+	cp   kafka.TxnMark
+	hold pglogrepl.LSN // what PostgreSQL recorded; the tracker is held there
+	from pglogrepl.LSN // the slot's confirmed position: the stream starts after it
+	// started is the slot's position read once replication started (0:
+	// not read): another walpost may have confirmed the slot past from
+	// between the session's read and START_REPLICATION (a takeover), and
+	// the server then starts the stream there, after transactions the
+	// check cannot see and the slot vouches for.
+	started func() pglogrepl.LSN
 	tracker *checkpoint.Tracker
 	log     *slog.Logger
 	slot    string
@@ -109,7 +115,11 @@ func (c *anchorCheck) idle() {
 // unless the anchor is a transaction the stream must have read (after the
 // slot's position) and did not.
 func (c *anchorCheck) past(ev *outbox.Event) {
-	if c.cp.AnchorCommitLSN > c.from && !c.anchorSeen {
+	from := c.from
+	if c.started != nil {
+		from = max(from, c.started())
+	}
+	if c.cp.AnchorCommitLSN > from && !c.anchorSeen {
 		c.fail(ev, fmt.Sprintf("no transaction at the checkpoint's anchor %s before its position %s", c.cp.AnchorCommitLSN, c.cp.LSN))
 		return
 	}

@@ -260,6 +260,61 @@ func TestSessionCheckpointPastStartWAL(t *testing.T) {
 	}
 }
 
+// TestSessionSlotConfirmedPastAnchorAtStart: while the session's producer
+// initialises, the other walpost streams k1, k2 and the first row of a
+// transaction (k3, k4), commits its checkpoint (anchored at k2's
+// transaction, one event of the partial transaction) and confirms the
+// slot past k2's, all after this session read the slot. The server
+// starts the stream at the slot's position, after the anchor: the anchor
+// cannot be seen and the slot vouches for it. The session must use the
+// checkpoint (no not_in_wal refusal) and produce k4 only.
+func TestSessionSlotConfirmedPastAnchorAtStart(t *testing.T) {
+	t.Parallel()
+	k := newKafkaFake(t)
+	h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
+	h.checkpointTopic()
+	other := h.transactional()
+
+	var once sync.Once
+	var commitErr error
+	committed := make(chan struct{})
+	k.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		once.Do(func() {
+			k.SleepControl(func() {
+				defer close(committed)
+				h.pg.Append(row(1))
+				anchor := h.pg.Append(row(2))
+				partial := h.pg.Append(row(3), row(4))
+				if commitErr = other.BeginTxn(); commitErr != nil {
+					return
+				}
+				commitErr = other.CommitTxn(h.ctx, kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: anchor.End,
+					Anchored: true, AnchorCommitLSN: anchor.Commit, AnchorCommitTime: anchor.Time,
+					PartialCommitLSN: partial.Commit, PartialCommitTime: partial.Time, Ordinal: 1})
+				h.pg.SetSlot(func(s *replicationtest.Slot) { s.Confirmed = anchor.End })
+			})
+		})
+		return nil, nil, false
+	})
+	h.run(Deps{})
+	select {
+	case <-committed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session's producer never initialised")
+	}
+	if commitErr != nil {
+		t.Fatalf("the other walpost's checkpoint: %v", commitErr)
+	}
+	h.waitFlush(h.pg.Append(row(5)).End)
+	if got := k.keys(); got["k3"] != 0 || got["k4"] != 1 || got["k5"] != 1 {
+		t.Errorf("produced %v, want k4 and k5 once each: k3 is in the other walpost's checkpoint", got)
+	}
+	if n := counterValue(t, h.f.m.cpRefused.WithLabelValues(refusedNotInWAL)); n != 0 {
+		t.Errorf("walpost_checkpoint_refused_total{reason=not_in_wal} = %v, want 0: the slot's position vouches for the anchor", n)
+	}
+}
+
 // TestSessionFenced (exactly-once, exactly.go): another producer of the
 // slot's transactional id fences the session's. When another walsender
 // holds the slot (a walpost took it over) Run ends with kafka.ErrFenced;
