@@ -24,6 +24,7 @@ type txnSink interface {
 	sink.Sink
 	BeginTxn() error
 	StageCheckpoint(ctx context.Context, cp kafka.TxnMark) error
+	StagedRefusal() error
 	CommitTxn(ctx context.Context, cp kafka.TxnMark) error
 	AbortTxn(ctx context.Context) error
 }
@@ -670,6 +671,12 @@ func (t *transactor) flushLocked(ctx context.Context) bool {
 	t.failed = nil
 	t.amu.Unlock()
 	if len(failed) > 0 {
+		// The staged checkpoint refused for an ACL: the records may have
+		// failed with it, not for their own sake (none is counted).
+		if err := t.sink.StagedRefusal(); err != nil {
+			t.failLocked(err)
+			return false
+		}
 		t.failLocked(t.refusal(failed))
 		return false
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -27,8 +28,11 @@ type fakeTxnSink struct {
 	begins  int
 	commits []kafka.TxnMark
 	staged  []kafka.TxnMark // StageCheckpoint's marks
-	aborts  int
-	inTxn   int
+	ops     []string        // stage, flush and commit, in order
+	// stagedRefusal is what StagedRefusal returns.
+	stagedRefusal error
+	aborts        int
+	inTxn         int
 	// abortErr is what AbortTxn returns.
 	abortErr error
 	// committing, when set, receives a value as CommitTxn begins, and
@@ -48,8 +52,13 @@ func (s *fakeTxnSink) Produce(ev *outbox.Event, a sink.Acker) {
 	s.mu.Unlock()
 	a.Acked(sink.Result{Topic: "t", Partition: 0}, err)
 }
-func (s *fakeTxnSink) Flush(context.Context) error { return nil }
-func (s *fakeTxnSink) Close()                      {}
+func (s *fakeTxnSink) Flush(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops = append(s.ops, "flush")
+	return nil
+}
+func (s *fakeTxnSink) Close() {}
 func (s *fakeTxnSink) BeginTxn() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -60,7 +69,13 @@ func (s *fakeTxnSink) StageCheckpoint(_ context.Context, cp kafka.TxnMark) error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.staged = append(s.staged, cp)
+	s.ops = append(s.ops, "stage")
 	return nil
+}
+func (s *fakeTxnSink) StagedRefusal() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stagedRefusal
 }
 func (s *fakeTxnSink) CommitTxn(_ context.Context, cp kafka.TxnMark) error {
 	if s.committing != nil {
@@ -73,6 +88,7 @@ func (s *fakeTxnSink) CommitTxn(_ context.Context, cp kafka.TxnMark) error {
 		return s.commitErr
 	}
 	s.commits = append(s.commits, cp)
+	s.ops = append(s.ops, "commit")
 	s.sizes = append(s.sizes, s.inTxn)
 	s.inTxn = 0
 	return nil
@@ -180,6 +196,9 @@ func TestTransactorConfirmsOnlyAfterCommit(t *testing.T) {
 	if len(s.staged) != len(s.commits) || s.staged[0] != s.commits[0] || s.staged[1] != s.commits[1] {
 		t.Fatalf("staged %+v, committed %+v", s.staged, s.commits)
 	}
+	if got := strings.Join(s.ops, ","); got != "stage,flush,commit,stage,flush,commit" {
+		t.Fatalf("sink calls %s, want stage,flush,commit per transaction", got)
+	}
 }
 
 // TestTransactorResumesOrdinal: after a restart from a partial checkpoint,
@@ -230,6 +249,35 @@ func TestTransactorRefusedRecordAborts(t *testing.T) {
 		}
 		if err != nil || len(q.Entries()) != 1 || q.Entries()[0].Event.IdempotencyKey != "bad" || len(s.commits) != 1 || tr.n() != 2 {
 			t.Fatalf("attempt 3: err %v, quarantined %d, commits %d, done %d; want the bad record quarantined, the rest committed", err, len(q.Entries()), len(s.commits), tr.n())
+		}
+	}
+}
+
+// TestTransactorCheckpointRefusedWithRecords: the records of a
+// transaction fail together with its staged checkpoint, which Kafka
+// refused for an ACL (before transaction.version 2 a refused partition
+// fails everything buffered with it): the session's error is the
+// checkpoint's, and no record is counted an attempt.
+func TestTransactorCheckpointRefusedWithRecords(t *testing.T) {
+	denied := &sink.Error{Kind: sink.Destination, Class: "TOPIC_AUTHORIZATION_FAILED", Err: errors.New("not authorized")}
+	cpErr := errors.New("produce the checkpoint to walpost_checkpoints: grant WRITE on it")
+	s, tr := &fakeTxnSink{refuse: map[string]error{"a": denied, "b": denied}, stagedRefusal: cpErr}, &countTracker{}
+	x := newTestTransactor(s, tr, 100, kafka.TxnMark{LSN: 0x100})
+	x.Emit(ev("a", 0x200), checkpoint.Ticket{})
+	x.Emit(ev("b", 0x200), checkpoint.Ticket{})
+	x.Commit(0x280)
+	x.sync()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := x.Run(ctx); !errors.Is(err, cpErr) {
+		t.Fatalf("Run: %v, want the checkpoint's refusal", err)
+	}
+	if len(s.commits) != 0 || s.aborts != 1 || tr.n() != 0 {
+		t.Fatalf("%d commits, %d aborts, %d done; want the transaction aborted, nothing done", len(s.commits), s.aborts, tr.n())
+	}
+	for _, k := range []string{"a", "b"} {
+		if r := x.refused.get(eventKey{k, 0x200}); r.n != 0 || r.alone {
+			t.Errorf("event %s noted as refused (%+v): the checkpoint was", k, r)
 		}
 	}
 }

@@ -2,9 +2,11 @@ package kafka
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
 
 	"github.com/walpost/walpost/sink"
 )
@@ -22,3 +24,6 @@ func (k *Sink) ProduceRecord(r *kgo.Record, done func(error)) {
 func SetLimitIntervals(k *Sink, refresh, recheck, retry time.Duration) {
 	k.limitRefresh, k.limitRecheck, k.limitRetry = refresh, recheck, retry
 }
+
+// ClientLogger is the franz-go client's logger over l.
+func ClientLogger(l *slog.Logger) kgo.Logger { return clientLogger{kslog.New(l)} }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/walpost/walpost/sink/kafka"
 )
 
@@ -74,5 +76,25 @@ func TestClientLoggerRoutineAtDebug(t *testing.T) {
 				t.Errorf("franz-go's once-only INFO line is missing; log:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestClientLoggerAbortAtInfo: franz-go's EndTxn lines of an abort
+// (commit=false) keep INFO; a commit's go to DEBUG.
+func TestClientLoggerAbortAtInfo(t *testing.T) {
+	var log syncBuffer
+	l := kafka.ClientLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	for _, commit := range []bool{true, false} {
+		l.Log(kgo.LogLevelInfo, "ending transaction", "transactional_id", "t", "commit", commit, "producer_id", int64(1), "epoch", int16(2))
+		l.Log(kgo.LogLevelInfo, "end transaction response successfully received", "transactional_id", "t", "commit", commit)
+	}
+	out := log.String()
+	for _, want := range []string{`level=DEBUG msg="ending transaction" transactional_id=t commit=true`,
+		`level=DEBUG msg="end transaction response successfully received" transactional_id=t commit=true`,
+		`level=INFO msg="ending transaction" transactional_id=t commit=false`,
+		`level=INFO msg="end transaction response successfully received" transactional_id=t commit=false`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no line %s; log:\n%s", want, out)
+		}
 	}
 }

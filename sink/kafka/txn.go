@@ -266,8 +266,11 @@ type stagedCheckpoint struct {
 // one flush, and CommitTxn(ctx, cp) that follows waits for its outcome
 // instead of producing it after the flush (one produce round trip less
 // per commit). ctx bounds the record's delivery: pass the one CommitTxn
-// gets. An error means nothing was produced. INV-9 is the transaction's:
-// a checkpoint staged in a transaction that aborts is aborted with it.
+// gets; like any Produce it waits while the client's buffer is full
+// (the records ahead of it drain meanwhile). An error means nothing was
+// produced. CommitTxn must name the same position (an error otherwise).
+// INV-9 is the transaction's: a checkpoint staged in a transaction that
+// aborts is aborted with it.
 func (k *Sink) StageCheckpoint(ctx context.Context, cp TxnMark) error {
 	if err := k.transactional(); err != nil {
 		return err
@@ -277,6 +280,34 @@ func (k *Sink) StageCheckpoint(ctx context.Context, cp TxnMark) error {
 		return err
 	}
 	k.staged = st
+	return nil
+}
+
+// StagedRefusal is the staged checkpoint record's failure when Kafka
+// refused it for walpost's rights (an ACL on the checkpoint topic or the
+// transactional id), nil otherwise (none staged, no outcome yet,
+// acknowledged, another failure). A flush that failed the transaction's
+// records may have failed them for the checkpoint's sake: before
+// transaction.version 2, a partition the broker refuses to add to the
+// transaction fails every record buffered with it (franz-go), so the
+// caller reports this error, naming the checkpoint's fix, instead of the
+// records'. It does not consume the outcome CommitTxn waits for.
+func (k *Sink) StagedRefusal() error {
+	st := k.staged
+	if st == nil {
+		return nil
+	}
+	select {
+	case err := <-st.done:
+		st.done <- err
+		if err == nil {
+			return nil
+		}
+		if fix := aclFix(err, k.cfg.CheckpointTopic, false, k.cfg.TransactionalID); fix != "" {
+			return txnErr("produce the checkpoint to "+k.cfg.CheckpointTopic, refused(err, fix))
+		}
+	default:
+	}
 	return nil
 }
 
@@ -307,9 +338,11 @@ func (k *Sink) CommitTxn(ctx context.Context, cp TxnMark) error {
 	}
 	st := k.staged
 	k.staged = nil
-	if st == nil || !st.cp.Equal(cp) {
-		// Not staged, or staged with another position: this record is
-		// the transaction's last for the key, the one a reader takes.
+	if st != nil && !st.cp.Equal(cp) {
+		return fmt.Errorf("commit the kafka transaction: the checkpoint staged in it names %s (partial %s, ordinal %d), the commit %s (partial %s, ordinal %d); abort it",
+			st.cp.LSN, st.cp.PartialCommitLSN, st.cp.Ordinal, cp.LSN, cp.PartialCommitLSN, cp.Ordinal)
+	}
+	if st == nil {
 		var err error
 		if st, err = k.produceCheckpoint(ctx, cp); err != nil {
 			return err
@@ -320,7 +353,13 @@ func (k *Sink) CommitTxn(ctx context.Context, cp TxnMark) error {
 	if err := cl.Flush(ctx); err != nil {
 		return fmt.Errorf("flush the kafka transaction: %w", err)
 	}
-	if err := <-st.done; err != nil {
+	var cpErr error
+	select {
+	case cpErr = <-st.done:
+	case <-ctx.Done():
+		return fmt.Errorf("commit the kafka transaction: the checkpoint record has no outcome after the flush: %w", ctx.Err())
+	}
+	if err := cpErr; err != nil {
 		if fix := aclFix(err, k.cfg.CheckpointTopic, false, k.cfg.TransactionalID); fix != "" {
 			return txnErr("produce the checkpoint to "+k.cfg.CheckpointTopic, refused(err, fix))
 		}

@@ -784,9 +784,9 @@ func cpEnd(t *testing.T, c *kfake.Cluster) int64 {
 }
 
 // TestTxnStagedCheckpoint: a checkpoint staged before the flush is the
-// one CommitTxn commits, once (not produced again); staged with another
-// position, the committed one is what a reader takes; staged in a
-// transaction that aborts, it is aborted with it.
+// one CommitTxn commits, once (not produced again); a commit of another
+// position than the staged one is refused; staged in a transaction that
+// aborts, it is aborted with it and forgotten.
 func TestTxnStagedCheckpoint(t *testing.T) {
 	c := newTxnCluster(t)
 	k := newTxnKafka(t, c, kafka.TransactionalID("s1", 7))
@@ -819,17 +819,23 @@ func TestTxnStagedCheckpoint(t *testing.T) {
 	}
 	wantCP(t, c, mark(0x100))
 
-	// Staged at one position, committed at another: the committed one.
+	// Staged at one position, committed at another: refused, and the
+	// transaction aborts; the committed checkpoint stays.
 	if err := produceTxn(t, k, "b", 2); err != nil {
 		t.Fatal(err)
 	}
 	stage(mark(0x200))
-	if err := k.CommitTxn(ctx20(t), mark(0x300)); err != nil {
-		t.Fatalf("CommitTxn: %v", err)
+	if err := k.CommitTxn(ctx20(t), mark(0x300)); err == nil || !strings.Contains(err.Error(), "staged in it names 0/200") {
+		t.Fatalf("CommitTxn of 0/300 with 0/200 staged: %v, want the mismatch named", err)
 	}
-	wantCP(t, c, mark(0x300))
+	if err := k.AbortTxn(ctx20(t)); err != nil {
+		t.Fatalf("AbortTxn: %v", err)
+	}
+	wantCP(t, c, mark(0x100))
 
-	// Staged in a transaction that aborts: the last committed one stays.
+	// Staged in a transaction that aborts: the last committed one stays,
+	// and the stage is forgotten: the next commit of that same position,
+	// not staged, produces its own record (the checkpoint and the marker).
 	if err := produceTxn(t, k, "c", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -840,10 +846,61 @@ func TestTxnStagedCheckpoint(t *testing.T) {
 	if err := k.AbortTxn(ctx20(t)); err != nil {
 		t.Fatalf("AbortTxn: %v", err)
 	}
-	wantCP(t, c, mark(0x300))
+	wantCP(t, c, mark(0x100))
+	before := cpEnd(t, c)
+	commitCP(t, k, mark(0x400))
+	if end := cpEnd(t, c); end != before+2 {
+		t.Fatalf("checkpoint partition ends at %d after a commit from %d, want %d (the aborted stage reused?)", end, before, before+2)
+	}
+	wantCP(t, c, mark(0x400))
+}
 
-	// The next commit without a stage produces its own (the aborted
-	// transaction's stage is forgotten).
-	commitCP(t, k, mark(0x500))
-	wantCP(t, c, mark(0x500))
+// TestTxnStagedRefusal: a flush that fails the transaction's records and
+// its staged checkpoint for an ACL reports, through StagedRefusal, the
+// checkpoint topic's fix; nothing is reported while the checkpoint has no
+// outcome or was acknowledged, and the outcome stays for CommitTxn.
+func TestTxnStagedRefusal(t *testing.T) {
+	cp := kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x100}
+	c := newTxnCluster(t)
+	k := newTxnKafka(t, c, kafka.TransactionalID("s1", 7))
+	if err := k.InitProducer(ctx20(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.StagedRefusal(); err != nil {
+		t.Fatalf("StagedRefusal with nothing staged: %v", err)
+	}
+	// Acknowledged: none.
+	if err := k.BeginTxn(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.StageCheckpoint(ctx20(t), cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := produceTxnOpen(t, k, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.StagedRefusal(); err != nil {
+		t.Fatalf("StagedRefusal of an acknowledged checkpoint: %v", err)
+	}
+	if err := k.CommitTxn(ctx20(t), cp); err != nil {
+		t.Fatalf("CommitTxn after StagedRefusal: %v", err)
+	}
+	// Refused with the records.
+	answerError(c, kmsg.Produce, kerr.TopicAuthorizationFailed.Code)
+	if err := k.BeginTxn(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.StageCheckpoint(ctx20(t), kafka.TxnMark{Slot: "s1", SystemID: 7, Timeline: 1, LSN: 0x200}); err != nil {
+		t.Fatal(err)
+	}
+	if err := produceTxnOpen(t, k, "b", 1); !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("the record's outcome: %v, want TOPIC_AUTHORIZATION_FAILED", err)
+	}
+	err := k.StagedRefusal()
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) || !strings.Contains(err.Error(), "WRITE and DESCRIBE on topic walpost_checkpoints") {
+		t.Fatalf("StagedRefusal: %v, want the checkpoint topic's ACL fix", err)
+	}
+	if err2 := k.StagedRefusal(); err2 == nil {
+		t.Fatal("the second StagedRefusal found no outcome: the first consumed it")
+	}
 }
