@@ -187,6 +187,19 @@ func (t *Tracker) Hold(at pglogrepl.LSN) {
 	t.holdCommit, t.holdTxns = t.commit, t.txns
 }
 
+// Recorded notes that PostgreSQL itself recorded at: the slot's position,
+// read once replication started. A Hold below it rises to it, so no
+// status update reports less than the slot holds (INV-4): another
+// walpost may have confirmed the slot past the hold, which was read
+// before, and the server then started the stream at at.
+func (t *Tracker) Recorded(at pglogrepl.LSN) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held && t.hold < at {
+		t.hold = at
+	}
+}
+
 // Handled is the watermark as the handled events move it, a Hold aside:
 // every event below it was handled (skipped, acknowledged or
 // quarantined).

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -261,57 +262,90 @@ func TestSessionCheckpointPastStartWAL(t *testing.T) {
 }
 
 // TestSessionSlotConfirmedPastAnchorAtStart: while the session's producer
-// initialises, the other walpost streams k1, k2 and the first row of a
-// transaction (k3, k4), commits its checkpoint (anchored at k2's
-// transaction, one event of the partial transaction) and confirms the
-// slot past k2's, all after this session read the slot. The server
-// starts the stream at the slot's position, after the anchor: the anchor
-// cannot be seen and the slot vouches for it. The session must use the
-// checkpoint (no not_in_wal refusal) and produce k4 only.
+// initialises, the other walpost streams k1, k2 (and, with a partial
+// transaction, the first row of (k3, k4)), commits its checkpoint
+// anchored at k2's transaction, and confirms the slot past k2's, all after
+// this session read the slot. The server starts the stream at the slot's
+// position, after the anchor: the anchor cannot be seen and the slot
+// vouches for it. The session must use the checkpoint (no not_in_wal
+// refusal, nothing sent again), and no status update may report less
+// than the slot held (INV-4), also while the outbox is quiet.
 func TestSessionSlotConfirmedPastAnchorAtStart(t *testing.T) {
 	t.Parallel()
-	k := newKafkaFake(t)
-	h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
-	h.checkpointTopic()
-	other := h.transactional()
+	for _, partial := range []bool{true, false} {
+		t.Run(fmt.Sprintf("partial=%v", partial), func(t *testing.T) {
+			t.Parallel()
+			k := newKafkaFake(t)
+			h := newSessionHarness(t, replicationtest.Config{}, exactlyOnce(k))
+			h.checkpointTopic()
+			other := h.transactional()
 
-	var once sync.Once
-	var commitErr error
-	committed := make(chan struct{})
-	k.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
-		k.KeepControl()
-		once.Do(func() {
-			k.SleepControl(func() {
-				defer close(committed)
-				h.pg.Append(row(1))
-				anchor := h.pg.Append(row(2))
-				partial := h.pg.Append(row(3), row(4))
-				if commitErr = other.BeginTxn(); commitErr != nil {
-					return
-				}
-				commitErr = other.CommitTxn(h.ctx, kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: anchor.End,
-					Anchored: true, AnchorCommitLSN: anchor.Commit, AnchorCommitTime: anchor.Time,
-					PartialCommitLSN: partial.Commit, PartialCommitTime: partial.Time, Ordinal: 1})
-				h.pg.SetSlot(func(s *replicationtest.Slot) { s.Confirmed = anchor.End })
+			var once sync.Once
+			var commitErr error
+			var confirmed pglogrepl.LSN
+			committed := make(chan struct{})
+			k.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
+				k.KeepControl()
+				once.Do(func() {
+					k.SleepControl(func() {
+						defer close(committed)
+						h.pg.Append(row(1))
+						anchor := h.pg.Append(row(2))
+						cp := kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: anchor.End,
+							Anchored: true, AnchorCommitLSN: anchor.Commit, AnchorCommitTime: anchor.Time}
+						if partial {
+							p := h.pg.Append(row(3), row(4))
+							cp.PartialCommitLSN, cp.PartialCommitTime, cp.Ordinal = p.Commit, p.Time, 1
+						}
+						if commitErr = other.BeginTxn(); commitErr != nil {
+							return
+						}
+						commitErr = other.CommitTxn(h.ctx, cp)
+						confirmed = anchor.End
+						h.pg.SetSlot(func(s *replicationtest.Slot) { s.Confirmed = anchor.End })
+					})
+				})
+				return nil, nil, false
 			})
+			h.run(Deps{})
+			select {
+			case <-committed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the session's producer never initialised")
+			}
+			if commitErr != nil {
+				t.Fatalf("the other walpost's checkpoint: %v", commitErr)
+			}
+			if !partial {
+				// Quiet: the session streams, with nothing to read, until a
+				// status update went out.
+				ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
+				defer cancel()
+				if err := h.pg.Wait(ctx, "a status update", func() bool { return len(h.pg.Statuses()) > 0 }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.waitFlush(h.pg.Append(row(5)).End)
+			want := map[string]int{"k5": 1}
+			if partial {
+				want["k4"] = 1
+			}
+			got := k.keys()
+			for _, key := range []string{"k1", "k2", "k3", "k4", "k5"} {
+				if got[key] != want[key] {
+					t.Errorf("produced %v, want %v: the rest is in the other walpost's checkpoint", got, want)
+					break
+				}
+			}
+			if n := counterValue(t, h.f.m.cpRefused.WithLabelValues(refusedNotInWAL)); n != 0 {
+				t.Errorf("walpost_checkpoint_refused_total{reason=not_in_wal} = %v, want 0: the slot's position vouches for the anchor", n)
+			}
+			for _, st := range h.pg.Statuses() {
+				if st.Flush < confirmed {
+					t.Errorf("status update flush %s, below the slot's %s when the session started streaming", st.Flush, confirmed)
+				}
+			}
 		})
-		return nil, nil, false
-	})
-	h.run(Deps{})
-	select {
-	case <-committed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the session's producer never initialised")
-	}
-	if commitErr != nil {
-		t.Fatalf("the other walpost's checkpoint: %v", commitErr)
-	}
-	h.waitFlush(h.pg.Append(row(5)).End)
-	if got := k.keys(); got["k3"] != 0 || got["k4"] != 1 || got["k5"] != 1 {
-		t.Errorf("produced %v, want k4 and k5 once each: k3 is in the other walpost's checkpoint", got)
-	}
-	if n := counterValue(t, h.f.m.cpRefused.WithLabelValues(refusedNotInWAL)); n != 0 {
-		t.Errorf("walpost_checkpoint_refused_total{reason=not_in_wal} = %v, want 0: the slot's position vouches for the anchor", n)
 	}
 }
 

@@ -671,13 +671,16 @@ func (t *transactor) flushLocked(ctx context.Context) bool {
 	t.failed = nil
 	t.amu.Unlock()
 	if len(failed) > 0 {
-		// The staged checkpoint refused for an ACL: the records may have
-		// failed with it, not for their own sake (none is counted).
-		if err := t.sink.StagedRefusal(); err != nil {
-			t.failLocked(err)
-			return false
+		err := t.refusal(failed)
+		// The staged checkpoint refused for an ACL as well: before
+		// transaction.version 2 a partition the broker refuses to add
+		// fails every record buffered with it, the checkpoint's included,
+		// so the refused topic may be either; both fixes are named (an
+		// ACL failure counts no attempt).
+		if cpErr := t.sink.StagedRefusal(); cpErr != nil {
+			err = fmt.Errorf("%w; the transaction's records failed with it, and the topic Kafka refused may be either (before transaction.version 2 a refused partition fails every record buffered with it): %w", cpErr, err)
 		}
-		t.failLocked(t.refusal(failed))
+		t.failLocked(err)
 		return false
 	}
 	return true

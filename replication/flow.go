@@ -18,6 +18,9 @@ type Frontier interface {
 	Seal(x *checkpoint.Txn, end pglogrepl.LSN) error
 	Confirmed() pglogrepl.LSN
 	Idle(walEnd pglogrepl.LSN) bool
+	// Recorded: the slot's position read once replication started; a
+	// hold below it rises to it (checkpoint.Tracker.Recorded).
+	Recorded(at pglogrepl.LSN)
 	Pending() bool
 }
 

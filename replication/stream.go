@@ -349,6 +349,7 @@ func (s *Stream) catchUp(ctx context.Context) error {
 	// Nothing is in flight yet: Idle moves the watermark (and the
 	// tracker's last end) to at when it is ahead, and only then.
 	from := s.tracker.Confirmed()
+	s.tracker.Recorded(at)
 	if s.tracker.Idle(at) {
 		s.cfg.Logger.Info("slot was confirmed ahead while replication started; starting from its position",
 			"slot", s.cfg.Slot, "lsn", at.String(), "read_lsn", from.String())

@@ -84,7 +84,7 @@ func TestClientLoggerRoutineAtDebug(t *testing.T) {
 func TestClientLoggerAbortAtInfo(t *testing.T) {
 	var log syncBuffer
 	l := kafka.ClientLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	for _, commit := range []bool{true, false} {
+	for _, commit := range []kgo.TransactionEndTry{kgo.TryCommit, kgo.TryAbort} {
 		l.Log(kgo.LogLevelInfo, "ending transaction", "transactional_id", "t", "commit", commit, "producer_id", int64(1), "epoch", int16(2))
 		l.Log(kgo.LogLevelInfo, "end transaction response successfully received", "transactional_id", "t", "commit", commit)
 	}

@@ -287,11 +287,11 @@ func (k *Sink) StageCheckpoint(ctx context.Context, cp TxnMark) error {
 // refused it for walpost's rights (an ACL on the checkpoint topic or the
 // transactional id), nil otherwise (none staged, no outcome yet,
 // acknowledged, another failure). A flush that failed the transaction's
-// records may have failed them for the checkpoint's sake: before
-// transaction.version 2, a partition the broker refuses to add to the
-// transaction fails every record buffered with it (franz-go), so the
-// caller reports this error, naming the checkpoint's fix, instead of the
-// records'. It does not consume the outcome CommitTxn waits for.
+// records may have failed them for the checkpoint's sake, or the
+// checkpoint for theirs: before transaction.version 2, a partition the
+// broker refuses to add to the transaction fails every record buffered
+// with it (franz-go), so the caller names this fix beside the records'.
+// It does not consume the outcome CommitTxn waits for.
 func (k *Sink) StagedRefusal() error {
 	st := k.staged
 	if st == nil {
@@ -356,8 +356,12 @@ func (k *Sink) CommitTxn(ctx context.Context, cp TxnMark) error {
 	var cpErr error
 	select {
 	case cpErr = <-st.done:
-	case <-ctx.Done():
-		return fmt.Errorf("commit the kafka transaction: the checkpoint record has no outcome after the flush: %w", ctx.Err())
+	default: // after the flush it is there; a late one is bound by ctx
+		select {
+		case cpErr = <-st.done:
+		case <-ctx.Done():
+			return fmt.Errorf("commit the kafka transaction: the checkpoint record has no outcome after the flush: %w", ctx.Err())
+		}
 	}
 	if err := cpErr; err != nil {
 		if fix := aclFix(err, k.cfg.CheckpointTopic, false, k.cfg.TransactionalID); fix != "" {
