@@ -49,7 +49,9 @@ type Tracker struct {
 	hold       pglogrepl.LSN
 	holdCommit time.Time
 	holdTxns   uint64
-	pool       []*Txn
+	// started: the slot's position once replication started (Recorded).
+	started pglogrepl.LSN
+	pool    []*Txn
 }
 
 // New returns a tracker whose watermark starts at start, the slot's
@@ -188,16 +190,24 @@ func (t *Tracker) Hold(at pglogrepl.LSN) {
 }
 
 // Recorded notes that PostgreSQL itself recorded at: the slot's position,
-// read once replication started. A Hold below it rises to it, so no
-// status update reports less than the slot holds (INV-4): another
-// walpost may have confirmed the slot past the hold, which was read
-// before, and the server then started the stream at at.
+// read once replication started, where the server started the stream
+// (Started). A Hold below it rises to it, so no status update reports
+// less than the slot holds (INV-4): another walpost may have confirmed
+// the slot past the hold, which was read before.
 func (t *Tracker) Recorded(at pglogrepl.LSN) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.started = max(t.started, at)
 	if t.held && t.hold < at {
 		t.hold = at
 	}
+}
+
+// Started is the slot's position Recorded noted (0: none yet).
+func (t *Tracker) Started() pglogrepl.LSN {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.started
 }
 
 // Handled is the watermark as the handled events move it, a Hold aside:

@@ -38,13 +38,13 @@ var errCheckpointMismatch = errors.New("the exactly-once checkpoint does not mat
 type anchorCheck struct {
 	cp   kafka.TxnMark
 	hold pglogrepl.LSN // what PostgreSQL recorded; the tracker is held there
-	from pglogrepl.LSN // the slot's confirmed position: the stream starts after it
-	// started is the slot's position read once replication started (0:
-	// not read): another walpost may have confirmed the slot past from
-	// between the session's read and START_REPLICATION (a takeover), and
-	// the server then starts the stream there, after transactions the
-	// check cannot see and the slot vouches for.
-	started func() pglogrepl.LSN
+	// from is the slot's confirmed position read at the session's start:
+	// the stream starts after it, or after tracker.Started (the slot read
+	// once replication started), when another walpost confirmed the slot
+	// past from in between (a takeover); the server then starts the
+	// stream after transactions the check cannot see and the slot vouches
+	// for.
+	from    pglogrepl.LSN
 	tracker *checkpoint.Tracker
 	log     *slog.Logger
 	slot    string
@@ -115,11 +115,7 @@ func (c *anchorCheck) idle() {
 // unless the anchor is a transaction the stream must have read (after the
 // slot's position) and did not.
 func (c *anchorCheck) past(ev *outbox.Event) {
-	from := c.from
-	if c.started != nil {
-		from = max(from, c.started())
-	}
-	if c.cp.AnchorCommitLSN > from && !c.anchorSeen {
+	if c.cp.AnchorCommitLSN > max(c.from, c.tracker.Started()) && !c.anchorSeen {
 		c.fail(ev, fmt.Sprintf("no transaction at the checkpoint's anchor %s before its position %s", c.cp.AnchorCommitLSN, c.cp.LSN))
 		return
 	}

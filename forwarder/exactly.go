@@ -231,7 +231,6 @@ func (s *session) exactlyOnce(plan position.Plan, id position.Identity, wal pglo
 		}
 		refuted := cp
 		sk.verify = &anchorCheck{cp: cp, hold: hold, from: slot.ConfirmedFlush, tracker: tracker, log: s.log, slot: name,
-			started:  func() pglogrepl.LSN { return pglogrepl.LSN(s.startedAt.Load()) },
 			verified: cp.LSN <= hold,
 			refute: func(reason string, err error) {
 				s.m.cpRefused.WithLabelValues(reason).Inc()

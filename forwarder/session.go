@@ -80,20 +80,16 @@ type session struct {
 	cpFound    bool
 	recent     []time.Duration // quarantines within poison.rate_window
 	sideFree   chan struct{}   // closed once the stream re-read the slot on side
-	// startedAt: the slot's position that re-read gave (0 until then):
-	// where the server started the stream, when another walpost confirmed
-	// the slot after this session read it.
-	startedAt atomic.Uint64
-	tracker   *checkpoint.Tracker
-	budget    *checkpoint.Budget
-	pause     *checkpoint.Pause
-	iso       *isolator
-	h         replication.Handler
-	skip      *skipper
-	tx        *transactor
-	pw        *positionWriter
-	stream    *replication.Stream
-	spans     *txnSpans
+	tracker    *checkpoint.Tracker
+	budget     *checkpoint.Budget
+	pause      *checkpoint.Pause
+	iso        *isolator
+	h          replication.Handler
+	skip       *skipper
+	tx         *transactor
+	pw         *positionWriter
+	stream     *replication.Stream
+	spans      *txnSpans
 }
 
 // memory is what the Forwarder carries from one session to the next
@@ -394,7 +390,6 @@ func (s *session) slotConfirmed() func(context.Context) (pglogrepl.LSN, error) {
 		if !slot.Exists {
 			return 0, fmt.Errorf("slot %q is gone", s.cfg.Postgres.Slot)
 		}
-		s.startedAt.Store(uint64(slot.ConfirmedFlush))
 		return slot.ConfirmedFlush, nil
 	}
 }

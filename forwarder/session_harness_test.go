@@ -210,6 +210,36 @@ func TestSessionSkipsUpToCheckpoint(t *testing.T) {
 	}
 }
 
+// runOtherDuringInit starts the session and runs other (what another
+// walpost does) once, while the session's first InitProducerID is held,
+// after its IDENTIFY_SYSTEM and its read of the slot; it returns once
+// other ran, and fails the test when other failed.
+func (h *sessionHarness) runOtherDuringInit(k *kafkaFake, other func() error) {
+	h.t.Helper()
+	var once sync.Once
+	var err error
+	done := make(chan struct{})
+	k.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		once.Do(func() {
+			k.SleepControl(func() {
+				defer close(done)
+				err = other()
+			})
+		})
+		return nil, nil, false
+	})
+	h.run(Deps{})
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("the session's producer never initialised")
+	}
+	if err != nil {
+		h.t.Fatalf("the other walpost's checkpoint: %v", err)
+	}
+}
+
 // TestSessionCheckpointPastStartWAL (INV-11, exactly-once, a takeover):
 // another walpost of the slot streams, and commits a checkpoint past the
 // WAL this session's IDENTIFY_SYSTEM saw at its start, until this
@@ -223,34 +253,15 @@ func TestSessionCheckpointPastStartWAL(t *testing.T) {
 	h.checkpointTopic()
 	other := h.transactional() // the walpost streaming before this one
 
-	var once sync.Once
 	var last, after replicationtest.Txn
-	var commitErr error
-	committed := make(chan struct{})
-	k.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
-		k.KeepControl()
-		once.Do(func() {
-			// The session has identified the server; while its producer
-			// initialises, the other walpost streams k1 and k2 and commits
-			// its checkpoint past the WAL of that identification.
-			k.SleepControl(func() {
-				defer close(committed)
-				h.pg.Append(row(1))
-				last = h.pg.Append(row(2))
-				commitErr = h.commitCheckpoint(other, last)
-			})
-		})
-		return nil, nil, false
+	// The session has identified the server; while its producer
+	// initialises, the other walpost streams k1 and k2 and commits its
+	// checkpoint past the WAL of that identification.
+	h.runOtherDuringInit(k, func() error {
+		h.pg.Append(row(1))
+		last = h.pg.Append(row(2))
+		return h.commitCheckpoint(other, last)
 	})
-	h.run(Deps{})
-	select {
-	case <-committed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the session's producer never initialised")
-	}
-	if commitErr != nil {
-		t.Fatalf("the other walpost's checkpoint: %v", commitErr)
-	}
 	after = h.pg.Append(row(3))
 	h.waitFlush(after.End)
 	if got := k.keys(); got["k1"] != 0 || got["k2"] != 0 || got["k3"] == 0 {
@@ -280,42 +291,26 @@ func TestSessionSlotConfirmedPastAnchorAtStart(t *testing.T) {
 			h.checkpointTopic()
 			other := h.transactional()
 
-			var once sync.Once
-			var commitErr error
 			var confirmed pglogrepl.LSN
-			committed := make(chan struct{})
-			k.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
-				k.KeepControl()
-				once.Do(func() {
-					k.SleepControl(func() {
-						defer close(committed)
-						h.pg.Append(row(1))
-						anchor := h.pg.Append(row(2))
-						cp := kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: anchor.End,
-							Anchored: true, AnchorCommitLSN: anchor.Commit, AnchorCommitTime: anchor.Time}
-						if partial {
-							p := h.pg.Append(row(3), row(4))
-							cp.PartialCommitLSN, cp.PartialCommitTime, cp.Ordinal = p.Commit, p.Time, 1
-						}
-						if commitErr = other.BeginTxn(); commitErr != nil {
-							return
-						}
-						commitErr = other.CommitTxn(h.ctx, cp)
-						confirmed = anchor.End
-						h.pg.SetSlot(func(s *replicationtest.Slot) { s.Confirmed = anchor.End })
-					})
-				})
-				return nil, nil, false
+			h.runOtherDuringInit(k, func() error {
+				h.pg.Append(row(1))
+				anchor := h.pg.Append(row(2))
+				cp := kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: anchor.End,
+					Anchored: true, AnchorCommitLSN: anchor.Commit, AnchorCommitTime: anchor.Time}
+				if partial {
+					p := h.pg.Append(row(3), row(4))
+					cp.PartialCommitLSN, cp.PartialCommitTime, cp.Ordinal = p.Commit, p.Time, 1
+				}
+				if err := other.BeginTxn(); err != nil {
+					return err
+				}
+				if err := other.CommitTxn(h.ctx, cp); err != nil {
+					return err
+				}
+				confirmed = anchor.End
+				h.pg.SetSlot(func(s *replicationtest.Slot) { s.Confirmed = anchor.End })
+				return nil
 			})
-			h.run(Deps{})
-			select {
-			case <-committed:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the session's producer never initialised")
-			}
-			if commitErr != nil {
-				t.Fatalf("the other walpost's checkpoint: %v", commitErr)
-			}
 			if !partial {
 				// Quiet: the session streams, with nothing to read, until a
 				// status update went out.

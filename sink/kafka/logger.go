@@ -38,13 +38,8 @@ func (l clientLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 func aborting(keyvals []any) bool {
 	for i := 0; i+1 < len(keyvals); i += 2 {
 		if keyvals[i] == "commit" {
-			switch commit := keyvals[i+1].(type) {
-			case kgo.TransactionEndTry: // what franz-go logs
-				return !bool(commit)
-			case bool:
-				return !commit
-			}
-			return false
+			commit, ok := keyvals[i+1].(kgo.TransactionEndTry)
+			return ok && !bool(commit)
 		}
 	}
 	return false
