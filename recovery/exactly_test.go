@@ -141,26 +141,50 @@ func txnCheckpoint(t *testing.T, cfg *config.Config) kafka.TxnMark {
 	return cp
 }
 
-// txnCommittedKeys reads the topic with read_committed until it is quiet,
-// and returns the keys.
+// txnCommittedKeys reads the topic with read_committed up to its end, and
+// returns the keys. The end is a record produced without a transaction to
+// every partition after the test's transactions ended: a read_committed
+// reader gets it only once the last stable offset passed every record
+// before it, so seeing it in each partition means nothing committed is
+// still to come (a reader that stopped on quiet polls could stop before
+// the first fetch answered).
 func txnCommittedKeys(t *testing.T, cfg *config.Config) []string {
 	t.Helper()
+	const end = "\x00end"
+	w, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var rs []*kgo.Record
+	for p := range int32(3) {
+		rs = append(rs, &kgo.Record{Topic: txnTopic, Partition: p, Key: []byte(end)})
+	}
+	if err := w.ProduceSync(t.Context(), rs...).FirstErr(); err != nil {
+		t.Fatalf("produce the end records: %v", err)
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...), kgo.ConsumeTopics(txnTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 	var keys []string
-	for quiet := 0; quiet < 2; {
-		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	ends := map[int32]bool{}
+	for len(ends) < len(rs) {
 		fs := cl.PollFetches(ctx)
-		cancel()
-		n := 0
-		fs.EachRecord(func(r *kgo.Record) { n++; keys = append(keys, string(r.Key)) })
-		if n == 0 {
-			quiet++
+		if ctx.Err() != nil {
+			t.Fatalf("read_committed saw the end of %d of %d partitions in 30 s (keys so far %v)", len(ends), len(rs), keys)
 		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == end {
+				ends[r.Partition] = true
+				return
+			}
+			keys = append(keys, string(r.Key))
+		})
 	}
 	return keys
 }
