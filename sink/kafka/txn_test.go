@@ -80,33 +80,38 @@ func committedKeys(t *testing.T, c *kfake.Cluster, topic string) []string {
 	}
 	defer cl.Close()
 	var keys []string
-	// A marker record ("end") committed last bounds the read.
+	// The marker records ("end", one per partition) committed last bound
+	// the read: each partition's is reached only after its earlier
+	// records, but the partitions come in any order.
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	for {
+	ends := map[int32]bool{}
+	for len(ends) < markerPartitions {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("read_committed consumer did not reach the end marker; saw %v", keys)
+			t.Fatalf("read_committed consumer reached the end marker of %d of %d partitions; saw %v", len(ends), markerPartitions, keys)
 		}
-		done := false
 		fs.EachRecord(func(r *kgo.Record) {
 			if string(r.Key) == "end" {
-				done = true
+				ends[r.Partition] = true
 				return
 			}
 			keys = append(keys, string(r.Key))
 		})
-		if done {
-			return keys
-		}
 	}
+	return keys
 }
 
-// endMarker commits one record "end" to testTopic in its own transaction
+// markerPartitions is testTopic's partition count: endMarker writes to
+// each.
+const markerPartitions = 3
+
+// endMarker commits a record "end" to each partition of testTopic in its own transaction
 // of a separate producer, so a read_committed consumer knows where to stop.
 func endMarker(t *testing.T, c *kfake.Cluster) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("marker"), kgo.DefaultProduceTopic(testTopic))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.TransactionalID("marker"), kgo.DefaultProduceTopic(testTopic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +121,7 @@ func endMarker(t *testing.T, c *kfake.Cluster) {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	for p := range 3 {
+	for p := range markerPartitions {
 		if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("end"), Partition: int32(p)}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
@@ -397,8 +402,16 @@ func TestFenced(t *testing.T) {
 // on every partition of a produce or a fetch, on the topic of a metadata
 // request naming the checkpoint topic (others pass), on the whole request
 // for InitProducerID and EndTxn.
-func answerError(c *kfake.Cluster, key kmsg.Key, code int16) {
+func answerError(c *kfake.Cluster, key kmsg.Key, code int16) { answerErrors(c, key, code, false) }
+
+// answerErrorAlways is answerError for every later request of key.
+func answerErrorAlways(c *kfake.Cluster, key kmsg.Key, code int16) { answerErrors(c, key, code, true) }
+
+func answerErrors(c *kfake.Cluster, key kmsg.Key, code int16, always bool) {
 	c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if always {
+			c.KeepControl()
+		}
 		switch req := req.(type) {
 		case *kmsg.InitProducerIDRequest:
 			resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
@@ -885,8 +898,10 @@ func TestTxnStagedRefusal(t *testing.T) {
 	if err := k.CommitTxn(ctx20(t), cp); err != nil {
 		t.Fatalf("CommitTxn after StagedRefusal: %v", err)
 	}
-	// Refused with the records.
-	answerError(c, kmsg.Produce, kerr.TopicAuthorizationFailed.Code)
+	// Refused with the records: every Produce is answered with the
+	// refusal (the staged checkpoint may go in a request before the
+	// record's; answering the first request only would refuse one of them).
+	answerErrorAlways(c, kmsg.Produce, kerr.TopicAuthorizationFailed.Code)
 	if err := k.BeginTxn(); err != nil {
 		t.Fatal(err)
 	}
