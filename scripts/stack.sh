@@ -152,6 +152,7 @@ SB_ON=0
 K_SRC=$ROOT/stack/kafka     # pom.xml, log4j2*.properties, KafkaReady.java
 K_LIBS=$CACHE/kafka/libs    # shared by the main and the scratch brokers
 K_TOOLS=$CACHE/kafka/tools  # compiled readiness probe
+K_CDS=$CACHE/kafka/cds      # class-data sharing archive of the jars (kafka_cds_flags)
 # The broker the kafka_* functions act on: the main one unless
 # use_scratch_kafka points them at a scratch broker.
 K_DIR=$STATE/kafka
@@ -678,6 +679,58 @@ ensure_kafka_libs_locked() {
 	printf '%s\n' "$want" >"$stamp"
 }
 
+# Class-data sharing: the JVMs on the Kafka jars (the brokers, StorageTool,
+# the readiness probe and KafkaAdmin) map the classes they load from an
+# archive made once per install of the jars, instead of reading, verifying
+# and parsing them from the jars at every start. A broker's start then
+# takes about a third less CPU (3.7 against 5.5 CPU s, medians of five
+# alternating starts on a 2-core machine), which counts where brokers are
+# restarted beside busy tests. A broker launched while there is no archive
+# writes the list of the classes it loads (-XX:DumpLoadedClassList, in its
+# directory); once it is ready, kafka_cds_dump makes the archive from that
+# list. A JVM whose archive does not match its jars or JDK runs without it
+# (-Xshare:auto); its warnings go to stderr, never to the stdout that the
+# callers of StorageTool and KafkaAdmin read. kafka_cds_flags sets
+# K_CDS_FLAGS: the archive's flags, or none while there is none.
+K_CDS_FLAGS=()
+kafka_cds_flags() {
+	K_CDS_FLAGS=()
+	local jsa=$K_CDS/kafka.jsa
+	local jvm
+	jvm=$(readlink -f "$(command -v java)" 2>/dev/null) || return 0
+	# Made from these jars by this JDK (an upgrade replaces its binary).
+	[[ -s $jsa && $jsa -nt $K_LIBS/.walpost-stack-complete && $jsa -nt $jvm ]] || return 0
+	K_CDS_FLAGS=(-Xshare:auto "-XX:SharedArchiveFile=$jsa" -Xlog:disable -Xlog:all=warning:stderr)
+}
+
+# kafka_cds_dump: make the archive from the class list of the current
+# node's broker, unless there is one; a failure leaves the JVMs without
+# one (logged), never fails the caller.
+kafka_cds_dump() {
+	[[ -s $K_DIR/classes.lst ]] || return 0
+	kafka_cds_flags
+	((${#K_CDS_FLAGS[@]} == 0)) || return 0
+	cache_locked kafka_cds_dump_locked || true
+}
+kafka_cds_dump_locked() {
+	local jsa=$K_CDS/kafka.jsa t0
+	kafka_cds_flags
+	((${#K_CDS_FLAGS[@]} == 0)) || return 0 # made meanwhile
+	t0=$(now)
+	mkdir -p "$K_CDS"
+	# The broker goes on writing its list: its complete lines so far
+	# (the last may be cut short).
+	head -n -1 "$K_DIR/classes.lst" >"$K_CDS/classes.lst"
+	if java -Xshare:dump "-XX:SharedClassListFile=$K_CDS/classes.lst" "-XX:SharedArchiveFile=$jsa.tmp" \
+		-cp "$K_LIBS/*" </dev/null >"$K_CDS/dump.log" 2>&1 9>&- && [[ -s $jsa.tmp ]]; then
+		mv "$jsa.tmp" "$jsa"
+		log "Kafka's class-data archive made from $(wc -l <"$K_CDS/classes.lst") classes ($(elapsed "$t0"))"
+	else
+		rm -f "$jsa.tmp"
+		log "making Kafka's class-data archive failed (see $K_CDS/dump.log); the JVMs start without it"
+	fi
+}
+
 # Compile the readiness probe once (javac), falling back to the source launcher.
 K_PROBE=()
 ensure_kafka_probe() { cache_locked ensure_kafka_probe_locked; }
@@ -685,7 +738,8 @@ K_ADMIN=()
 ensure_kafka_probe_locked() {
 	local src=$K_SRC/KafkaReady.java cls=$K_TOOLS/KafkaReady.class
 	local asrc=$K_SRC/KafkaAdmin.java acls=$K_TOOLS/KafkaAdmin.class
-	local jvm=(java -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties")
+	kafka_cds_flags
+	local jvm=(java "${K_CDS_FLAGS[@]}" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties")
 	if command -v javac >/dev/null; then
 		if [[ ! -f $cls || $src -nt $cls || $K_LIBS/.walpost-stack-complete -nt $cls ]]; then
 			mkdir -p "$K_TOOLS"
@@ -747,13 +801,15 @@ kafka_format() {
 	if [[ -s $idf ]]; then
 		id=$(<"$idf")
 	else
-		id=$(java -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
+		kafka_cds_flags
+		id=$(java "${K_CDS_FLAGS[@]}" -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
 			kafka.tools.StorageTool random-uuid </dev/null) || die "StorageTool random-uuid failed"
 		id=$(printf '%s\n' "$id" | tail -n 1)
 		printf '%s\n' "$id" >"$idf"
 	fi
 	log "formatting Kafka storage $K_DATA (cluster id $id)"
-	quiet java -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
+	kafka_cds_flags
+	quiet java "${K_CDS_FLAGS[@]}" -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
 		kafka.tools.StorageTool format -t "$id" -c "$K_PROPS" ||
 		die "StorageTool format failed"
 }
@@ -799,7 +855,11 @@ kafka_launch() {
 	# nohup+setsid: own session, immune to the caller's hangup/Ctrl-C. The
 	# background child is not a process-group leader, so setsid execs without
 	# forking and $! is the java pid.
-	nohup setsid java -Xmx512m -Xms256m -XX:+UseG1GC -Djava.awt.headless=true \
+	kafka_cds_flags
+	local cds=("${K_CDS_FLAGS[@]}")
+	rm -f "$K_DIR/classes.lst"
+	((${#cds[@]})) || cds=("-XX:DumpLoadedClassList=$K_DIR/classes.lst")
+	nohup setsid java -Xmx512m -Xms256m -XX:+UseG1GC -Djava.awt.headless=true "${cds[@]}" \
 		-Dlog4j2.configurationFile="$K_SRC/log4j2.properties" \
 		-cp "$K_LIBS/*" kafka.Kafka "$K_PROPS" </dev/null >>"$K_LOG" 2>&1 9>&- &
 	printf '%s\n' "$!" >"$K_PID"
@@ -838,6 +898,7 @@ kafka_wait() {
 	fi
 	kafka_pid >/dev/null || { tail_log "$K_LOG" 60; die "$K_NAME exited right after becoming ready"; }
 	log "$K_NAME ready on 127.0.0.1:$K_PORT (pid $pid, $(elapsed "$KAFKA_T0"))"
+	kafka_cds_dump
 }
 
 kafka_stop() {
