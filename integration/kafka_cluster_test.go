@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -40,6 +41,24 @@ func partitionLeader(t testing.TB, topic string, p int) (leader int, isr string)
 	return leader, strings.TrimPrefix(f[2], "isr=")
 }
 
+// partitionState is partition p of topic's leader and ISR size as the
+// fixture's admin client reads them from the metadata: for the polls
+// while a node is down or catching up, which would otherwise start a JVM
+// (scripts/stack.sh kafka-leader) every time. A failed read is leader -1.
+func partitionState(f *fixture, topic string, p int32) (leader int32, isr int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	md, err := f.Admin.Metadata(ctx, topic)
+	if err != nil {
+		return -1, 0
+	}
+	pd, ok := md.Topics[topic].Partitions[p]
+	if !ok || pd.Err != nil {
+		return -1, 0
+	}
+	return pd.Leader, len(pd.ISR)
+}
+
 // TestKafkaClusterLeaderKilled: on three brokers (replication factor 3,
 // min.insync.replicas 2), the leader of a partition walpost produces to is
 // killed (SIGKILL) under load and started again, then leadership is moved
@@ -59,18 +78,18 @@ func TestKafkaClusterLeaderKilled(t *testing.T) {
 	start := time.Now()
 	stackCtl(t, "kafka-kill", strconv.Itoa(leader))
 	t.Logf("node %d (leader of partition 0) killed", leader)
-	newLeader := 0
+	var newLeader int32
 	waitFor(t, time.Minute, "a new leader of partition 0", func() bool {
-		newLeader, _ = partitionLeader(t, f.Topic, 0)
-		return newLeader != leader && newLeader > 0
+		newLeader, _ = partitionState(f, f.Topic, 0)
+		return newLeader != int32(leader) && newLeader > 0
 	})
 	t.Logf("%s after the kill: node %d leads partition 0", time.Since(start).Round(100*time.Millisecond), newLeader)
 	l.waitWritten(t, 4000, time.Minute)
 	stackCtl(t, "kafka-start", strconv.Itoa(leader))
 	t.Logf("%s: node %d started again", time.Since(start).Round(100*time.Millisecond), leader)
 	waitFor(t, 2*time.Minute, "node back in the ISR of partition 0", func() bool {
-		_, isr := partitionLeader(t, f.Topic, 0)
-		return len(strings.Split(isr, ",")) == 3
+		_, isr := partitionState(f, f.Topic, 0)
+		return isr == 3
 	})
 	t.Logf("%s: node %d back in the ISR", time.Since(start).Round(100*time.Millisecond), leader)
 	stackCtl(t, "kafka-leader", f.Topic, "0", strconv.Itoa(leader))
