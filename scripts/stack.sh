@@ -693,6 +693,10 @@ ensure_kafka_libs_locked() {
 # callers of StorageTool and KafkaAdmin read. kafka_cds_flags sets
 # K_CDS_FLAGS: the archive's flags, or none while there is none.
 K_CDS_FLAGS=()
+# The short-lived tools' JVMs: the client compiler only and the serial
+# collector (a run of a few seconds spends more on C2 compiles and G1's
+# threads than it gains from them).
+K_TOOL_JVM=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC)
 kafka_cds_flags() {
 	K_CDS_FLAGS=()
 	local jsa=$K_CDS/kafka.jsa
@@ -739,7 +743,7 @@ ensure_kafka_probe_locked() {
 	local src=$K_SRC/KafkaReady.java cls=$K_TOOLS/KafkaReady.class
 	local asrc=$K_SRC/KafkaAdmin.java acls=$K_TOOLS/KafkaAdmin.class
 	kafka_cds_flags
-	local jvm=(java "${K_CDS_FLAGS[@]}" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties")
+	local jvm=(java "${K_TOOL_JVM[@]}" "${K_CDS_FLAGS[@]}" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties")
 	if command -v javac >/dev/null; then
 		if [[ ! -f $cls || $src -nt $cls || $K_LIBS/.walpost-stack-complete -nt $cls ]]; then
 			mkdir -p "$K_TOOLS"
@@ -802,14 +806,14 @@ kafka_format() {
 		id=$(<"$idf")
 	else
 		kafka_cds_flags
-		id=$(java "${K_CDS_FLAGS[@]}" -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
+		id=$(java "${K_TOOL_JVM[@]}" "${K_CDS_FLAGS[@]}" -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
 			kafka.tools.StorageTool random-uuid </dev/null) || die "StorageTool random-uuid failed"
 		id=$(printf '%s\n' "$id" | tail -n 1)
 		printf '%s\n' "$id" >"$idf"
 	fi
 	log "formatting Kafka storage $K_DATA (cluster id $id)"
 	kafka_cds_flags
-	quiet java "${K_CDS_FLAGS[@]}" -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
+	quiet java "${K_TOOL_JVM[@]}" "${K_CDS_FLAGS[@]}" -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
 		kafka.tools.StorageTool format -t "$id" -c "$K_PROPS" ||
 		die "StorageTool format failed"
 }
@@ -859,7 +863,12 @@ kafka_launch() {
 	local cds=("${K_CDS_FLAGS[@]}")
 	rm -f "$K_DIR/classes.lst"
 	((${#cds[@]})) || cds=("-XX:DumpLoadedClassList=$K_DIR/classes.lst")
-	nohup setsid java -Xmx512m -Xms256m -XX:+UseG1GC -Djava.awt.headless=true "${cds[@]}" \
+	# KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS as Kafka's own
+	# kafka-server-start.sh reads them (words split on blanks).
+	local heap perf
+	read -r -a heap <<<"${KAFKA_HEAP_OPTS:--Xmx512m -Xms256m}"
+	read -r -a perf <<<"${KAFKA_JVM_PERFORMANCE_OPTS:--XX:+UseG1GC -Djava.awt.headless=true}"
+	nohup setsid java "${heap[@]}" "${perf[@]}" "${cds[@]}" \
 		-Dlog4j2.configurationFile="$K_SRC/log4j2.properties" \
 		-cp "$K_LIBS/*" kafka.Kafka "$K_PROPS" </dev/null >>"$K_LOG" 2>&1 9>&- &
 	printf '%s\n' "$!" >"$K_PID"
