@@ -218,7 +218,7 @@ type skipper struct {
 	skipped prometheus.Counter
 	log     *slog.Logger
 	slot    string
-	from    pglogrepl.LSN // the slot's confirmed position
+	from    pglogrepl.LSN // the slot's confirmed position as the plan read it
 	// Exactly-once: the first ordinal events of the transaction whose
 	// commit LSN is partial are in committed Kafka transactions too.
 	partial pglogrepl.LSN
@@ -287,8 +287,15 @@ func (s *skipper) report() {
 		return
 	}
 	s.reported = true
+	// Where the stream started: the slot's position read once replication
+	// started, past the one the plan read when another walpost confirmed
+	// the slot in between.
+	from := s.from
+	if s.tracker != nil {
+		from = max(from, s.tracker.Started())
+	}
 	s.log.Info("skipped events already confirmed before the slot lost its position",
-		"slot", s.slot, "from_lsn", s.from.String(), "to_lsn", s.upTo.String(),
+		"slot", s.slot, "from_lsn", from.String(), "to_lsn", s.upTo.String(),
 		"events", s.n, "first_commit_lsn", s.first.String(), "last_commit_lsn", s.last.String(), "complete", s.over)
 }
 

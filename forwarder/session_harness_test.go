@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -210,11 +212,11 @@ func TestSessionSkipsUpToCheckpoint(t *testing.T) {
 	}
 }
 
-// runOtherDuringInit starts the session and runs other (what another
-// walpost does) once, while the session's first InitProducerID is held,
+// runOtherDuringInit starts the session (with deps) and runs other (what
+// another walpost does) once, while the session's first InitProducerID is held,
 // after its IDENTIFY_SYSTEM and its read of the slot; it returns once
 // other ran, and fails the test when other failed.
-func (h *sessionHarness) runOtherDuringInit(k *kafkaFake, other func() error) {
+func (h *sessionHarness) runOtherDuringInit(k *kafkaFake, deps Deps, other func() error) {
 	h.t.Helper()
 	var once sync.Once
 	var err error
@@ -229,7 +231,7 @@ func (h *sessionHarness) runOtherDuringInit(k *kafkaFake, other func() error) {
 		})
 		return nil, nil, false
 	})
-	h.run(Deps{})
+	h.run(deps)
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
@@ -257,7 +259,7 @@ func TestSessionCheckpointPastStartWAL(t *testing.T) {
 	// The session has identified the server; while its producer
 	// initialises, the other walpost streams k1 and k2 and commits its
 	// checkpoint past the WAL of that identification.
-	h.runOtherDuringInit(k, func() error {
+	h.runOtherDuringInit(k, Deps{}, func() error {
 		h.pg.Append(row(1))
 		last = h.pg.Append(row(2))
 		return h.commitCheckpoint(other, last)
@@ -292,7 +294,8 @@ func TestSessionSlotConfirmedPastAnchorAtStart(t *testing.T) {
 			other := h.transactional()
 
 			var confirmed pglogrepl.LSN
-			h.runOtherDuringInit(k, func() error {
+			logs := &lockedBuffer{}
+			h.runOtherDuringInit(k, Deps{Logger: slog.New(slog.NewTextHandler(logs, nil))}, func() error {
 				h.pg.Append(row(1))
 				anchor := h.pg.Append(row(2))
 				cp := kafka.TxnMark{Slot: h.cfg.Postgres.Slot, SystemID: 7, Timeline: 1, LSN: anchor.End,
@@ -338,6 +341,17 @@ func TestSessionSlotConfirmedPastAnchorAtStart(t *testing.T) {
 			for _, st := range h.pg.Statuses() {
 				if st.Flush < confirmed {
 					t.Errorf("status update flush %s, below the slot's %s when the session started streaming", st.Flush, confirmed)
+				}
+			}
+			// The skip's report names where the stream started, not the
+			// slot's position read before the other walpost confirmed.
+			reports := regexp.MustCompile(`msg="skipped events already confirmed[^\n]* from_lsn=(\S+)`).FindAllStringSubmatch(logs.String(), -1)
+			if len(reports) == 0 {
+				t.Errorf("no skip report in the session's log:\n%s", logs)
+			}
+			for _, m := range reports {
+				if from, err := pglogrepl.ParseLSN(m[1]); err != nil || from < confirmed {
+					t.Errorf("skip report from_lsn=%s, want the slot's %s where the stream started", m[1], confirmed)
 				}
 			}
 		})
