@@ -2,11 +2,15 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/walpost/walpost/sink/kafka"
 )
@@ -41,22 +45,48 @@ func partitionLeader(t testing.TB, topic string, p int) (leader int, isr string)
 	return leader, strings.TrimPrefix(f[2], "isr=")
 }
 
-// partitionState is partition p of topic's leader and ISR size as the
-// fixture's admin client reads them from the metadata: for the polls
-// while a node is down or catching up, which would otherwise start a JVM
-// (scripts/stack.sh kafka-leader) every time. A failed read is leader -1.
-func partitionState(f *fixture, topic string, p int32) (leader int32, isr int) {
+// partitionState is partition p of topic's leader and ISR size as a
+// Metadata request of the fixture's client answers them now (kadm's
+// Metadata may answer from the client's cache): for the polls while a
+// node is down or catching up, which would otherwise start a JVM
+// (scripts/stack.sh kafka-leader) every time. A failed read is leader -1
+// and is logged when its error differs from the last one.
+func partitionState(t testing.TB, f *fixture, topic string, p int32, lastErr *string) (leader int32, isr int) {
+	t.Helper()
+	fail := func(err string) (int32, int) {
+		if err != *lastErr {
+			t.Logf("metadata of %s/%d: %s", topic, p, err)
+			*lastErr = err
+		}
+		return -1, 0
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	md, err := f.Admin.Metadata(ctx, topic)
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, f.Kafka)
 	if err != nil {
-		return -1, 0
+		return fail(err.Error())
 	}
-	pd, ok := md.Topics[topic].Partitions[p]
-	if !ok || pd.Err != nil {
-		return -1, 0
+	for _, mt := range resp.Topics {
+		if mt.Topic == nil || *mt.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
+			return fail(err.Error())
+		}
+		for _, mp := range mt.Partitions {
+			if mp.Partition == p {
+				if err := kerr.ErrorForCode(mp.ErrorCode); err != nil && !errors.Is(err, kerr.LeaderNotAvailable) {
+					return fail(err.Error())
+				}
+				return mp.Leader, len(mp.ISR)
+			}
+		}
 	}
-	return pd.Leader, len(pd.ISR)
+	return fail("no such partition in the answer")
 }
 
 // TestKafkaClusterLeaderKilled: on three brokers (replication factor 3,
@@ -79,8 +109,9 @@ func TestKafkaClusterLeaderKilled(t *testing.T) {
 	stackCtl(t, "kafka-kill", strconv.Itoa(leader))
 	t.Logf("node %d (leader of partition 0) killed", leader)
 	var newLeader int32
+	var lastErr string
 	waitFor(t, time.Minute, "a new leader of partition 0", func() bool {
-		newLeader, _ = partitionState(f, f.Topic, 0)
+		newLeader, _ = partitionState(t, f, f.Topic, 0, &lastErr)
 		return newLeader != int32(leader) && newLeader > 0
 	})
 	t.Logf("%s after the kill: node %d leads partition 0", time.Since(start).Round(100*time.Millisecond), newLeader)
@@ -88,7 +119,7 @@ func TestKafkaClusterLeaderKilled(t *testing.T) {
 	stackCtl(t, "kafka-start", strconv.Itoa(leader))
 	t.Logf("%s: node %d started again", time.Since(start).Round(100*time.Millisecond), leader)
 	waitFor(t, 2*time.Minute, "node back in the ISR of partition 0", func() bool {
-		_, isr := partitionState(f, f.Topic, 0)
+		_, isr := partitionState(t, f, f.Topic, 0, &lastErr)
 		return isr == 3
 	})
 	t.Logf("%s: node %d back in the ISR", time.Since(start).Round(100*time.Millisecond), leader)

@@ -60,6 +60,9 @@
 # other ports), WALPOST_STACK_PG_TIMEOUT (60 s),
 # WALPOST_STACK_KAFKA_TIMEOUT (120 s), WALPOST_STACK_PG_BIN (override bin dir;
 # with PG_VERSION set it is used only when it holds that major).
+# KAFKA_HEAP_OPTS (-Xmx512m -Xms256m) and KAFKA_JVM_PERFORMANCE_OPTS
+# (-XX:+UseG1GC -Djava.awt.headless=true) are the brokers' JVM options, as
+# Kafka's kafka-server-start.sh reads them.
 #
 # PG_VERSION (14, 15, 16, 17 or 18) chooses the PostgreSQL major of the main
 # cluster at `up`; unset is Debian's PostgreSQL (15) in .stack/pg as always.
@@ -78,7 +81,7 @@
 # node 1 plus 4*(N-1) (19092, 19096, 19100 for clients; controllers 19093,
 # 19097, 19101), with default.replication.factor=3, min.insync.replicas=2,
 # and the offsets and transaction state topics replicated three times; each
-# node gets a 512 MiB heap. Their data is in .stack/kafka3/node<N>, logs in
+# node gets KAFKA_HEAP_OPTS (a 512 MiB heap by default). Their data is in .stack/kafka3/node<N>, logs in
 # .stack/kafka3-node<N>.log; .stack/env lists every broker in
 # WALPOST_KAFKA_BROKERS and sets WALPOST_STACK_KAFKA_NODES. Unset (or 1) is
 # the single broker in .stack/kafka, .stack/env unchanged. `up` records the
@@ -681,30 +684,51 @@ ensure_kafka_libs_locked() {
 
 # Class-data sharing: the JVMs on the Kafka jars (the brokers, StorageTool,
 # the readiness probe and KafkaAdmin) map the classes they load from an
-# archive made once per install of the jars, instead of reading, verifying
-# and parsing them from the jars at every start. A broker's start then
-# takes about a third less CPU (3.7 against 5.5 CPU s, medians of five
-# alternating starts on a 2-core machine), which counts where brokers are
-# restarted beside busy tests. A broker launched while there is no archive
-# writes the list of the classes it loads (-XX:DumpLoadedClassList, in its
-# directory); once it is ready, kafka_cds_dump makes the archive from that
-# list. A JVM whose archive does not match its jars or JDK runs without it
-# (-Xshare:auto); its warnings go to stderr, never to the stdout that the
-# callers of StorageTool and KafkaAdmin read. kafka_cds_flags sets
-# K_CDS_FLAGS: the archive's flags, or none while there is none.
+# archive made once per install of the jars and the JDK, instead of
+# reading, verifying and parsing them from the jars at every start. A
+# broker's start then takes about a third less CPU (3.7 against 5.5 CPU s,
+# medians of five alternating starts on a 2-core machine), which counts
+# where brokers are restarted beside busy tests. A broker launched while
+# there is no archive for the current key writes the list of the classes
+# it loads (-XX:DumpLoadedClassList, in its directory); once it is ready,
+# kafka_cds_dump makes the archive from that list (7-11 s, once, which
+# that start waits for). The key (kafka_cds_key) names the JDK (its
+# libjvm.so's path, size and change time), the jars' directory (the
+# archive records absolute paths) and their stamp (content and time): an archive made under
+# another key is not used, and the next broker makes a new one. A dump
+# that failed is not tried again under the same key. A JVM that still
+# finds the archive unusable runs without it (-Xshare:auto); its warnings
+# go to stderr, never to the stdout that the callers of StorageTool and
+# KafkaAdmin read. kafka_cds_flags sets K_CDS_FLAGS: the archive's flags,
+# or none while there is none.
 K_CDS_FLAGS=()
 # The short-lived tools' JVMs: the client compiler only and the serial
 # collector (a run of a few seconds spends more on C2 compiles and G1's
 # threads than it gains from them).
 K_TOOL_JVM=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC)
+kafka_cds_key() {
+	local jvm libjvm
+	jvm=$(readlink -f "$(command -v java)") || return 1
+	libjvm=$(dirname "$(dirname "$jvm")")/lib/server/libjvm.so
+	[[ -f $libjvm && -f $K_LIBS/.walpost-stack-complete ]] || return 1
+	# The stamp's content and time: jars resolved again have new times,
+	# which the archive's check of its jars compares.
+	printf '%s %s %s %s %s\n' "$libjvm" "$(stat -c '%s %Z' "$libjvm")" "$(readlink -f "$K_LIBS")" \
+		"$(<"$K_LIBS/.walpost-stack-complete")" "$(stat -c %Y "$K_LIBS/.walpost-stack-complete")"
+}
 kafka_cds_flags() {
 	K_CDS_FLAGS=()
-	local jsa=$K_CDS/kafka.jsa
-	local jvm
-	jvm=$(readlink -f "$(command -v java)" 2>/dev/null) || return 0
-	# Made from these jars by this JDK (an upgrade replaces its binary).
-	[[ -s $jsa && $jsa -nt $K_LIBS/.walpost-stack-complete && $jsa -nt $jvm ]] || return 0
+	local jsa=$K_CDS/kafka.jsa key
+	key=$(kafka_cds_key) || return 0
+	[[ -s $jsa && -f $jsa.key && $(<"$jsa.key") == "$key" ]] || return 0
 	K_CDS_FLAGS=(-Xshare:auto "-XX:SharedArchiveFile=$jsa" -Xlog:disable -Xlog:all=warning:stderr)
+}
+# kafka_cds_wanted: true when a broker launched now should list its
+# classes: no usable archive, and no failed dump under the current key.
+kafka_cds_wanted() {
+	local key
+	key=$(kafka_cds_key) || return 1
+	[[ ! -f $K_CDS/failed || $(<"$K_CDS/failed") != "$key" ]]
 }
 
 # kafka_cds_dump: make the archive from the class list of the current
@@ -714,12 +738,15 @@ kafka_cds_dump() {
 	[[ -s $K_DIR/classes.lst ]] || return 0
 	kafka_cds_flags
 	((${#K_CDS_FLAGS[@]} == 0)) || return 0
+	kafka_cds_wanted || return 0
 	cache_locked kafka_cds_dump_locked || true
 }
 kafka_cds_dump_locked() {
-	local jsa=$K_CDS/kafka.jsa t0
+	local jsa=$K_CDS/kafka.jsa t0 key
 	kafka_cds_flags
 	((${#K_CDS_FLAGS[@]} == 0)) || return 0 # made meanwhile
+	kafka_cds_wanted || return 0            # failed meanwhile
+	key=$(kafka_cds_key) || return 0
 	t0=$(now)
 	mkdir -p "$K_CDS"
 	# The broker goes on writing its list: its complete lines so far
@@ -727,11 +754,15 @@ kafka_cds_dump_locked() {
 	head -n -1 "$K_DIR/classes.lst" >"$K_CDS/classes.lst"
 	if java -Xshare:dump "-XX:SharedClassListFile=$K_CDS/classes.lst" "-XX:SharedArchiveFile=$jsa.tmp" \
 		-cp "$K_LIBS/*" </dev/null >"$K_CDS/dump.log" 2>&1 9>&- && [[ -s $jsa.tmp ]]; then
+		printf '%s\n' "$key" >"$jsa.key.tmp"
 		mv "$jsa.tmp" "$jsa"
+		mv "$jsa.key.tmp" "$jsa.key"
+		rm -f "$K_CDS/failed"
 		log "Kafka's class-data archive made from $(wc -l <"$K_CDS/classes.lst") classes ($(elapsed "$t0"))"
 	else
 		rm -f "$jsa.tmp"
-		log "making Kafka's class-data archive failed (see $K_CDS/dump.log); the JVMs start without it"
+		printf '%s\n' "$key" >"$K_CDS/failed"
+		log "making Kafka's class-data archive failed (see $K_CDS/dump.log); the JVMs start without it, and it is not tried again until the JDK or the jars change"
 	fi
 }
 
@@ -862,13 +893,16 @@ kafka_launch() {
 	kafka_cds_flags
 	local cds=("${K_CDS_FLAGS[@]}")
 	rm -f "$K_DIR/classes.lst"
-	((${#cds[@]})) || cds=("-XX:DumpLoadedClassList=$K_DIR/classes.lst")
+	if ((${#cds[@]} == 0)) && kafka_cds_wanted; then
+		cds=("-XX:DumpLoadedClassList=$K_DIR/classes.lst")
+	fi
 	# KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS as Kafka's own
 	# kafka-server-start.sh reads them (words split on blanks).
 	local heap perf
 	read -r -a heap <<<"${KAFKA_HEAP_OPTS:--Xmx512m -Xms256m}"
 	read -r -a perf <<<"${KAFKA_JVM_PERFORMANCE_OPTS:--XX:+UseG1GC -Djava.awt.headless=true}"
-	nohup setsid java "${heap[@]}" "${perf[@]}" "${cds[@]}" \
+	# The archive's -Xlog:disable first: the options after it may log.
+	nohup setsid java "${cds[@]}" "${heap[@]}" "${perf[@]}" \
 		-Dlog4j2.configurationFile="$K_SRC/log4j2.properties" \
 		-cp "$K_LIBS/*" kafka.Kafka "$K_PROPS" </dev/null >>"$K_LOG" 2>&1 9>&- &
 	printf '%s\n' "$!" >"$K_PID"
