@@ -170,7 +170,6 @@ on_exit() {
 	local pid
 	# A stack still starting finishes before it is stopped.
 	if [[ -n ${stack_up_pid:-} ]]; then wait "$stack_up_pid" 2>/dev/null || true; fi
-	if [[ -n ${rdkafka_pid:-} ]]; then wait "$rdkafka_pid" 2>/dev/null || true; fi
 	for pid in "${lane_pids[@]}"; do
 		# A lane runs in its own process group: stop all of it (go test,
 		# test-pg.sh's loop) before its stack goes down.
@@ -193,12 +192,6 @@ trap on_exit EXIT
 stack_started=1
 WALPOST_STACK_REGISTRY=1 scripts/stack.sh up >"$REPORT_DIR/stack-up.log" 2>&1 &
 stack_up_pid=$!
-# librdkafka's environment (a Python venv with confluent-kafka, ~25 s on a
-# fresh clone) is made beside it, not inside the first serial test that
-# reads through librdkafka. A failure here is only logged: that test then
-# installs it itself and fails with the reason.
-scripts/rdkafka.sh install >"$REPORT_DIR/rdkafka-install.log" 2>&1 &
-rdkafka_pid=$!
 
 step "go vet"
 $GO vet ./...
@@ -231,11 +224,6 @@ cat "$REPORT_DIR/stack-up.log" >&2
 ((stack_up_rc == 0)) || { echo "test: scripts/stack.sh up failed (exit $stack_up_rc)" >&2; exit 1; }
 # shellcheck disable=SC1091
 . .stack/env
-if ! wait "$rdkafka_pid"; then
-	echo "test: scripts/rdkafka.sh install failed in the background (the tests will try again):" >&2
-	cat "$REPORT_DIR/rdkafka-install.log" >&2
-fi
-rdkafka_pid=""
 
 step "unit tests on the stack's PostgreSQL (writer, poison)"
 # These packages test against a real server and skip without
