@@ -49,7 +49,7 @@ type Tracker struct {
 	hold       pglogrepl.LSN
 	holdCommit time.Time
 	holdTxns   uint64
-	// started: the slot's position once replication started (Recorded).
+	// started: where the stream started (Started).
 	started pglogrepl.LSN
 	pool    []*Txn
 }
@@ -57,7 +57,7 @@ type Tracker struct {
 // New returns a tracker whose watermark starts at start, the slot's
 // confirmed_flush_lsn. Its events count against budget (nil: no bound).
 func New(start pglogrepl.LSN, budget *Budget) *Tracker {
-	return &Tracker{confirmed: start, lastSeal: start, budget: budget}
+	return &Tracker{confirmed: start, lastSeal: start, started: start, budget: budget}
 }
 
 // OpenAt starts a transaction committed at commit (for OldestPending).
@@ -203,7 +203,9 @@ func (t *Tracker) Recorded(at pglogrepl.LSN) {
 	}
 }
 
-// Started is the slot's position Recorded noted (0: none yet).
+// Started is where the server started the stream: the slot's position
+// New was given, or the higher one Recorded noted (another walpost
+// confirmed the slot in between, a takeover).
 func (t *Tracker) Started() pglogrepl.LSN {
 	t.mu.Lock()
 	defer t.mu.Unlock()

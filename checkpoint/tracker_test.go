@@ -661,3 +661,21 @@ func TestHoldCapsTheWatermark(t *testing.T) {
 		t.Errorf("released: Position %+v", p)
 	}
 }
+
+// TestTrackerStarted: where the stream started is the position New was
+// given until Recorded notes a higher one (another walpost confirmed the
+// slot in between); a lower one changes nothing.
+func TestTrackerStarted(t *testing.T) {
+	tr := checkpoint.New(0x100, nil)
+	if got := tr.Started(); got != 0x100 {
+		t.Errorf("Started after New(0/100) = %s, want 0/100", got)
+	}
+	tr.Recorded(0x80)
+	if got := tr.Started(); got != 0x100 {
+		t.Errorf("Started after Recorded(0/80) = %s, want 0/100", got)
+	}
+	tr.Recorded(0x200)
+	if got := tr.Started(); got != 0x200 {
+		t.Errorf("Started after Recorded(0/200) = %s, want 0/200", got)
+	}
+}

@@ -38,13 +38,10 @@ var errCheckpointMismatch = errors.New("the exactly-once checkpoint does not mat
 type anchorCheck struct {
 	cp   kafka.TxnMark
 	hold pglogrepl.LSN // what PostgreSQL recorded; the tracker is held there
-	// from is the slot's confirmed position read at the session's start:
-	// the stream starts after it, or after tracker.Started (the slot read
-	// once replication started), when another walpost confirmed the slot
-	// past from in between (a takeover); the server then starts the
-	// stream after transactions the check cannot see and the slot vouches
-	// for.
-	from    pglogrepl.LSN
+	// tracker.Started is where the stream started: past the slot's
+	// position read at the session's start when another walpost confirmed
+	// the slot in between (a takeover); the stream then starts after
+	// transactions the check cannot see and the slot vouches for.
 	tracker *checkpoint.Tracker
 	log     *slog.Logger
 	slot    string
@@ -115,7 +112,7 @@ func (c *anchorCheck) idle() {
 // unless the anchor is a transaction the stream must have read (after the
 // slot's position) and did not.
 func (c *anchorCheck) past(ev *outbox.Event) {
-	if c.cp.AnchorCommitLSN > max(c.from, c.tracker.Started()) && !c.anchorSeen {
+	if c.cp.AnchorCommitLSN > c.tracker.Started() && !c.anchorSeen {
 		c.fail(ev, fmt.Sprintf("no transaction at the checkpoint's anchor %s before its position %s", c.cp.AnchorCommitLSN, c.cp.LSN))
 		return
 	}

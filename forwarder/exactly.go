@@ -222,7 +222,7 @@ func (s *session) exactlyOnce(plan position.Plan, id position.Identity, wal pglo
 		"slot", name, "slot_lsn", slot.ConfirmedFlush.String(), "skip_to", upTo.String(),
 		"partial_commit_lsn", resume.PartialCommitLSN.String(), "ordinal", resume.Ordinal)
 	sk := &skipper{next: tx, tracker: tracker, upTo: upTo, skipped: s.m.skipped.WithLabelValues("checkpoint"),
-		log: s.log, slot: name, from: slot.ConfirmedFlush, partial: resume.PartialCommitLSN, ordinal: resume.Ordinal, onSkip: tx.skipped}
+		log: s.log, slot: name, partial: resume.PartialCommitLSN, ordinal: resume.Ordinal, onSkip: tx.skipped}
 	if use && cp.Anchored && (cp.LSN > hold || cp.PartialCommitLSN != 0) {
 		if cp.LSN > hold {
 			// INV-1: nothing past what PostgreSQL recorded is confirmed
@@ -230,7 +230,7 @@ func (s *session) exactlyOnce(plan position.Plan, id position.Identity, wal pglo
 			tracker.Hold(hold)
 		}
 		refuted := cp
-		sk.verify = &anchorCheck{cp: cp, hold: hold, from: slot.ConfirmedFlush, tracker: tracker, log: s.log, slot: name,
+		sk.verify = &anchorCheck{cp: cp, hold: hold, tracker: tracker, log: s.log, slot: name,
 			verified: cp.LSN <= hold,
 			refute: func(reason string, err error) {
 				s.m.cpRefused.WithLabelValues(reason).Inc()

@@ -218,7 +218,6 @@ type skipper struct {
 	skipped prometheus.Counter
 	log     *slog.Logger
 	slot    string
-	from    pglogrepl.LSN // the slot's confirmed position as the plan read it
 	// Exactly-once: the first ordinal events of the transaction whose
 	// commit LSN is partial are in committed Kafka transactions too.
 	partial pglogrepl.LSN
@@ -287,15 +286,8 @@ func (s *skipper) report() {
 		return
 	}
 	s.reported = true
-	// Where the stream started: the slot's position read once replication
-	// started, past the one the plan read when another walpost confirmed
-	// the slot in between.
-	from := s.from
-	if s.tracker != nil {
-		from = max(from, s.tracker.Started())
-	}
 	s.log.Info("skipped events already confirmed before the slot lost its position",
-		"slot", s.slot, "from_lsn", from.String(), "to_lsn", s.upTo.String(),
+		"slot", s.slot, "from_lsn", s.tracker.Started().String(), "to_lsn", s.upTo.String(),
 		"events", s.n, "first_commit_lsn", s.first.String(), "last_commit_lsn", s.last.String(), "complete", s.over)
 }
 
@@ -316,7 +308,7 @@ func (s *session) handlerFor(plan position.Plan, id position.Identity, row posit
 		"slot", name, "slot_lsn", slot.ConfirmedFlush.String(), "position_lsn", plan.SkipTo.String(),
 		"bytes", uint64(plan.SkipTo-slot.ConfirmedFlush))
 	sk := &skipper{next: iso, tracker: tracker, upTo: plan.SkipTo, skipped: s.m.skipped.WithLabelValues("already_confirmed"),
-		log: s.log, slot: name, from: slot.ConfirmedFlush}
+		log: s.log, slot: name}
 	return sk, sk
 }
 

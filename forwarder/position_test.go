@@ -29,7 +29,7 @@ func TestSkipperSkipsConfirmedTransactions(t *testing.T) {
 		CommitFunc: func(end pglogrepl.LSN) { commits = append(commits, end) },
 	}
 	skipped := prometheus.NewCounter(prometheus.CounterOpts{Name: "skipped"})
-	s := &skipper{next: next, tracker: tr, upTo: 0x300, skipped: skipped, log: slog.New(slog.DiscardHandler), slot: "s", from: 0x100}
+	s := &skipper{next: next, tracker: tr, upTo: 0x300, skipped: skipped, log: slog.New(slog.DiscardHandler), slot: "s"}
 	// Transactions as (commit LSN, end LSN, events); the stored position
 	// 0/300 is the end of the second.
 	txns := []struct {

@@ -706,6 +706,11 @@ K_CDS_FLAGS=()
 # collector (a run of a few seconds spends more on C2 compiles and G1's
 # threads than it gains from them).
 K_TOOL_JVM=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC)
+# kafka_tool_java ARGS...: java for a tool on the Kafka jars (StorageTool).
+kafka_tool_java() {
+	kafka_cds_flags
+	java "${K_TOOL_JVM[@]}" "${K_CDS_FLAGS[@]}" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" "$@"
+}
 kafka_cds_key() {
 	local jvm libjvm
 	jvm=$(readlink -f "$(command -v java)") || return 1
@@ -836,16 +841,13 @@ kafka_format() {
 	if [[ -s $idf ]]; then
 		id=$(<"$idf")
 	else
-		kafka_cds_flags
-		id=$(java "${K_TOOL_JVM[@]}" "${K_CDS_FLAGS[@]}" -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
-			kafka.tools.StorageTool random-uuid </dev/null) || die "StorageTool random-uuid failed"
+		id=$(kafka_tool_java -cp "$K_LIBS/*" kafka.tools.StorageTool random-uuid </dev/null) ||
+			die "StorageTool random-uuid failed"
 		id=$(printf '%s\n' "$id" | tail -n 1)
 		printf '%s\n' "$id" >"$idf"
 	fi
 	log "formatting Kafka storage $K_DATA (cluster id $id)"
-	kafka_cds_flags
-	quiet java "${K_TOOL_JVM[@]}" "${K_CDS_FLAGS[@]}" -cp "$K_LIBS/*" -Dlog4j2.configurationFile="$K_SRC/log4j2-tools.properties" \
-		kafka.tools.StorageTool format -t "$id" -c "$K_PROPS" ||
+	quiet kafka_tool_java -cp "$K_LIBS/*" kafka.tools.StorageTool format -t "$id" -c "$K_PROPS" ||
 		die "StorageTool format failed"
 }
 
