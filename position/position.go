@@ -1,6 +1,7 @@
 package position
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -121,9 +122,46 @@ type DB interface {
 // Store reads and writes walpost_position.
 type Store struct {
 	db DB
+	// LockTimeout bounds a position write's wait for the row's lock
+	// (SET LOCAL lock_timeout); 0 is DefaultLockTimeout. A write that
+	// gives up fails and is made again at the next write: the stream
+	// never waits behind a lock it cannot see.
+	LockTimeout time.Duration
+	// IdleTimeout is the server's bound on one of the store's
+	// transactions left idle by its client (SET LOCAL
+	// idle_in_transaction_session_timeout); 0 is DefaultIdleTimeout.
+	// A connection cut off between its UPDATE and its COMMIT (a
+	// half-open TCP connection, which the server does not notice for
+	// hours) would hold the row's lock until then; the server ends that
+	// transaction after IdleTimeout and the lock is free again.
+	IdleTimeout time.Duration
 	// noSnapshots: the table lacks the snapshot columns (a walpost
 	// migrate of an older version); writes leave them out.
 	noSnapshots atomic.Bool
+}
+
+// DefaultLockTimeout and DefaultIdleTimeout are Store's bounds unless set.
+const (
+	DefaultLockTimeout = 5 * time.Second
+	DefaultIdleTimeout = 30 * time.Second
+)
+
+// begin sets a write transaction's settings in one round trip:
+// synchronous_commit = on (the user's database may run with it off; the
+// position must survive a crash the slot does not), the idle bound, and
+// the lock bound when lock is set (Save's; recover's writes wait for the
+// lock, which the idle bound frees).
+func (s *Store) begin(ctx context.Context, tx pgx.Tx, lock bool) error {
+	idle := cmp.Or(s.IdleTimeout, DefaultIdleTimeout)
+	wait := time.Duration(0)
+	if lock {
+		wait = cmp.Or(s.LockTimeout, DefaultLockTimeout)
+	}
+	_, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', true),
+	set_config('idle_in_transaction_session_timeout', $1, true),
+	set_config('lock_timeout', $2, true)`,
+		strconv.FormatInt(idle.Milliseconds(), 10), strconv.FormatInt(wait.Milliseconds(), 10))
+	return err
 }
 
 // errRetryWithout: Save found no snapshot columns and writes again
@@ -220,9 +258,7 @@ func (s *Store) Save(ctx context.Context, r Row) error {
 		last = &r.LastCommit
 	}
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		// The user's database may run with synchronous_commit = off; the
-		// position must survive a crash the slot does not.
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+		if err := s.begin(ctx, tx, true); err != nil {
 			return err
 		}
 		if !s.noSnapshots.Load() {
@@ -261,7 +297,7 @@ WHERE p.system_identifier = excluded.system_identifier
 func (s *Store) MarkRecovering(ctx context.Context, slot string) error {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+		if err := s.begin(ctx, tx, false); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, `UPDATE `+Table+` SET recovering_since = now() WHERE slot = $1`, slot)
@@ -288,7 +324,7 @@ func (s *Store) Reset(ctx context.Context, r Row) error {
 		last = &r.LastCommit
 	}
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = on`); err != nil {
+		if err := s.begin(ctx, tx, false); err != nil {
 			return err
 		}
 		if !s.noSnapshots.Load() {
@@ -340,6 +376,10 @@ func explain(err error) error {
 	}
 	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
 		return fmt.Errorf("%w; fix: GRANT SELECT, INSERT, UPDATE ON %s TO <walpost's role>", err, Table)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		return fmt.Errorf("another session holds the lock on the slot's row of %s (a walpost connection cut off in the middle of a write holds it until the server ends that transaction, after %s idle; otherwise see pg_locks for the holder); the write is made again at the next one: %w",
+			Table, DefaultIdleTimeout, err)
 	}
 	return err
 }

@@ -20,7 +20,8 @@ import (
 // idle_in_transaction_session_timeout one of recover's snapshot
 // transactions, a statement_timeout or lock_timeout the poison row's
 // insert behind a lock or prune's delete. 0 disables each: walpost bounds
-// its own waits (kafka.flush_timeout, the receive timeout, contexts). All
+// its own waits (kafka.flush_timeout, the receive timeout, contexts, and
+// SET LOCAL in a transaction that needs a bound: position.Store's). All
 // four are settable by any role (PGC_USERSET), so none is refused.
 var SessionSettings = map[string]string{
 	"idle_session_timeout":                "0",
