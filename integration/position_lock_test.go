@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/walpost/walpost/position"
 )
@@ -81,12 +82,15 @@ func TestPositionWriteNotHeldByACutOffWrite(t *testing.T) {
 		r.LSN = 0x20
 		cutDone <- cut.Save(ctx, r)
 	}()
+	// Idle in its transaction after the INSERT (it has an xid then; it
+	// is idle between its earlier statements too, without one).
 	var state string
-	for deadline := time.Now().Add(10 * time.Second); state != "idle in transaction"; {
+	for deadline := time.Now().Add(10 * time.Second); state != "idle in transaction, INSERT"; {
 		if time.Now().After(deadline) {
-			t.Fatalf("the cut-off write's backend (pid %d) is %q, not idle in its transaction", pid, state)
+			t.Fatalf("the cut-off write's backend (pid %d) is %q, not idle in its transaction after its INSERT", pid, state)
 		}
-		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1), '')`, pid).Scan(&state)
+		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT state || ', ' || split_part(query, ' ', 1) FROM pg_stat_activity
+			WHERE pid = $1 AND backend_xid IS NOT NULL), '')`, pid).Scan(&state)
 		time.Sleep(20 * time.Millisecond)
 	}
 	idleSince := time.Now()
@@ -101,7 +105,8 @@ func TestPositionWriteNotHeldByACutOffWrite(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a write behind the cut-off one's lock succeeded after %s: it waited for the lock instead of giving up after 500ms", took.Round(time.Millisecond))
 	}
-	if !strings.Contains(err.Error(), "holds the lock") || took >= idle {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" || !strings.Contains(err.Error(), "holds the lock") || took >= idle {
 		t.Fatalf("a write behind the cut-off one's lock: %v after %s, want the lock bound's error after about 500ms", err, took.Round(time.Millisecond))
 	}
 	t.Logf("the write behind the lock gave up after %s: %v", took.Round(time.Millisecond), err)

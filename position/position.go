@@ -123,13 +123,15 @@ type DB interface {
 type Store struct {
 	db DB
 	// LockTimeout bounds a position write's wait for the row's lock
-	// (SET LOCAL lock_timeout); 0 is DefaultLockTimeout. A write that
+	// (lock_timeout, set for the transaction only); 0 is
+	// DefaultLockTimeout. A write that
 	// gives up fails and is made again at the next write: the stream
 	// never waits behind a lock it cannot see.
 	LockTimeout time.Duration
 	// IdleTimeout is the server's bound on one of the store's
-	// transactions left idle by its client (SET LOCAL
-	// idle_in_transaction_session_timeout); 0 is DefaultIdleTimeout.
+	// transactions left idle by its client
+	// (idle_in_transaction_session_timeout, set for the transaction only);
+	// 0 is DefaultIdleTimeout.
 	// A connection cut off between its UPDATE and its COMMIT (a
 	// half-open TCP connection, which the server does not notice for
 	// hours) would hold the row's lock until then; the server ends that
@@ -160,7 +162,7 @@ func (s *Store) begin(ctx context.Context, tx pgx.Tx, lock bool) error {
 	_, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'on', true),
 	set_config('idle_in_transaction_session_timeout', $1, true),
 	set_config('lock_timeout', $2, true)`,
-		strconv.FormatInt(idle.Milliseconds(), 10), strconv.FormatInt(wait.Milliseconds(), 10))
+		strconv.FormatInt(max(idle.Milliseconds(), 1), 10), strconv.FormatInt(wait.Milliseconds(), 10))
 	return err
 }
 

@@ -472,6 +472,8 @@ func (s *Server) answer(c *conn, q string) (*Result, error) {
 		return Tag(strings.ToUpper(low)), nil
 	case strings.HasPrefix(low, "set "):
 		return Tag("SET"), nil
+	case strings.HasPrefix(low, "select set_config("):
+		return setConfig(q), nil
 	}
 	if c.repl {
 		return s.replicationCommand(q)
@@ -481,6 +483,22 @@ func (s *Server) answer(c *conn, q string) (*Result, error) {
 	}
 	s.t.Errorf("replicationtest: no answer for query %q", q)
 	return nil, &pgconn.PgError{Code: "XX000", Message: "replicationtest: no answer for query: " + q}
+}
+
+// setConfigCall matches one set_config('name', 'value', …) of a query
+// pgx sent with its arguments in line (the simple protocol).
+var setConfigCall = regexp.MustCompile(`set_config\('([^']*)',\s*'([^']*)'`)
+
+// setConfig answers SELECT set_config(…)[, set_config(…)…] as PostgreSQL
+// does: one row, a text column per call holding the value set.
+func setConfig(q string) *Result {
+	calls := setConfigCall.FindAllStringSubmatch(q, -1)
+	cols := make([]Col, len(calls))
+	vals := make([]any, len(calls))
+	for i, m := range calls {
+		cols[i], vals[i] = Col{"set_config", pgtype.TextOID}, m[2]
+	}
+	return Rows(cols, vals)
 }
 
 // replicationCommand answers the commands of a replication connection
