@@ -39,6 +39,10 @@ type tcpProxy struct {
 	// cluster, see kafkaProxy).
 	peers []*tcpProxy
 
+	// freezeAt, when set, freezes the first connection whose client
+	// sends a chunk holding it, before that chunk passes (FreezeBefore).
+	freezeAt atomic.Pointer[[]byte]
+
 	// Bytes counts what crossed the proxy, both directions.
 	Bytes    atomic.Int64
 	accepted atomic.Int64
@@ -135,6 +139,15 @@ func (p *tcpProxy) Freeze() {
 		l.Store(true)
 	}
 }
+
+// FreezeBefore freezes, as Freeze does, the first connection whose
+// client then sends msg, before msg reaches the server: pgCommit cuts a
+// PostgreSQL client off between its transaction's last statement and its
+// COMMIT. Restore thaws it.
+func (p *tcpProxy) FreezeBefore(msg []byte) { p.freezeAt.Store(&msg) }
+
+// pgCommit is the simple-protocol Query message pgx sends for Tx.Commit.
+var pgCommit = []byte("Q\x00\x00\x00\x0bcommit\x00")
 
 // Restore ends a Cut, a Stall, a Freeze or a OneWay.
 func (p *tcpProxy) Restore() {
@@ -295,6 +308,9 @@ func (p *tcpProxy) pipe(dst, src net.Conn, lim *proxyLimiter, frozen, blocked *a
 	for c := range q {
 		if d := time.Until(c.due); d > 0 {
 			time.Sleep(d)
+		}
+		if at := p.freezeAt.Load(); at != nil && lim == p.up && bytes.Contains(c.b, *at) && p.freezeAt.CompareAndSwap(at, nil) {
+			frozen.Store(true)
 		}
 		if !p.wait(frozen) || !p.waitDirection(blocked) {
 			_ = src.Close()

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -154,6 +155,13 @@ func (opts Options) check() (Options, error) {
 	return opts, nil
 }
 
+// IdleTimeout is how long the server lets a batch's transaction wait,
+// idle, for its client's next statement before it ends it (see
+// deleteBatches). A batch never waits on its client between its
+// statements, so the bound only ends a transaction whose connection
+// was cut off. Tests shorten it.
+var IdleTimeout = 30 * time.Second
+
 // DefaultBatch and MaxBatch bound Options.Batch.
 const (
 	DefaultBatch = 1000
@@ -257,14 +265,21 @@ func deleteBatches(ctx context.Context, conn *pgx.Conn, where string, batch int,
 	// Batch rows, skips rows another transaction has locked, and never
 	// blocks inserts (ROW EXCLUSIVE on the table, like an INSERT). It
 	// never waits long behind a lock (DDL on the outbox): it gives up the
-	// batch and says so. SET LOCAL: the setting ends with the batch, so a
-	// pooled connection goes back to the pool as it came.
+	// batch and says so. The server ends the batch's transaction when
+	// its client leaves it idle for IdleTimeout: a connection cut off
+	// between the DELETE and the COMMIT (half-open: the server does not
+	// notice for hours) would hold the batch's row locks, its xid (a
+	// CREATE_REPLICATION_SLOT, walpost recover's, waits for it) and the
+	// xmin horizon until then. set_config(…, true) is SET LOCAL: the
+	// settings end with the batch, so a pooled connection goes back to
+	// the pool as it came.
 	del := `DELETE FROM ` + rep.Table + ` WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + rep.Table + ` WHERE ` + where + ` LIMIT $3 FOR UPDATE SKIP LOCKED))`
 	for {
 		start := time.Now()
 		var n int
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '2s'`); err != nil {
+			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', '2s', true), set_config('idle_in_transaction_session_timeout', $1, true)`,
+				strconv.FormatInt(max(IdleTimeout.Milliseconds(), 1), 10)); err != nil {
 				return err
 			}
 			tag, err := tx.Exec(ctx, del, rep.CreatedBefore, rep.CommitAtOrBefore, batch)
