@@ -527,7 +527,9 @@ func TestNetworkCutPostgres20s(t *testing.T) {
 // healed. It runs with receive_timeout 6s, which walpost raises to
 // wal_sender_timeout + 10 s = 18 s, and status_interval 2s: alone it
 // forwards again some 19 s after the freeze; the test allows 90 s, for a
-// machine busy with the other tests.
+// machine busy with the other tests. The freeze comes as a position write
+// sends its COMMIT, so the server also keeps that write's transaction and
+// the position row's lock.
 func TestHalfOpenPostgresConnection(t *testing.T) {
 	t.Parallel()
 	f := ownFixture(t, 3)
@@ -538,6 +540,15 @@ func TestHalfOpenPostgresConnection(t *testing.T) {
 	l := newWriterLoad(f, 2, 10, 20*time.Millisecond).start()
 	l.waitWritten(t, 1000, time.Minute)
 	throughProxy(t, proxy)
+	// The freeze catches a position write between its UPDATE and its
+	// COMMIT: the server keeps that transaction, and the row's lock, as
+	// long as it does not notice the dead connection. The next session's
+	// first position write must not wait behind it.
+	select {
+	case <-proxy.FreezeBefore(pgCommit):
+	case <-time.After(30 * time.Second):
+		t.Fatal("walpost wrote no position (no COMMIT on its connections) within 30s")
+	}
 	proxy.Freeze()
 	frozen := time.Now()
 	probe := fmt.Sprintf("probe-%d", frozen.UnixNano())
@@ -549,8 +560,13 @@ func TestHalfOpenPostgresConnection(t *testing.T) {
 	arrived := arrives(t, f, probe, 90*time.Second)
 	lsn, active, _ := f.slotState()
 	if !arrived {
-		t.Errorf("an event written after the freeze was not forwarded within %s: walpost still sits on its dead replication connection (sessions started %d, failed %d; slot %s active=%v)",
-			time.Since(frozen).Round(time.Second), logCount(p, "msg=streaming"), logCount(p, "session failed"), lsn, active)
+		started, failed := logCount(p, "msg=streaming"), logCount(p, "session failed")
+		why := "walpost still sits on its dead replication connection"
+		if failed > 0 && started <= failed {
+			why = "walpost left its dead session, but the next one did not start streaming (see its steps in the log)"
+		}
+		t.Errorf("an event written after the freeze was not forwarded within %s: %s (sessions started %d, failed %d; slot %s active=%v)",
+			time.Since(frozen).Round(time.Second), why, started, failed, lsn, active)
 	} else {
 		t.Logf("walpost forwarded again %s after the freeze", time.Since(frozen).Round(time.Second))
 	}

@@ -41,7 +41,7 @@ type tcpProxy struct {
 
 	// freezeAt, when set, freezes the first connection whose client
 	// sends a chunk holding it, before that chunk passes (FreezeBefore).
-	freezeAt atomic.Pointer[[]byte]
+	freezeAt atomic.Pointer[freezeAt]
 
 	// Bytes counts what crossed the proxy, both directions.
 	Bytes    atomic.Int64
@@ -140,11 +140,21 @@ func (p *tcpProxy) Freeze() {
 	}
 }
 
+// freezeAt is an armed FreezeBefore.
+type freezeAt struct {
+	msg    []byte
+	frozen chan struct{} // closed once a connection froze
+}
+
 // FreezeBefore freezes, as Freeze does, the first connection whose
 // client then sends msg, before msg reaches the server: pgCommit cuts a
 // PostgreSQL client off between its transaction's last statement and its
-// COMMIT. Restore thaws it.
-func (p *tcpProxy) FreezeBefore(msg []byte) { p.freezeAt.Store(&msg) }
+// COMMIT. The channel is closed once it did. Restore thaws it.
+func (p *tcpProxy) FreezeBefore(msg []byte) <-chan struct{} {
+	a := &freezeAt{msg: msg, frozen: make(chan struct{})}
+	p.freezeAt.Store(a)
+	return a.frozen
+}
 
 // pgCommit is the simple-protocol Query message pgx sends for Tx.Commit.
 var pgCommit = []byte("Q\x00\x00\x00\x0bcommit\x00")
@@ -309,8 +319,9 @@ func (p *tcpProxy) pipe(dst, src net.Conn, lim *proxyLimiter, frozen, blocked *a
 		if d := time.Until(c.due); d > 0 {
 			time.Sleep(d)
 		}
-		if at := p.freezeAt.Load(); at != nil && lim == p.up && bytes.Contains(c.b, *at) && p.freezeAt.CompareAndSwap(at, nil) {
+		if at := p.freezeAt.Load(); at != nil && lim == p.up && bytes.Contains(c.b, at.msg) && p.freezeAt.CompareAndSwap(at, nil) {
 			frozen.Store(true)
+			close(at.frozen)
 		}
 		if !p.wait(frozen) || !p.waitDirection(blocked) {
 			_ = src.Close()
