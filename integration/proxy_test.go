@@ -149,7 +149,9 @@ type freezeAt struct {
 // FreezeBefore freezes, as Freeze does, the first connection whose
 // client then sends msg, before msg reaches the server: pgCommit cuts a
 // PostgreSQL client off between its transaction's last statement and its
-// COMMIT. The channel is closed once it did. Restore thaws it.
+// COMMIT (on a connection without TLS: the proxy reads the bytes). The
+// channel is closed once it did. Restore thaws it and disarms an armed
+// one. Unlike Freeze it stays on this proxy (not its peers).
 func (p *tcpProxy) FreezeBefore(msg []byte) <-chan struct{} {
 	a := &freezeAt{msg: msg, frozen: make(chan struct{})}
 	p.freezeAt.Store(a)
@@ -164,6 +166,7 @@ func (p *tcpProxy) Restore() {
 	for _, q := range p.peers {
 		q.Restore()
 	}
+	p.freezeAt.Store(nil)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false

@@ -54,16 +54,17 @@ func TestPruneBatchCutOffBeforeCommit(t *testing.T) {
 		return n
 	}
 
-	const idle = 3 * time.Second
+	const idle = 5 * time.Second
+	was := prune.IdleTimeout
 	prune.IdleTimeout = idle // only this test changes it
-	t.Cleanup(func() { prune.IdleTimeout = 30 * time.Second })
+	t.Cleanup(func() { prune.IdleTimeout = was })
 	proxy, u := pgProxy(t, f.PGURL)
 	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pid := conn.PgConn().PID()
-	proxy.FreezeBefore(pgCommit)
+	froze := proxy.FreezeBefore(pgCommit)
 	passCtx, stopPass := context.WithCancel(ctx)
 	passed := make(chan error, 1)
 	go func() {
@@ -77,6 +78,14 @@ func TestPruneBatchCutOffBeforeCommit(t *testing.T) {
 		_ = conn.Close(context.Background())
 	})
 
+	select {
+	case <-froze:
+	case err := <-passed:
+		passed <- err // for the cleanup
+		t.Fatalf("the prune pass ended before its first COMMIT: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the prune pass sent no COMMIT within 20s")
+	}
 	// The batch's backend waits, idle, with the rows deleted in its
 	// transaction (an xid), for a COMMIT that does not come.
 	var state string

@@ -160,7 +160,18 @@ func (opts Options) check() (Options, error) {
 // deleteBatches). A batch never waits on its client between its
 // statements, so the bound only ends a transaction whose connection
 // was cut off. Tests shorten it.
-var IdleTimeout = 30 * time.Second
+var IdleTimeout = defaultIdleTimeout
+
+const defaultIdleTimeout = 30 * time.Second
+
+// idleBound is IdleTimeout, or the default when it is not a whole
+// millisecond or more (0 would disable the bound).
+func idleBound() time.Duration {
+	if IdleTimeout < time.Millisecond {
+		return defaultIdleTimeout
+	}
+	return IdleTimeout
+}
 
 // DefaultBatch and MaxBatch bound Options.Batch.
 const (
@@ -279,7 +290,7 @@ func deleteBatches(ctx context.Context, conn *pgx.Conn, where string, batch int,
 		var n int
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', '2s', true), set_config('idle_in_transaction_session_timeout', $1, true)`,
-				strconv.FormatInt(max(IdleTimeout.Milliseconds(), 1), 10)); err != nil {
+				strconv.FormatInt(idleBound().Milliseconds(), 10)); err != nil {
 				return err
 			}
 			tag, err := tx.Exec(ctx, del, rep.CreatedBefore, rep.CommitAtOrBefore, batch)
