@@ -63,6 +63,17 @@ func TestRestoredServerLosesNothing(t *testing.T) {
 		waitStreaming(t, e)
 		return a, e
 	}
+	// restart stops the server (fast), runs between, and starts it; the
+	// test's pools then drop every connection from before, which the
+	// shutdown ended, so the next write cannot meet one.
+	restart := func(between func()) {
+		t.Helper()
+		alo.pg(t, "pg-stop", "fast")
+		between()
+		alo.pg(t, "pg-start")
+		alo.Pool.Reset()
+		eos.Pool.Reset()
+	}
 	stopBoth := func(a, e *proc) {
 		t.Helper()
 		for _, p := range []*proc{a, e} {
@@ -78,10 +89,8 @@ func TestRestoredServerLosesNothing(t *testing.T) {
 	stopBoth(a, e)
 
 	// The copy: the slots and walpost_position as they are now.
-	alo.pg(t, "pg-stop", "fast")
 	snap := filepath.Join(t.TempDir(), "data")
-	copyDir(t, data, snap)
-	alo.pg(t, "pg-start")
+	restart(func() { copyDir(t, data, snap) })
 
 	// Sent after the copy: Kafka and the checkpoint move past it.
 	a, e = startBoth()
@@ -91,12 +100,12 @@ func TestRestoredServerLosesNothing(t *testing.T) {
 
 	// Put the copy back: the WAL after it is gone, and the server writes
 	// new transactions over the same LSNs, past the old checkpoint.
-	alo.pg(t, "pg-stop", "fast")
-	if err := os.RemoveAll(data); err != nil {
-		t.Fatal(err)
-	}
-	copyDir(t, snap, data)
-	alo.pg(t, "pg-start")
+	restart(func() {
+		if err := os.RemoveAll(data); err != nil {
+			t.Fatal(err)
+		}
+		copyDir(t, snap, data)
+	})
 	write("new", 60, 50)
 	a, e = startBoth()
 	forwarded("new", 3000)
