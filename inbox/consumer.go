@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +46,19 @@ type ConsumerConfig struct {
 	// PruneEvery is how often Run calls Inbox.Prune when the inbox has a
 	// KeepFor. Default 1h.
 	PruneEvery time.Duration
+	// IdleTimeout is how long PostgreSQL lets a batch's transaction wait,
+	// idle, for this consumer's next statement before it ends the
+	// transaction (idle_in_transaction_session_timeout, set for the
+	// batch's transaction only). A consumer cut off between its statements
+	// and its COMMIT (its machine gone, a half-open connection, which the
+	// server does not notice for hours) would otherwise hold its
+	// partitions' watermark rows, and the member they are assigned to
+	// next would wait for them that long. The handler runs inside the
+	// transaction: one that waits for something other than the database
+	// for longer than IdleTimeout between two statements needs a larger
+	// one. Default DefaultIdleTimeout; negative leaves the server's
+	// setting.
+	IdleTimeout time.Duration
 	// KafkaOpts are added after the consumer's own options. Leave out
 	// kgo.DisableAutoCommit and kgo.GreedyAutoCommit (the client refuses
 	// them beside AutoCommitMarks) and kgo.OnPartitionsRevoked (it
@@ -101,6 +115,9 @@ func NewConsumer(cfg ConsumerConfig) (*Consumer, error) {
 	}
 	if cfg.PruneEvery <= 0 {
 		cfg.PruneEvery = time.Hour
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -202,11 +219,31 @@ func (c *Consumer) handle(ctx context.Context, tx pgx.Tx, fresh []*kgo.Record) e
 	return nil
 }
 
+// DefaultIdleTimeout is ConsumerConfig.IdleTimeout's default.
+const DefaultIdleTimeout = time.Minute
+
+// idleSQL bounds the batch's transaction's idle time
+// (ConsumerConfig.IdleTimeout); $1 in milliseconds.
+const idleSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
+
+// idleArg is idleSQL's argument; ok is false when no bound is set.
+func (c *Consumer) idleArg() (ms string, ok bool) {
+	if c.cfg.IdleTimeout < 0 {
+		return "", false
+	}
+	return strconv.FormatInt(max(c.cfg.IdleTimeout.Milliseconds(), 1), 10), true
+}
+
 // applyLocked is a batch through Inbox.ApplyBatch: the watermarks locked
 // and read, then written. It fills the cache.
 func (c *Consumer) applyLocked(ctx context.Context, recs []*kgo.Record) error {
 	var marks map[topicPartition]*mark
 	err := pgx.BeginFunc(ctx, c.cfg.DB, func(tx pgx.Tx) error {
+		if ms, ok := c.idleArg(); ok {
+			if _, err := tx.Exec(ctx, idleSQL, ms); err != nil {
+				return fmt.Errorf("inbox: bound the transaction's idle time: %w", err)
+			}
+		}
 		var err error
 		_, marks, err = c.cfg.Inbox.runMarks(ctx, pgxQuerier{tx}, recs, func(fresh []*kgo.Record) error {
 			return c.handle(ctx, tx, fresh)
@@ -274,10 +311,15 @@ func (c *Consumer) applyCached(ctx context.Context, recs []*kgo.Record) (done bo
 		return true, fmt.Errorf("inbox: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	// The compare-and-set and the key rows go in one round trip, the
-	// compare-and-set first (it takes the rows' locks). When it finds a
+	// The idle bound, the compare-and-set and the key rows go in one
+	// round trip, the bound before the compare-and-set (which takes the
+	// rows' locks). When it finds a
 	// row changed, the key rows go with the rollback.
 	b := &pgx.Batch{}
+	ms, bound := c.idleArg()
+	if bound {
+		b.Queue(idleSQL, ms)
+	}
 	b.Queue(casSQL, in.cfg.Group, string(arg))
 	var keys []byte
 	if len(p.cands) > 0 {
@@ -287,6 +329,12 @@ func (c *Consumer) applyCached(ctx context.Context, recs []*kgo.Record) (done bo
 		b.Queue(keysSQL, in.cfg.Group, string(keys))
 	}
 	br := tx.SendBatch(ctx, b)
+	if bound {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return true, fmt.Errorf("inbox: bound the transaction's idle time: %w", err)
+		}
+	}
 	tag, err := br.Exec()
 	if err != nil {
 		_ = br.Close()

@@ -152,5 +152,16 @@
 // owner) wrote a row meanwhile, fewer rows match, the transaction is
 // rolled back before any effect, and the batch goes the locked way.
 //
+// A batch's transaction sets idle_in_transaction_session_timeout
+// (ConsumerConfig.IdleTimeout, 1 minute by default) for itself: a member
+// cut off between its statements and its COMMIT (its machine gone, a
+// half-open connection the server does not notice for hours) holds its
+// partitions' watermark rows until the server ends that transaction, and
+// the member they go to next waits for them until then
+// (TestInboxConsumerCutOffBeforeCommit). A handler that waits on anything
+// other than the database inside the transaction for longer needs a larger
+// bound. Apply and its forms leave the caller's transaction alone: bound
+// it the same way where a caller's process can vanish.
+//
 // The package imports pgx, franz-go and the standard library only.
 package inbox

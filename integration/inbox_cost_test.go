@@ -79,6 +79,13 @@ func TestInboxCost(t *testing.T) {
 // replayEvery marked replayed (none when replayEvery > n), and returns how
 // many are.
 func produceWalpostLike(t *testing.T, f *fixture, n, replayEvery int) int {
+	return produceWalpostLikeFrom(t, f, 0, n, replayEvery)
+}
+
+// produceWalpostLikeFrom is produceWalpostLike for the records after the
+// first from ones an earlier call wrote: keys and commit LSNs go on above
+// theirs.
+func produceWalpostLikeFrom(t *testing.T, f *fixture, from, n, replayEvery int) int {
 	ctx := context.Background()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(f.Topic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(5*time.Millisecond))
@@ -86,7 +93,7 @@ func produceWalpostLike(t *testing.T, f *fixture, n, replayEvery int) int {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	lsn := uint64(0x16B3748)
+	lsn := uint64(0x16B3748) + uint64(from)*0x1000 // at most one transaction per record
 	replayed := 0
 	var failed atomic.Value
 	payload := []byte(`{"event": "account.debited", "amount": 30, "account": "a1"}`)
@@ -95,7 +102,7 @@ func produceWalpostLike(t *testing.T, f *fixture, n, replayEvery int) int {
 		size := 1 + i%5
 		p := int32(i % f.Partitions)
 		for j := 0; j < size && i < n; j++ {
-			key := fmt.Sprintf("%08d-0000-7000-8000-000000000000", i)
+			key := fmt.Sprintf("%08d-0000-7000-8000-000000000000", from+i)
 			r := &kgo.Record{Partition: p, Key: []byte(key), Value: payload, Headers: []kgo.RecordHeader{
 				{Key: "idempotency_key", Value: []byte(key)}, {Key: "outbox_id", Value: []byte(key)},
 				{Key: "commit_lsn", Value: []byte(fmt.Sprintf("%X/%X", lsn>>32, uint32(lsn)))},

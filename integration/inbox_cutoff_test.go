@@ -1,0 +1,142 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/walpost/walpost/inbox"
+)
+
+// TestInboxConsumerCutOffBeforeCommit: an inbox.Consumer whose database
+// connection is cut off between its batch's statements and its COMMIT (its
+// machine gone, a half-open connection) leaves the server a transaction
+// holding its partitions' watermark rows. The member the partitions go to
+// next applies the same records; it must not wait until the server
+// notices the dead connection (hours): the server ends the cut-off batch
+// after ConsumerConfig.IdleTimeout, and the records, which the cut-off
+// batch never committed, are applied once, by the next member.
+func TestInboxConsumerCutOffBeforeCommit(t *testing.T) {
+	t.Parallel()
+	// A consumer's first batch reads the watermarks under lock; a warm
+	// one writes them with a compare-and-set from its cache. Each is cut
+	// off in turn.
+	t.Run("first batch", func(t *testing.T) { t.Parallel(); inboxCutOff(t, false) })
+	t.Run("warm consumer", func(t *testing.T) { t.Parallel(); inboxCutOff(t, true) })
+}
+
+func inboxCutOff(t *testing.T, warm bool) {
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	s := newInboxSchema(t, f)
+	const n = 50
+	in, err := inbox.New(inbox.Config{Group: s.group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// produce writes n records as walpost does and returns them, read back.
+	var seen []*kgo.Record
+	produce := func() []*kgo.Record {
+		t.Helper()
+		produceWalpostLikeFrom(t, f, len(seen), n, n+1)
+		want, got := len(seen)+n, []*kgo.Record(nil)
+		f.read(t, 30*time.Second, 0, func(r *kgo.Record) { got = append(got, r) }, func() bool { return len(got) >= want })
+		if len(got) != want {
+			t.Fatalf("read %d of the %d records", len(got), want)
+		}
+		seen = got
+		return got[want-n:]
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	proxy, u := pgProxy(t, f.PGURL)
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = s.schema
+	cutPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idle = 4 * time.Second
+	c, err := inbox.NewConsumer(inbox.ConsumerConfig{
+		Inbox: in, DB: cutPool, Brokers: brokers, Topics: []string{f.Topic}, IdleTimeout: idle,
+		KafkaOpts:   []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)},
+		HandleBatch: func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	t.Cleanup(func() {
+		stopRun()
+		proxy.Restore()
+		<-ran
+		cutPool.Close()
+	})
+	var recs []*kgo.Record
+	var froze <-chan struct{}
+	if warm {
+		// The first batch commits; the consumer caches its watermark.
+		produce()
+		go func() { ran <- c.Run(runCtx) }()
+		waitFor(t, 30*time.Second, "the consumer's first batch committed", func() bool {
+			var next int64
+			_ = s.pool.QueryRow(ctx, `SELECT coalesce(max(next_offset), 0) FROM inbox_watermark`).Scan(&next)
+			return next >= n
+		})
+		froze = proxy.FreezeBefore(pgCommit)
+		recs = produce()
+	} else {
+		recs = produce()
+		froze = proxy.FreezeBefore(pgCommit)
+		go func() { ran <- c.Run(runCtx) }()
+	}
+	select {
+	case <-froze:
+	case err := <-ran:
+		ran <- err // for the cleanup
+		t.Fatalf("the consumer ended before its first COMMIT: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the consumer sent no COMMIT within 30s")
+	}
+	var pid int32
+	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no backend of the consumer waits, idle in its transaction with an xid, for the COMMIT the proxy holds")
+		}
+		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction'
+			AND backend_xid IS NOT NULL AND query LIKE '%inbox_watermark%' LIMIT 1), 0)`).Scan(&pid)
+	}
+	idleSince := time.Now()
+
+	// The next member: the same records, in its own transaction, over a
+	// connection of its own.
+	next, cancelNext := context.WithTimeout(ctx, idle+20*time.Second)
+	defer cancelNext()
+	tx, err := s.pool.Begin(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	applied, err := in.ApplyBatch(next, tx, recs, func(context.Context, pgx.Tx, []*kgo.Record) error { return nil })
+	if err == nil {
+		err = tx.Commit(next)
+	}
+	if err != nil {
+		var st string
+		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1), 'gone')`, pid).Scan(&st)
+		t.Fatalf("the next member's batch, %s after the cut-off one went idle (IdleTimeout %s; its backend: %s): %v",
+			time.Since(idleSince).Round(time.Second), idle, st, err)
+	}
+	t.Logf("the next member applied the batch %s after the cut-off one went idle", time.Since(idleSince).Round(100*time.Millisecond))
+	if applied != n {
+		t.Errorf("the next member applied %d of the %d records, want all: the cut-off batch never committed", applied, n)
+	}
+}
