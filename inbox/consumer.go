@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -48,16 +49,19 @@ type ConsumerConfig struct {
 	PruneEvery time.Duration
 	// IdleTimeout is how long PostgreSQL lets a batch's transaction wait,
 	// idle, for this consumer's next statement before it ends the
-	// transaction (idle_in_transaction_session_timeout, set for the
-	// batch's transaction only). A consumer cut off between its statements
-	// and its COMMIT (its machine gone, a half-open connection, which the
-	// server does not notice for hours) would otherwise hold its
-	// partitions' watermark rows, and the member they are assigned to
-	// next would wait for them that long. The handler runs inside the
-	// transaction: one that waits for something other than the database
-	// for longer than IdleTimeout between two statements needs a larger
-	// one. Default DefaultIdleTimeout; negative leaves the server's
-	// setting.
+	// transaction and its connection (idle_in_transaction_session_timeout,
+	// set for the batch's transaction only; FATAL 25P03). A consumer cut
+	// off between its statements and its COMMIT (its machine gone, a
+	// half-open connection, which the server does not notice for hours)
+	// would otherwise hold its partitions' watermark rows, and the member
+	// they are assigned to next would wait for them that long. The handler
+	// runs inside the transaction: one that waits for something other than
+	// the database for longer than IdleTimeout between two statements has
+	// its batch ended every time (Run returns "terminating connection due
+	// to idle-in-transaction timeout (SQLSTATE 25P03)") and needs a larger
+	// one. It replaces, for the batch, a value set on the role or the
+	// database. Default DefaultIdleTimeout; negative leaves the server's
+	// setting; at most 24 days (PostgreSQL's limit).
 	IdleTimeout time.Duration
 	// KafkaOpts are added after the consumer's own options. Leave out
 	// kgo.DisableAutoCommit and kgo.GreedyAutoCommit (the client refuses
@@ -88,7 +92,7 @@ type Consumer struct {
 	log *slog.Logger
 	// cache holds the watermarks this consumer last committed, so that a
 	// batch of partitions it has seen needs no SELECT: the transaction's
-	// first statement is a compare-and-set UPDATE of them (applyCached).
+	// first write is a compare-and-set UPDATE of them (applyCached).
 	// Only Run's goroutine touches it.
 	cache map[topicPartition]*mark
 	// cached and stale count the batches applied the cached way and those
@@ -231,7 +235,7 @@ func (c *Consumer) idleArg() (ms string, ok bool) {
 	if c.cfg.IdleTimeout < 0 {
 		return "", false
 	}
-	return strconv.FormatInt(max(c.cfg.IdleTimeout.Milliseconds(), 1), 10), true
+	return strconv.FormatInt(min(max(c.cfg.IdleTimeout.Milliseconds(), 1), math.MaxInt32), 10), true
 }
 
 // applyLocked is a batch through Inbox.ApplyBatch: the watermarks locked
@@ -267,10 +271,11 @@ func (c *Consumer) remember(marks map[topicPartition]*mark) {
 }
 
 // applyCached applies a batch whose partitions are all in the cache
-// without reading the watermarks (Invariant 2): the rules run on the cached ones, and the
-// transaction's first statement writes the new ones only where each row
-// still holds the cached one (commit LSN, number of keys and next offset:
-// every change moves one of them), which takes the rows' locks. If another
+// without reading the watermarks (Invariant 2): the rules run on the
+// cached ones, and the transaction's first write (after the idle bound)
+// writes the new ones only where each row still holds the cached one
+// (commit LSN, number of keys and next offset: every change moves one of
+// them), which takes the rows' locks. If another
 // member wrote a watermark meanwhile, fewer rows match, nothing was
 // applied, and the batch goes the locked way (done false).
 func (c *Consumer) applyCached(ctx context.Context, recs []*kgo.Record) (done bool, err error) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -99,4 +100,42 @@ func TestConsumerRunCommitsOffsetsToKafka(t *testing.T) {
 			t.Errorf("partition %d: Kafka holds offset %+v for the group, the watermark row %d", m.P, o, m.Next)
 		}
 	}
+}
+
+// The idle bound's argument: the default, a value in milliseconds, none
+// when negative, PostgreSQL's limit for a larger one, 1 ms for less.
+func TestConsumerIdleArg(t *testing.T) {
+	in, err := New(Config{Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		set    time.Duration
+		ms     string
+		bounds bool
+	}{
+		{0, "60000", true}, // DefaultIdleTimeout
+		{1500 * time.Millisecond, "1500", true},
+		{time.Microsecond, "1", true},
+		{-1, "", false},
+		{1000 * time.Hour, "2147483647", true},
+	} {
+		c, err := NewConsumer(ConsumerConfig{Inbox: in, DB: noDB{}, Topics: []string{"t"}, IdleTimeout: tc.set,
+			Handle: func(context.Context, pgx.Tx, *kgo.Record) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ms, ok := c.idleArg(); ms != tc.ms || ok != tc.bounds {
+			t.Errorf("IdleTimeout %s: idle_in_transaction_session_timeout %q (set: %v), want %q (%v)", tc.set, ms, ok, tc.ms, tc.bounds)
+		}
+	}
+}
+
+// noDB is a DB for NewConsumer's checks only.
+type noDB struct{}
+
+func (noDB) Begin(context.Context) (pgx.Tx, error) { return nil, fmt.Errorf("noDB") }
+
+func (noDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, fmt.Errorf("noDB")
 }

@@ -145,7 +145,8 @@
 //
 // Invariant 2: a Consumer decides on the watermarks it last committed
 // only while the rows still hold them. It keeps them after each batch, and
-// a batch of partitions it has seen starts with an UPDATE writing the new
+// a batch of partitions it has seen writes first (after the idle bound
+// below) with an UPDATE of the new
 // watermarks where each row still holds the kept one (commit LSN, number
 // of keys and next offset; every change of a watermark moves one of them).
 // That UPDATE takes the rows' locks; if another member (a rebalance's new
@@ -156,11 +157,13 @@
 // (ConsumerConfig.IdleTimeout, 1 minute by default) for itself: a member
 // cut off between its statements and its COMMIT (its machine gone, a
 // half-open connection the server does not notice for hours) holds its
-// partitions' watermark rows until the server ends that transaction, and
-// the member they go to next waits for them until then
-// (TestInboxConsumerCutOffBeforeCommit). A handler that waits on anything
-// other than the database inside the transaction for longer needs a larger
-// bound. Apply and its forms leave the caller's transaction alone: bound
+// partitions' watermark rows until the server ends that transaction and
+// its connection, and the member they go to next waits for them until
+// then (TestInboxConsumerCutOffBeforeCommit). A handler that waits on
+// anything other than the database inside the transaction for longer has
+// its batch ended every time (SQLSTATE 25P03) and needs a larger bound; a
+// DB that is a single *pgx.Conn is then closed for good (a pool replaces
+// the connection). Apply and its forms leave the caller's transaction alone: bound
 // it the same way where a caller's process can vanish.
 //
 // The package imports pgx, franz-go and the standard library only.

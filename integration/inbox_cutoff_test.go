@@ -22,9 +22,9 @@ import (
 // batch never committed, are applied once, by the next member.
 func TestInboxConsumerCutOffBeforeCommit(t *testing.T) {
 	t.Parallel()
-	// A consumer's first batch reads the watermarks under lock; a warm
-	// one writes them with a compare-and-set from its cache. Each is cut
-	// off in turn.
+	// A consumer's first batch takes the watermarks the locked way (here
+	// it creates the partition's row); a warm one writes them with a
+	// compare-and-set from its cache. Each is cut off in turn.
 	t.Run("first batch", func(t *testing.T) { t.Parallel(); inboxCutOff(t, false) })
 	t.Run("warm consumer", func(t *testing.T) { t.Parallel(); inboxCutOff(t, true) })
 }
@@ -59,11 +59,13 @@ func inboxCutOff(t *testing.T, warm bool) {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = s.schema
+	app := "cutoff_" + f.Slot // the other subtest's consumer is cut off too
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	cutPool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const idle = 4 * time.Second
+	const idle = 6 * time.Second
 	c, err := inbox.NewConsumer(inbox.ConsumerConfig{
 		Inbox: in, DB: cutPool, Brokers: brokers, Topics: []string{f.Topic}, IdleTimeout: idle,
 		KafkaOpts:   []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)},
@@ -74,10 +76,17 @@ func inboxCutOff(t *testing.T, warm bool) {
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	ran := make(chan error, 1)
+	running := false
+	run := func() {
+		running = true
+		go func() { ran <- c.Run(runCtx) }()
+	}
 	t.Cleanup(func() {
 		stopRun()
 		proxy.Restore()
-		<-ran
+		if running {
+			<-ran
+		}
 		cutPool.Close()
 	})
 	var recs []*kgo.Record
@@ -85,7 +94,7 @@ func inboxCutOff(t *testing.T, warm bool) {
 	if warm {
 		// The first batch commits; the consumer caches its watermark.
 		produce()
-		go func() { ran <- c.Run(runCtx) }()
+		run()
 		waitFor(t, 30*time.Second, "the consumer's first batch committed", func() bool {
 			var next int64
 			_ = s.pool.QueryRow(ctx, `SELECT coalesce(max(next_offset), 0) FROM inbox_watermark`).Scan(&next)
@@ -96,7 +105,7 @@ func inboxCutOff(t *testing.T, warm bool) {
 	} else {
 		recs = produce()
 		froze = proxy.FreezeBefore(pgCommit)
-		go func() { ran <- c.Run(runCtx) }()
+		run()
 	}
 	select {
 	case <-froze:
@@ -106,13 +115,23 @@ func inboxCutOff(t *testing.T, warm bool) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the consumer sent no COMMIT within 30s")
 	}
+	// The cut-off batch's last statement: a warm consumer's is the
+	// compare-and-set UPDATE (the cached way), a first batch's the UPDATE
+	// of the locked way (storeSQL), after it created the partition's row.
+	want := "UPDATE inbox_watermark w SET commit_lsn = coalesce("
+	if warm {
+		want = "UPDATE inbox_watermark w SET commit_lsn = x.l::pg_lsn"
+	}
 	var pid int32
+	var last string
 	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("no backend of the consumer waits, idle in its transaction with an xid, for the COMMIT the proxy holds")
+			t.Fatalf("no backend of the consumer waits, idle in its transaction with an xid, for the COMMIT the proxy holds (last seen: %q)", last)
 		}
-		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT pid FROM pg_stat_activity WHERE state = 'idle in transaction'
-			AND backend_xid IS NOT NULL AND query LIKE '%inbox_watermark%' LIMIT 1), 0)`).Scan(&pid)
+		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT pid FROM pg_stat_activity WHERE application_name = $1
+			AND state = 'idle in transaction' AND backend_xid IS NOT NULL AND query LIKE $2 || '%'), 0),
+			coalesce((SELECT string_agg(state || ': ' || left(query, 60), '; ') FROM pg_stat_activity WHERE application_name = $1), '')`,
+			app, want).Scan(&pid, &last)
 	}
 	idleSince := time.Now()
 
