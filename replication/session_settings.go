@@ -19,10 +19,12 @@ import (
 // session's side connection between two position writes, an
 // idle_in_transaction_session_timeout one of recover's snapshot
 // transactions, a statement_timeout or lock_timeout the poison row's
-// insert behind a lock or prune's delete. 0 disables each: walpost bounds
-// its own waits (kafka.flush_timeout, the receive timeout, contexts, and
-// SET LOCAL in a transaction that needs a bound: position.Store's). All
-// four are settable by any role (PGC_USERSET), so none is refused.
+// insert behind a lock or prune's delete (and transaction_timeout on
+// PostgreSQL 17+, set after connecting: transactionTimeoutOff). 0
+// disables each: walpost bounds its own waits (kafka.flush_timeout, the
+// receive timeout, contexts, and SET LOCAL in a transaction that needs a
+// bound: position.Store's). All are settable by any role (PGC_USERSET),
+// so none is refused.
 var SessionSettings = map[string]string{
 	"idle_session_timeout":                "0",
 	"idle_in_transaction_session_timeout": "0",
@@ -32,6 +34,36 @@ var SessionSettings = map[string]string{
 
 // ownSession adds SessionSettings to a connection's startup parameters.
 func ownSession(params map[string]string) { maps.Copy(params, SessionSettings) }
+
+// transactionTimeoutOff sets transaction_timeout (PostgreSQL 17+) to 0 on
+// a new connection, for the reason SessionSettings exist: a value on the
+// role or the database would end any transaction of walpost's that runs
+// longer (recover's and resend's snapshot transactions). It is SET after
+// connecting, not a startup parameter: servers before 17 refuse an
+// unknown one, and a pool cannot retry without it.
+func transactionTimeoutOff(ctx context.Context, conn *pgx.Conn) error {
+	if serverMajor(conn.PgConn()) < 17 {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, `SET transaction_timeout = 0`); err != nil {
+		return fmt.Errorf("set transaction_timeout = 0: %w", err)
+	}
+	return nil
+}
+
+// serverMajor is the server's major version from its server_version
+// parameter ("17.2", "18beta1", "15.18 (Debian …)"); 0 when unreadable.
+func serverMajor(c *pgconn.PgConn) int {
+	v := c.ParameterStatus("server_version")
+	n := 0
+	for _, r := range v {
+		if r < '0' || r > '9' {
+			break
+		}
+		n = n*10 + int(r-'0')
+	}
+	return n
+}
 
 // ConnectSQL opens a plain (SQL) connection to connString with
 // SessionSettings and bytea_output = hex.
@@ -44,7 +76,14 @@ func ConnectSQL(ctx context.Context, connString string) (*pgx.Conn, error) {
 	byteaHex(cfg.RuntimeParams)
 	for {
 		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err == nil || !dropUnknownSetting(err, cfg.RuntimeParams) {
+		if err == nil {
+			if err := transactionTimeoutOff(ctx, conn); err != nil {
+				_ = conn.Close(ctx)
+				return nil, err
+			}
+			return conn, nil
+		}
+		if !dropUnknownSetting(err, cfg.RuntimeParams) {
 			return conn, err
 		}
 	}
@@ -77,6 +116,15 @@ func PoolConfig(connString string) (*pgxpool.Config, error) {
 	}
 	ownSession(cfg.ConnConfig.RuntimeParams)
 	byteaHex(cfg.ConnConfig.RuntimeParams)
+	after := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if after != nil {
+			if err := after(ctx, conn); err != nil {
+				return err
+			}
+		}
+		return transactionTimeoutOff(ctx, conn)
+	}
 	return cfg, nil
 }
 

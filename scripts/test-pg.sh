@@ -22,7 +22,7 @@ STACK_DIR="${WALPOST_STACK_DIR:-.stack}"
 # slot (quiet outbox on a busy database, heartbeat), a big transaction,
 # poison and replay, check, the failover slot reporting and the stack's
 # version itself.
-CORE='^(TestStackPostgresVersion|TestFailoverSlot|TestFailoverSlotConverted|TestCheck|TestDeliveryConcurrentWriters|TestKill9MidStream|TestPostgresRestartDuringLoad|TestQuietOutboxBusyOtherTable|TestHeartbeatAdvancesIdleSlot|TestBigTransaction|TestPoisonOversizedAndReplay|TestEmptyTransactionsDuringKafkaOutage)$'
+CORE='^(TestStackPostgresVersion|TestTransactionTimeoutOfTheRole|TestFailoverSlot|TestFailoverSlotConverted|TestCheck|TestDeliveryConcurrentWriters|TestKill9MidStream|TestPostgresRestartDuringLoad|TestQuietOutboxBusyOtherTable|TestHeartbeatAdvancesIdleSlot|TestBigTransaction|TestPoisonOversizedAndReplay|TestEmptyTransactionsDuringKafkaOutage)$'
 
 rc=0
 for v in "$@"; do
