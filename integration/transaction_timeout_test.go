@@ -15,7 +15,7 @@ import (
 // walpost's role (as a managed service or a DBA sets it) must not end
 // walpost's transactions (recover's and resend's snapshot transactions
 // run for as long as their gap): walpost's connections, single and
-// pooled, set it to 0. Before 17 there is no such setting, and the
+// pooled, and the replication connection, set it to 0. Before 17 there is no such setting, and the
 // connections must open as before (it is not sent as a startup
 // parameter, which those servers refuse). Run on every major by
 // scripts/test-pg.sh.
@@ -29,7 +29,7 @@ func TestTransactionTimeoutOfTheRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	role := randName("wp_tt")
-	mustExec(t, f.Pool, `CREATE ROLE `+role+` LOGIN PASSWORD 'wp'`)
+	mustExec(t, f.Pool, `CREATE ROLE `+role+` LOGIN REPLICATION PASSWORD 'wp'`)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -69,6 +69,24 @@ func TestTransactionTimeoutOfTheRole(t *testing.T) {
 	}{"single connection": conn, "pool": pool} {
 		if err := longTxn(q); err != nil {
 			t.Errorf("PostgreSQL %d, %s: a 1.5 s transaction under the role's transaction_timeout of 1s: %v", major, name, err)
+		}
+	}
+	// The replication connection: its walsender decodes and sends each
+	// transaction inside one of its own, which the role's bound would end
+	// while walpost reads slowly (Kafka slow or away).
+	repl, err := replication.ConnectReplication(ctx, u.String())
+	if err != nil {
+		t.Fatalf("PostgreSQL %d: a replication connection: %v", major, err)
+	}
+	defer repl.Close(context.Background())
+	if major >= 17 {
+		res, err := repl.Exec(ctx, `SHOW transaction_timeout`).ReadAll()
+		if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "0" {
+			got := "?"
+			if err == nil && len(res) == 1 && len(res[0].Rows) == 1 {
+				got = string(res[0].Rows[0][0])
+			}
+			t.Errorf("PostgreSQL %d: the replication connection's transaction_timeout is %s (%v), want 0", major, got, err)
 		}
 	}
 	if major < 17 {

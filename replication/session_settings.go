@@ -38,23 +38,31 @@ func ownSession(params map[string]string) { maps.Copy(params, SessionSettings) }
 // transactionTimeoutOff sets transaction_timeout (PostgreSQL 17+) to 0 on
 // a new connection, for the reason SessionSettings exist: a value on the
 // role or the database would end any transaction of walpost's that runs
-// longer (recover's and resend's snapshot transactions). It is SET after
+// longer (recover's and resend's snapshot transactions; on a replication
+// connection, the walsender's while it decodes and sends a transaction
+// walpost reads slowly, with Kafka slow or away). It is SET after
 // connecting, not a startup parameter: servers before 17 refuse an
-// unknown one, and a pool cannot retry without it.
-func transactionTimeoutOff(ctx context.Context, conn *pgx.Conn) error {
-	if serverMajor(conn.PgConn()) < 17 {
+// unknown one, and a pool cannot retry without it. A server that reports
+// 17+ but does not know the setting (a fork) is left as it is.
+func transactionTimeoutOff(ctx context.Context, c *pgconn.PgConn) error {
+	if serverMajor(c) < 17 {
 		return nil
 	}
-	if _, err := conn.Exec(ctx, `SET transaction_timeout = 0`); err != nil {
+	_, err := c.Exec(ctx, `SET transaction_timeout = 0`).ReadAll()
+	var pe *pgconn.PgError
+	if err != nil && !(errors.As(err, &pe) && pe.Code == "42704") {
 		return fmt.Errorf("set transaction_timeout = 0: %w", err)
 	}
 	return nil
 }
 
 // serverMajor is the server's major version from its server_version
-// parameter ("17.2", "18beta1", "15.18 (Debian …)"); 0 when unreadable.
-func serverMajor(c *pgconn.PgConn) int {
-	v := c.ParameterStatus("server_version")
+// parameter; 0 when unreadable.
+func serverMajor(c *pgconn.PgConn) int { return majorOf(c.ParameterStatus("server_version")) }
+
+// majorOf is the major version at the start of a server_version ("17.2",
+// "18beta1", "15.18 (Debian …)"); 0 without one.
+func majorOf(v string) int {
 	n := 0
 	for _, r := range v {
 		if r < '0' || r > '9' {
@@ -77,7 +85,7 @@ func ConnectSQL(ctx context.Context, connString string) (*pgx.Conn, error) {
 	for {
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err == nil {
-			if err := transactionTimeoutOff(ctx, conn); err != nil {
+			if err := transactionTimeoutOff(ctx, conn.PgConn()); err != nil {
 				_ = conn.Close(ctx)
 				return nil, err
 			}
@@ -123,7 +131,7 @@ func PoolConfig(connString string) (*pgxpool.Config, error) {
 				return err
 			}
 		}
-		return transactionTimeoutOff(ctx, conn)
+		return transactionTimeoutOff(ctx, conn.PgConn())
 	}
 	return cfg, nil
 }

@@ -341,6 +341,10 @@ func ConnectReplication(ctx context.Context, connString string) (*pgconn.PgConn,
 	if err != nil {
 		return nil, err
 	}
+	if err := transactionTimeoutOff(ctx, conn); err != nil {
+		_ = conn.Close(ctx)
+		return nil, err
+	}
 	if lr != nil {
 		conn.CustomData()[lowatKey] = lr
 	}
