@@ -414,6 +414,13 @@ func (c *Consumer) storedOffsets(ctx context.Context, offs map[string]map[int32]
 		return nil, fmt.Errorf("inbox: read the stored offsets: %w", err)
 	}
 	defer func() { _ = rows.Rollback(ctx) }()
+	// Bounded as a batch is: cut off before its ROLLBACK, it would hold
+	// a lock on inbox_watermark that blocks DDL on it.
+	if ms, ok := c.idleArg(); ok {
+		if _, err := rows.Exec(ctx, idleSQL, ms); err != nil {
+			return nil, fmt.Errorf("inbox: bound the transaction's idle time: %w", err)
+		}
+	}
 	rs, err := rows.Query(ctx, offsetsSQL, c.cfg.Inbox.Group(), topics)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: read the stored offsets: %w", err)

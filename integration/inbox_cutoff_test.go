@@ -159,3 +159,83 @@ func inboxCutOff(t *testing.T, warm bool) {
 		t.Errorf("the next member applied %d of the %d records, want all: the cut-off batch never committed", applied, n)
 	}
 }
+
+// TestInboxConsumerCutOffReadingOffsets: the transaction in which an
+// inbox.Consumer reads its partitions' offsets from the watermark rows (at
+// each assignment) is bounded as a batch's: cut off before its ROLLBACK,
+// it would hold a lock on inbox_watermark that blocks any DDL on it (a
+// migration) until the server noticed the dead connection.
+func TestInboxConsumerCutOffReadingOffsets(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOpts{partitions: 1})
+	s := newInboxSchema(t, f)
+	produceWalpostLike(t, f, 10, 11)
+	in, err := inbox.New(inbox.Config{Group: s.group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	proxy, u := pgProxy(t, f.PGURL)
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = s.schema
+	app := "cutoff_" + f.Slot
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	cutPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const idle = 6 * time.Second
+	c, err := inbox.NewConsumer(inbox.ConsumerConfig{
+		Inbox: in, DB: cutPool, Brokers: brokers, Topics: []string{f.Topic}, IdleTimeout: idle,
+		KafkaOpts:   []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)},
+		HandleBatch: func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	froze := proxy.FreezeBefore(pgRollback)
+	runCtx, stopRun := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(runCtx) }()
+	t.Cleanup(func() {
+		stopRun()
+		proxy.Restore()
+		<-ran
+		cutPool.Close()
+	})
+	select {
+	case <-froze:
+	case err := <-ran:
+		ran <- err // for the cleanup
+		t.Fatalf("the consumer ended before reading its offsets: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the consumer sent no ROLLBACK within 30s")
+	}
+	var pid int32
+	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no backend of the consumer waits, idle in the transaction that read its offsets, for the ROLLBACK the proxy holds")
+		}
+		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT pid FROM pg_stat_activity WHERE application_name = $1
+			AND state = 'idle in transaction' AND query LIKE 'SELECT topic, partition, next_offset FROM inbox_watermark%'), 0)`, app).Scan(&pid)
+	}
+	idleSince := time.Now()
+	for deadline := idleSince.Add(idle + 15*time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var st string
+		if err := f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1), 'gone')`, pid).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		if st == "gone" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the transaction that read the offsets is still %q %s after it went idle (IdleTimeout %s): its lock on inbox_watermark blocks DDL",
+				st, time.Since(idleSince).Round(time.Second), idle)
+		}
+	}
+	t.Logf("the server ended the cut-off offsets read %s after it went idle", time.Since(idleSince).Round(100*time.Millisecond))
+}

@@ -158,8 +158,12 @@ func (p *tcpProxy) FreezeBefore(msg []byte) <-chan struct{} {
 	return a.frozen
 }
 
-// pgCommit is the simple-protocol Query message pgx sends for Tx.Commit.
-var pgCommit = []byte("Q\x00\x00\x00\x0bcommit\x00")
+// pgCommit and pgRollback are the simple-protocol Query messages pgx
+// sends for Tx.Commit and Tx.Rollback.
+var (
+	pgCommit   = []byte("Q\x00\x00\x00\x0bcommit\x00")
+	pgRollback = []byte("Q\x00\x00\x00\x0drollback\x00")
+)
 
 // Restore ends a Cut, a Stall, a Freeze or a OneWay.
 func (p *tcpProxy) Restore() {
