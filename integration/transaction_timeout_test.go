@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,6 +89,16 @@ func TestTransactionTimeoutOfTheRole(t *testing.T) {
 			}
 			t.Errorf("PostgreSQL %d: the replication connection's transaction_timeout is %s (%v), want 0", major, got, err)
 		}
+	}
+	// walpost check names what the role sets (its own connection is a
+	// plain one, to show what the others get), and nothing the server
+	// does not have.
+	out, _ := walpostOutput(t, f.env("WALPOST_POSTGRES_URL="+u.String()), "check")
+	if major >= 17 && !strings.Contains(out, "transaction_timeout=1s") {
+		t.Errorf("PostgreSQL %d: walpost check does not name the role's transaction_timeout:\n%s", major, out)
+	}
+	if major < 17 && (strings.Contains(out, "transaction_timeout") || !strings.Contains(out, "lock_timeout are 0")) {
+		t.Errorf("PostgreSQL %d: walpost check names a setting the server does not have, or no settings:\n%s", major, out)
 	}
 	if major < 17 {
 		t.Logf("PostgreSQL %d has no transaction_timeout: the connections opened and ran a 1.5 s transaction", major)

@@ -644,14 +644,19 @@ func joinWarnings(ws ...string) string {
 // sessionsDetail says which of replication.SessionSettings the role or
 // database sets, and that walpost overrides them.
 func sessionsDetail(found map[string]string, user, db string) string {
-	var set []string
+	var set, known []string
 	for _, name := range replication.SessionSettingNames() {
-		if v := found[name]; v != "" && v != "0" {
+		v, ok := found[name]
+		if !ok {
+			continue // the server has no such setting (before 17: transaction_timeout)
+		}
+		known = append(known, name)
+		if v != "" && v != "0" {
 			set = append(set, name+"="+v)
 		}
 	}
 	if len(set) == 0 {
-		return fmt.Sprintf("role %q on database %q: %s are 0", user, db, strings.Join(replication.SessionSettingNames(), ", "))
+		return fmt.Sprintf("role %q on database %q: %s are 0", user, db, strings.Join(known, ", "))
 	}
 	return fmt.Sprintf("role %q on database %q: %s; walpost sets each to 0 on its own connections, so none ends or cancels them", user, db, strings.Join(set, ", "))
 }

@@ -271,3 +271,16 @@ func TestCheckSchemaRegistry(t *testing.T) {
 		t.Errorf("registry down: %+v", got)
 	}
 }
+
+// The sessions check names what the role or database sets, and lists as 0
+// only the settings the server has (transaction_timeout from 17).
+func TestSessionsDetail(t *testing.T) {
+	before17 := map[string]string{"idle_session_timeout": "0", "idle_in_transaction_session_timeout": "0", "statement_timeout": "0", "lock_timeout": "0"}
+	if got, want := sessionsDetail(before17, "u", "d"), `role "u" on database "d": idle_session_timeout, idle_in_transaction_session_timeout, statement_timeout, lock_timeout are 0`; got != want {
+		t.Errorf("before 17: %q, want %q", got, want)
+	}
+	on17 := map[string]string{"idle_session_timeout": "0", "idle_in_transaction_session_timeout": "0", "statement_timeout": "0", "lock_timeout": "0", "transaction_timeout": "1s"}
+	if got := sessionsDetail(on17, "u", "d"); !strings.Contains(got, "transaction_timeout=1s") || !strings.Contains(got, "walpost sets each to 0") {
+		t.Errorf("17 with transaction_timeout on the role: %q", got)
+	}
+}

@@ -146,25 +146,31 @@ func NewPool(ctx context.Context, connString string) (*pgxpool.Pool, error) {
 	return pgxpool.NewWithConfig(ctx, cfg)
 }
 
-// SessionSettingNames are SessionSettings' names, in a fixed order.
+// SessionSettingNames are the settings walpost sets to 0 on its
+// connections, in a fixed order: SessionSettings', then
+// transaction_timeout (PostgreSQL 17+, transactionTimeoutOff).
 func SessionSettingNames() []string {
-	return []string{"idle_session_timeout", "idle_in_transaction_session_timeout", "statement_timeout", "lock_timeout"}
+	return []string{"idle_session_timeout", "idle_in_transaction_session_timeout", "statement_timeout", "lock_timeout", "transaction_timeout"}
 }
 
-// ReadSessionSettings reads SessionSettings' values in effect on conn
-// (current_setting, as PostgreSQL renders them: "0", "2s").
+// ReadSessionSettings reads SessionSettingNames' values in effect on conn
+// (current_setting, as PostgreSQL renders them: "0", "2s"); a setting the
+// server does not have (transaction_timeout before 17) is left out.
 func ReadSessionSettings(ctx context.Context, conn *pgx.Conn) (map[string]string, error) {
-	rows, err := conn.Query(ctx, `SELECT n, current_setting(n) FROM unnest($1::text[]) AS n`, SessionSettingNames())
+	rows, err := conn.Query(ctx, `SELECT n, current_setting(n, true) FROM unnest($1::text[]) AS n`, SessionSettingNames())
 	if err != nil {
 		return nil, fmt.Errorf("read the session settings: %w", err)
 	}
 	out := map[string]string{}
 	for rows.Next() {
-		var n, v string
+		var n string
+		var v *string
 		if err := rows.Scan(&n, &v); err != nil {
 			return nil, fmt.Errorf("read the session settings: %w", err)
 		}
-		out[n] = v
+		if v != nil {
+			out[n] = *v
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the session settings: %w", err)
