@@ -53,27 +53,8 @@ func inboxCutOff(t *testing.T, warm bool) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	proxy, u := pgProxy(t, f.PGURL)
-	cfg, err := pgxpool.ParseConfig(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = s.schema
-	app := "cutoff_" + f.Slot // the other subtest's consumer is cut off too
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	cutPool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const idle = 6 * time.Second
-	c, err := inbox.NewConsumer(inbox.ConsumerConfig{
-		Inbox: in, DB: cutPool, Brokers: brokers, Topics: []string{f.Topic}, IdleTimeout: idle,
-		KafkaOpts:   []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)},
-		HandleBatch: func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cutPool, proxy, app := cutOffConsumer(t, f, s, in, idle)
 	runCtx, stopRun := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	running := false
@@ -176,27 +157,8 @@ func TestInboxConsumerCutOffReadingOffsets(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	proxy, u := pgProxy(t, f.PGURL)
-	cfg, err := pgxpool.ParseConfig(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = s.schema
-	app := "cutoff_" + f.Slot
-	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	cutPool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const idle = 6 * time.Second
-	c, err := inbox.NewConsumer(inbox.ConsumerConfig{
-		Inbox: in, DB: cutPool, Brokers: brokers, Topics: []string{f.Topic}, IdleTimeout: idle,
-		KafkaOpts:   []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)},
-		HandleBatch: func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, cutPool, proxy, app := cutOffConsumer(t, f, s, in, idle)
 	froze := proxy.FreezeBefore(pgRollback)
 	runCtx, stopRun := context.WithCancel(ctx)
 	ran := make(chan error, 1)
@@ -223,19 +185,35 @@ func TestInboxConsumerCutOffReadingOffsets(t *testing.T) {
 		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT pid FROM pg_stat_activity WHERE application_name = $1
 			AND state = 'idle in transaction' AND query LIKE 'SELECT topic, partition, next_offset FROM inbox_watermark%'), 0)`, app).Scan(&pid)
 	}
-	idleSince := time.Now()
-	for deadline := idleSince.Add(idle + 15*time.Second); ; time.Sleep(100 * time.Millisecond) {
-		var st string
-		if err := f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1), 'gone')`, pid).Scan(&st); err != nil {
-			t.Fatal(err)
-		}
-		if st == "gone" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the transaction that read the offsets is still %q %s after it went idle (IdleTimeout %s): its lock on inbox_watermark blocks DDL",
-				st, time.Since(idleSince).Round(time.Second), idle)
-		}
+	waitBackendGone(t, f, pid, idle, "the cut-off offsets read", "its lock on inbox_watermark blocks DDL")
+}
+
+// cutOffConsumer is an inbox.Consumer with a no-op effect whose database
+// pool (search_path s's schema) goes through a proxy the test can freeze;
+// app is its connections' application_name, unique to f (cut-off tests
+// run side by side). The caller closes the pool once Run has returned.
+func cutOffConsumer(t *testing.T, f *fixture, s *inboxSchema, in *inbox.Inbox, idle time.Duration) (*inbox.Consumer, *pgxpool.Pool, *tcpProxy, string) {
+	t.Helper()
+	proxy, u := pgProxy(t, f.PGURL)
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("the server ended the cut-off offsets read %s after it went idle", time.Since(idleSince).Round(100*time.Millisecond))
+	cfg.ConnConfig.RuntimeParams["search_path"] = s.schema
+	app := "cutoff_" + f.Slot
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := inbox.NewConsumer(inbox.ConsumerConfig{
+		Inbox: in, DB: pool, Brokers: brokers, Topics: []string{f.Topic}, IdleTimeout: idle,
+		KafkaOpts:   []kgo.Opt{kgo.FetchMaxWait(100 * time.Millisecond)},
+		HandleBatch: func(context.Context, pgx.Tx, []*kgo.Record) error { return nil },
+	})
+	if err != nil {
+		pool.Close()
+		t.Fatal(err)
+	}
+	return c, pool, proxy, app
 }

@@ -96,21 +96,7 @@ func TestPruneBatchCutOffBeforeCommit(t *testing.T) {
 		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1 AND backend_xid IS NOT NULL), '')`, pid).Scan(&state)
 		time.Sleep(20 * time.Millisecond)
 	}
-	idleSince := time.Now()
-	for deadline := idleSince.Add(idle + 15*time.Second); ; time.Sleep(100 * time.Millisecond) {
-		var st string
-		if err := f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1), 'gone')`, pid).Scan(&st); err != nil {
-			t.Fatal(err)
-		}
-		if st == "gone" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cut-off batch's backend is still %q %s after it went idle (prune.IdleTimeout %s): its transaction holds the rows, its xid and the xmin horizon",
-				st, time.Since(idleSince).Round(time.Second), idle)
-		}
-	}
-	t.Logf("the server ended the cut-off batch %s after it went idle", time.Since(idleSince).Round(100*time.Millisecond))
+	waitBackendGone(t, f, int32(pid), idle, "the cut-off batch", "its transaction holds the rows, its xid and the xmin horizon")
 	if n := count(); n != len(written) {
 		t.Fatalf("%d of the %d rows left after the cut-off batch, want all (it never committed)", n, len(written))
 	}
@@ -127,4 +113,25 @@ func TestPruneBatchCutOffBeforeCommit(t *testing.T) {
 	if n := count(); n != 0 || rep.Deleted < len(written) {
 		t.Fatalf("the next pass deleted %d rows, %d of ours left; want all %d deleted", rep.Deleted, n, len(written))
 	}
+}
+
+// waitBackendGone waits until the server has ended backend pid, which is
+// idle in a transaction from now on, within its idle bound (and 15 s for
+// a busy machine); what names it, held what the transaction keeps.
+func waitBackendGone(t *testing.T, f *fixture, pid int32, bound time.Duration, what, held string) {
+	t.Helper()
+	since := time.Now()
+	for deadline := since.Add(bound + 15*time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var st string
+		if err := f.Pool.QueryRow(context.Background(), `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1), 'gone')`, pid).Scan(&st); err != nil {
+			t.Fatal(err)
+		}
+		if st == "gone" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's backend is still %q %s after it went idle (bound %s): %s", what, st, time.Since(since).Round(time.Second), bound, held)
+		}
+	}
+	t.Logf("the server ended %s %s after it went idle", what, time.Since(since).Round(100*time.Millisecond))
 }
