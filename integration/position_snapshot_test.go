@@ -21,10 +21,7 @@ func TestPositionSnapshotCandidateKept(t *testing.T) {
 	forgetPosition(t, f.Pool, f.Slot)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var sys int64
-	if err := f.Pool.QueryRow(ctx, `SELECT system_identifier FROM pg_control_system()`).Scan(&sys); err != nil {
-		t.Fatal(err)
-	}
+	sys := systemID(t, f)
 	store := position.NewStore(f.Pool)
 	row := position.Row{Slot: f.Slot, Identity: position.Identity{SystemID: sys, Timeline: 1}, LSN: 0x10}
 	if err := store.Save(ctx, row); err != nil {
