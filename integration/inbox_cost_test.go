@@ -29,9 +29,12 @@ import (
 // WALPOST_INBOX_COST_EVENTS sets the count (default 1,000,000),
 // WALPOST_INBOX_COST_BATCH the records per poll and transaction (1,000),
 // WALPOST_INBOX_COST_REPLAY_EVERY the share of replayed records (1 in 1,000),
-// WALPOST_INBOX_COST_EFFECT=write an effect of one write per batch. Each
-// rate is the count over the time from the first record handed to the
-// effect to the last (the last batch's commit is left out of both).
+// WALPOST_INBOX_COST_EFFECT=write an effect of one write per batch,
+// WALPOST_INBOX_COST_ONLY one loop only ("plain", "inbox" or "plain,
+// background commits", to profile it). Each rate is the count over the
+// time from the first record handed to the effect to the last (the last
+// batch's commit is left out of both). Each loop also logs the CPU time
+// the test's process, PostgreSQL's processes and Kafka's used during it.
 func TestInboxCost(t *testing.T) {
 	if os.Getenv("WALPOST_INBOX_COST") != "1" {
 		t.Skip("a measurement: WALPOST_INBOX_COST=1")
@@ -39,6 +42,7 @@ func TestInboxCost(t *testing.T) {
 	n := envInt(t, "WALPOST_INBOX_COST_EVENTS", 1_000_000)
 	costBatch = envInt(t, "WALPOST_INBOX_COST_BATCH", 1000)
 	costWrite = os.Getenv("WALPOST_INBOX_COST_EFFECT") == "write"
+	only := os.Getenv("WALPOST_INBOX_COST_ONLY")
 	f := newFixture(t, fixtureOpts{partitions: 6})
 	s := newInboxSchema(t, f)
 	mustExec(t, s.pool, `CREATE TABLE cost_counter (n bigint NOT NULL); INSERT INTO cost_counter VALUES (0)`)
@@ -53,13 +57,23 @@ func TestInboxCost(t *testing.T) {
 		// Each goes first in turn: the first reads the topic from disk
 		// caches the others then find warm.
 		var plain, plainBg, withInbox float64
+		names := []string{"plain", "inbox", "plain, background commits"}
 		runs := []func(){
 			func() { plain = runPlain(t, f, s.pool, n, fmt.Sprintf("plain_%d_%s", round, f.Slot), false) },
 			func() { withInbox = runInbox(t, f, s.pool, in, n) },
 			func() { plainBg = runPlain(t, f, s.pool, n, fmt.Sprintf("plainbg_%d_%s", round, f.Slot), true) },
 		}
 		for i := range runs {
-			runs[(i+round-1)%len(runs)]()
+			j := (i + round - 1) % len(runs)
+			if only != "" && names[j] != only {
+				continue
+			}
+			before := cpuByCommand("postgres", "java")
+			runs[j]()
+			after := cpuByCommand("postgres", "java")
+			per := func(k string) float64 { return (after[k] - before[k]).Seconds() * 1e6 / float64(n) }
+			t.Logf("round %d, %s: CPU s per 1M records: consumer %.2f, PostgreSQL %.2f, Kafka %.2f",
+				round, names[j], per("self"), per("postgres"), per("java"))
 		}
 		t.Logf("round %d: plain %.0f events/s, plain with background commits %.0f events/s, inbox %.0f events/s (%.1f %% of plain, %.1f %% of plain with background commits)",
 			round, plain, plainBg, withInbox, 100*withInbox/plain, 100*withInbox/plainBg)
