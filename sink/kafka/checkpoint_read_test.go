@@ -124,7 +124,7 @@ func TestReadCheckpointAwaitsMarker(t *testing.T) {
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("await with the marker missing: err %v, want a deadline error", err)
 	}
-	for _, want := range []string{"offsets [4]", "no transaction marker", "describe-producers"} {
+	for _, want := range []string{"offsets [4]", "no transaction marker", "describe-producers", "KAFKA-20734", "Hanging Kafka transaction"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

@@ -603,7 +603,10 @@ func ReadCheckpointFrom(ctx context.Context, cl *kgo.Client, topic, key string, 
 				rd = waited
 				err = fmt.Errorf("checkpoint topic %q: the checkpoint records of %s at offsets %v have no transaction marker at the leader (node %d, high watermark %d) after %d reads: %w; "+
 					"this transactional id's earlier transaction was completed when the producer was initialised, so its marker is due; "+
-					"if it stays missing, describe the partition's producers (kafka-transactions.sh describe-producers --topic %s --partition 0)",
+					"if it stays missing, describe the partition's producers (kafka-transactions.sh describe-producers --topic %s --partition 0): "+
+					"a transaction the coordinator completed without writing its markers hangs until it is aborted; Kafka skips them for a partition "+
+					"without a leader at that moment (KAFKA-20734: the broker logs \"Couldn't find leader endpoint for partitions\" with this transactional id), "+
+					"e.g. a single broker killed during a commit and started again; README, Runbook, \"Hanging Kafka transaction\"",
 					topic, key, rd.Unmarked, rd.Leader, rd.HighWatermark, reads, ctx.Err(), topic)
 			} else if err == nil {
 				err = ctx.Err()
