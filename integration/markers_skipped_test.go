@@ -7,7 +7,7 @@ import (
 )
 
 // TestMarkersSkipped reads the broker's line of KAFKA-20734 (as Kafka
-// 4.3.1 wrote it after a restart) for the slot it names only.
+// 4.3.1 wrote it after a restart) for the transactional id it names only.
 func TestMarkersSkipped(t *testing.T) {
 	const line = "[2026-12-04 17:50:49,916] INFO [Transaction Marker Channel Manager 1]: Couldn't find leader endpoint for partitions " +
 		"Set(topic_t_2953a560-2, topic_t_2953a560-0, topic_t_2953a560-1, cp_topic_t_2953a560-0) while trying to send transaction markers for " +
@@ -20,17 +20,18 @@ func TestMarkersSkipped(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		slot, want string
+		txnID, want string
 	}{
-		{"slot_t_2953a560", line},
-		{"slot_t_2953a56", ""}, // a prefix of the slot is another slot
-		{"slot_t_1d4212da", ""},
+		{"walpost-slot_t_2953a560-7715506614798749991", line},
+		{"walpost-slot_t_2953a560-771550661479874999", ""}, // a prefix of the id is another id
+		{"walpost-slot_t_2953a56", ""},
+		{"walpost-slot_t_1d4212da-7715506614798749991", ""},
 	} {
-		if got := markersSkipped(path, c.slot); got != c.want {
-			t.Errorf("markersSkipped(%q) = %q, want %q", c.slot, got, c.want)
+		if got := markersSkipped(path, c.txnID); got != c.want {
+			t.Errorf("markersSkipped(%q) = %q, want %q", c.txnID, got, c.want)
 		}
 	}
-	if got := markersSkipped(filepath.Join(t.TempDir(), "none.log"), "slot_t_2953a560"); got != "" {
+	if got := markersSkipped(filepath.Join(t.TempDir(), "none.log"), "walpost-slot_t_2953a560-7715506614798749991"); got != "" {
 		t.Errorf("no log: %q", got)
 	}
 }
