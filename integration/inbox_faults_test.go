@@ -87,8 +87,9 @@ func (l *debitLoad) finish() {
 
 // TestInboxEndToEndFaults is issue 32's acceptance run: about 100,000
 // debits from 8 writers; walpost (at-least-once) killed -9, PostgreSQL
-// crashed (immediate stop) and restarted, Kafka cut off from walpost, the
-// quarantined debits replayed, the slot dropped and walpost recover run
+// crashed (immediate stop) and restarted, Kafka cut off from walpost, then
+// killed (SIGKILL: the stack's broker, so the test runs alone) and started
+// again, the quarantined debits replayed, the slot dropped and walpost recover run
 // while writes go on (recover re-sends every row of its margin); the
 // consumer process, with KeyEveryEvent for recover's margin, killed -9
 // after each fault. At the end every account's credits equal its debits.
@@ -164,6 +165,14 @@ func TestInboxEndToEndFaults(t *testing.T) {
 	sleepAlive(t, p, 5*time.Second, "while Kafka was cut off")
 	proxy.Restore()
 	t.Log("Kafka cut off from walpost for 5 s")
+	restartConsumer()
+	kills++
+
+	progress("before Kafka is killed")
+	stackCtl(t, "kafka-stop", "kill")
+	sleepAlive(t, p, 5*time.Second, "while Kafka was down")
+	stackCtl(t, "kafka-start")
+	t.Log("Kafka killed (SIGKILL) and started again after 5 s")
 	restartConsumer()
 	kills++
 
