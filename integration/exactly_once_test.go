@@ -286,7 +286,7 @@ func TestExactlyOnceKafkaRestart(t *testing.T) {
 // partitions (DescribeTransactions: Ongoing), out of any commit's marker
 // phase, and returns that transaction. A single broker killed while
 // markers are in flight hangs their transaction after its restart
-// (KAFKA-20734, skipIfMarkersSkipped): in one run in four here, as walpost,
+// (KAFKA-20734, skipIfMarkersSkipped): in 6 of 11 runs here, as walpost,
 // once it follows the writers, commits back to back. A commit whose EndTxn
 // was on its way when walpost stopped shows as PrepareCommit by the
 // second of two reads 100 ms apart; walpost then runs on and is stopped
