@@ -238,15 +238,24 @@ func (c *Consumer) idleArg() (ms string, ok bool) {
 	return strconv.FormatInt(min(max(c.cfg.IdleTimeout.Milliseconds(), 1), math.MaxInt32), 10), true
 }
 
+// boundIdle runs idleSQL in tx, when a bound is set (applyCached queues
+// it in its batch instead).
+func (c *Consumer) boundIdle(ctx context.Context, tx pgx.Tx) error {
+	if ms, ok := c.idleArg(); ok {
+		if _, err := tx.Exec(ctx, idleSQL, ms); err != nil {
+			return fmt.Errorf("inbox: bound the transaction's idle time: %w", err)
+		}
+	}
+	return nil
+}
+
 // applyLocked is a batch through Inbox.ApplyBatch: the watermarks locked
 // and read, then written. It fills the cache.
 func (c *Consumer) applyLocked(ctx context.Context, recs []*kgo.Record) error {
 	var marks map[topicPartition]*mark
 	err := pgx.BeginFunc(ctx, c.cfg.DB, func(tx pgx.Tx) error {
-		if ms, ok := c.idleArg(); ok {
-			if _, err := tx.Exec(ctx, idleSQL, ms); err != nil {
-				return fmt.Errorf("inbox: bound the transaction's idle time: %w", err)
-			}
+		if err := c.boundIdle(ctx, tx); err != nil {
+			return err
 		}
 		var err error
 		_, marks, err = c.cfg.Inbox.runMarks(ctx, pgxQuerier{tx}, recs, func(fresh []*kgo.Record) error {
@@ -416,10 +425,8 @@ func (c *Consumer) storedOffsets(ctx context.Context, offs map[string]map[int32]
 	defer func() { _ = rows.Rollback(ctx) }()
 	// Bounded as a batch is: cut off before its ROLLBACK, it would hold
 	// a lock on inbox_watermark that blocks DDL on it.
-	if ms, ok := c.idleArg(); ok {
-		if _, err := rows.Exec(ctx, idleSQL, ms); err != nil {
-			return nil, fmt.Errorf("inbox: bound the transaction's idle time: %w", err)
-		}
+	if err := c.boundIdle(ctx, rows); err != nil {
+		return nil, err
 	}
 	rs, err := rows.Query(ctx, offsetsSQL, c.cfg.Inbox.Group(), topics)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/walpost/walpost/sink/kafka"
 	"github.com/walpost/walpost/verify"
 )
 
@@ -293,7 +294,7 @@ func TestExactlyOnceKafkaRestart(t *testing.T) {
 // again.
 func stopInOpenTxn(t *testing.T, f *fixture, p *proc) string {
 	t.Helper()
-	id := fmt.Sprintf("walpost-%s-%d", f.Slot, systemID(t, f))
+	id := kafka.TransactionalID(f.Slot, systemID(t, f))
 	describe := func() (kadm.DescribedTransaction, bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -342,7 +343,7 @@ func stopInOpenTxn(t *testing.T, f *fixture, p *proc) string {
 // logs are kafka<N>-node<i>.log, and its partitions keep a leader.)
 func skipIfMarkersSkipped(t *testing.T, f *fixture, p *proc, expected []verify.Expected) {
 	t.Helper()
-	line := markersSkipped(filepath.Join(stackDir(), "kafka.log"), fmt.Sprintf("walpost-%s-%d", f.Slot, systemID(t, f)))
+	line := markersSkipped(filepath.Join(stackDir(), "kafka.log"), kafka.TransactionalID(f.Slot, systemID(t, f)))
 	if line == "" {
 		return
 	}

@@ -549,16 +549,14 @@ func TestHalfOpenPostgresConnection(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("walpost wrote no position (no COMMIT on its connections) within 30s")
 	}
-	var held int
-	for deadline := time.Now().Add(10 * time.Second); held == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no walpost_position write waits, idle in its transaction, for the COMMIT the proxy holds")
-		}
+	waitFor(t, 10*time.Second, "a walpost_position write idle in its transaction, waiting for the COMMIT the proxy holds", func() bool {
+		var held int
 		if err := f.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE state = 'idle in transaction' AND backend_xid IS NOT NULL AND query LIKE 'INSERT INTO walpost_position%'`).Scan(&held); err != nil {
 			t.Fatal(err)
 		}
-	}
+		return held > 0
+	})
 	proxy.Freeze()
 	frozen := time.Now()
 	probe := fmt.Sprintf("probe-%d", frozen.UnixNano())

@@ -88,14 +88,7 @@ func inboxCutOff(t *testing.T, warm bool) {
 		froze = proxy.FreezeBefore(pgCommit)
 		run()
 	}
-	select {
-	case <-froze:
-	case err := <-ran:
-		ran <- err // for the cleanup
-		t.Fatalf("the consumer ended before its first COMMIT: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the consumer sent no COMMIT within 30s")
-	}
+	awaitFrozen(t, froze, ran, 30*time.Second, "the consumer", "first COMMIT")
 	// The cut-off batch's last statement: a warm consumer's is the
 	// compare-and-set UPDATE (the cached way), a first batch's the UPDATE
 	// of the locked way (storeSQL), after it created the partition's row.
@@ -169,22 +162,13 @@ func TestInboxConsumerCutOffReadingOffsets(t *testing.T) {
 		<-ran
 		cutPool.Close()
 	})
-	select {
-	case <-froze:
-	case err := <-ran:
-		ran <- err // for the cleanup
-		t.Fatalf("the consumer ended before reading its offsets: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the consumer sent no ROLLBACK within 30s")
-	}
+	awaitFrozen(t, froze, ran, 30*time.Second, "the consumer", "ROLLBACK after reading its offsets")
 	var pid int32
-	for deadline := time.Now().Add(10 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no backend of the consumer waits, idle in the transaction that read its offsets, for the ROLLBACK the proxy holds")
-		}
+	waitFor(t, 10*time.Second, "a backend of the consumer idle in the transaction that read its offsets, waiting for the ROLLBACK the proxy holds", func() bool {
 		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT pid FROM pg_stat_activity WHERE application_name = $1
 			AND state = 'idle in transaction' AND query LIKE 'SELECT topic, partition, next_offset FROM inbox_watermark%'), 0)`, app).Scan(&pid)
-	}
+		return pid != 0
+	})
 	waitBackendGone(t, f, pid, idle, "the cut-off offsets read", "its lock on inbox_watermark blocks DDL")
 }
 

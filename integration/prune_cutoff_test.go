@@ -78,24 +78,14 @@ func TestPruneBatchCutOffBeforeCommit(t *testing.T) {
 		_ = conn.Close(context.Background())
 	})
 
-	select {
-	case <-froze:
-	case err := <-passed:
-		passed <- err // for the cleanup
-		t.Fatalf("the prune pass ended before its first COMMIT: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("the prune pass sent no COMMIT within 20s")
-	}
+	awaitFrozen(t, froze, passed, 20*time.Second, "the prune pass", "first COMMIT")
 	// The batch's backend waits, idle, with the rows deleted in its
 	// transaction (an xid), for a COMMIT that does not come.
-	var state string
-	for deadline := time.Now().Add(20 * time.Second); state != "idle in transaction"; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cut-off batch's backend (pid %d) is %q, not idle in its transaction with an xid", pid, state)
-		}
+	waitFor(t, 20*time.Second, fmt.Sprintf("the cut-off batch's backend (pid %d) idle in its transaction with an xid", pid), func() bool {
+		var state string
 		_ = f.Pool.QueryRow(ctx, `SELECT coalesce((SELECT state FROM pg_stat_activity WHERE pid = $1 AND backend_xid IS NOT NULL), '')`, pid).Scan(&state)
-		time.Sleep(20 * time.Millisecond)
-	}
+		return state == "idle in transaction"
+	})
 	waitBackendGone(t, f, int32(pid), idle, "the cut-off batch", "its transaction holds the rows, its xid and the xmin horizon")
 	if n := count(); n != len(written) {
 		t.Fatalf("%d of the %d rows left after the cut-off batch, want all (it never committed)", n, len(written))
@@ -112,6 +102,22 @@ func TestPruneBatchCutOffBeforeCommit(t *testing.T) {
 	}
 	if n := count(); n != 0 || rep.Deleted < len(written) {
 		t.Fatalf("the next pass deleted %d rows, %d of ours left; want all %d deleted", rep.Deleted, n, len(written))
+	}
+}
+
+// awaitFrozen waits until the proxy has frozen a connection (froze), and
+// fails when the code under test ended first (its error comes on ended,
+// put back for the cleanup: ended needs room for one) or nothing froze
+// within timeout; what names the code, awaited what the proxy waits for.
+func awaitFrozen(t *testing.T, froze <-chan struct{}, ended chan error, timeout time.Duration, what, awaited string) {
+	t.Helper()
+	select {
+	case <-froze:
+	case err := <-ended:
+		ended <- err
+		t.Fatalf("%s ended before its %s: %v", what, awaited, err)
+	case <-time.After(timeout):
+		t.Fatalf("%s sent no %s within %s", what, awaited, timeout)
 	}
 }
 
